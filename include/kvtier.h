@@ -1,0 +1,464 @@
+/*
+ * kvtier.h — the public interface of libkvtier, and its manual.
+ *
+ * kvtier keeps the attention key/value tensors (the "KV cache") of prompts an
+ * inference engine has already computed, so that a later request that shares
+ * a prefix with them loads them instead of running prefill again.
+ *
+ * DESIGN IN ONE PAGE
+ *
+ * A *chunk* is the KV of a fixed number of consecutive tokens (the namespace's
+ * chunk_tokens, default 256) for every layer of one model rank.  Chunks are
+ * immutable.  A chunk is named by a 32-byte *key*: a chain hash over the
+ * namespace digest, the previous chunk's key, this chunk's token ids and the
+ * extra keys (LoRA, multimodal hashes, cache salt).  Equal keys mean equal
+ * prefixes, so "how much of this prompt is cached" is "how many leading keys
+ * of its chain are present" — answered from memory, in microseconds.
+ *
+ * A *namespace* (kvt_ns) is everything that must match for two chunks to be
+ * interchangeable: model and revision, KV layout, parallel rank and size,
+ * LoRA adapter and tenant.  The tenant enters the namespace digest through a
+ * secret the store holds (an HMAC key from its configuration), never through
+ * a value a client picks: no client can compute, probe or aim at another
+ * tenant's keys.
+ *
+ * A *store* (kvt_store) is an ordered list of tiers, fastest first.  This
+ * version ships the host-DRAM tier: an arena reserved once at the configured
+ * size, cut into fixed pages, with LRU eviction and reference counts so that
+ * a chunk being read is never freed under its reader.  Every tier fills one
+ * vtable (src/tier/tier.h) so that NVMe, shared-file-system and S3 tiers plug
+ * in as one file each.
+ *
+ * Every stored chunk is an *object*: a 4 KiB self-describing header (magic,
+ * version, key, namespace digest, layout, per-layer offsets and XXH3
+ * checksums, header checksum) followed by the payload in layer-major order.
+ * The same image goes to memory, to disk with O_DIRECT and to S3
+ * (docs/FORMAT.md).
+ *
+ * CONVENTIONS
+ *
+ * - Functions that can fail return an int: 0 (or a count) on success, a
+ *   negative code on failure.  Codes are either KVT_E* below or a negated
+ *   errno value; kvt_strerror() names both.  kvt_errmsg() gives the detail of
+ *   the calling thread's last failure ("payload is 1000 bytes, layout needs
+ *   33554432").  errno is never the way an error is reported.
+ * - Handles are opaque.  Every *_open has a *_close; close of NULL is a no-op.
+ * - Ownership is stated on each call.  Unless a call says otherwise, the
+ *   library copies what it needs from its arguments before returning and the
+ *   caller keeps ownership of its buffers.
+ * - Thread safety: a kvt_store may be used by any number of threads at once.
+ *   A kvt_ns is immutable after kvt_ns_init and may be shared freely.  A
+ *   kvt_ref and a kvt_op belong to the thread that holds them until released.
+ *
+ * CAVEATS
+ *
+ * - A put of a key that is already present keeps the first version and
+ *   returns KVT_EEXIST: two writers of one key may hold different bytes (GPU
+ *   kernels are not bit-deterministic across batch shapes), and a reader
+ *   must never see a mix of the two.
+ * - The DRAM tier holds the only copy of what was put at the KVT_DUR_CACHED
+ *   level: such a chunk may be evicted at any time and is lost on exit.
+ * - Keys computed with KVT_HASH_XXH3 are not collision-resistant against an
+ *   adversary; use them only in trusted, single-tenant deployments.
+ */
+#ifndef KVTIER_H
+#define KVTIER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVT_VERSION_MAJOR 0
+#define KVT_VERSION_MINOR 1
+#define KVT_VERSION_PATCH 0
+#define KVT_VERSION_STRING "0.1.0"
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* kvtier's own codes live below KVT_ERR_BASE; anything else negative is a
+ * negated errno value (-EIO, -ENOSPC, ...). */
+#define KVT_ERR_BASE (-30000)
+enum kvt_error {
+	KVT_OK = 0,
+	KVT_ENOTFOUND = KVT_ERR_BASE - 1,   /* no chunk under that key */
+	KVT_EEXIST = KVT_ERR_BASE - 2,      /* key already published; first wins */
+	KVT_EINVAL = KVT_ERR_BASE - 3,      /* an argument is out of its domain */
+	KVT_ENOMEM = KVT_ERR_BASE - 4,      /* allocation failed */
+	KVT_EFULL = KVT_ERR_BASE - 5,       /* tier full of pinned/borrowed data */
+	KVT_ETOOBIG = KVT_ERR_BASE - 6,     /* larger than the tier could ever hold */
+	KVT_EBADMAGIC = KVT_ERR_BASE - 7,   /* not a kvtier object */
+	KVT_EVERSION = KVT_ERR_BASE - 8,    /* object format version unknown */
+	KVT_ETRUNCATED = KVT_ERR_BASE - 9,  /* object shorter than it declares */
+	KVT_EHDRCSUM = KVT_ERR_BASE - 10,   /* header checksum mismatch */
+	KVT_ECORRUPT = KVT_ERR_BASE - 11,   /* payload checksum mismatch */
+	KVT_EMALFORMED = KVT_ERR_BASE - 12, /* header fields inconsistent */
+	KVT_ELAYOUT = KVT_ERR_BASE - 13,    /* layout does not match the namespace */
+	KVT_EMISMATCH = KVT_ERR_BASE - 14,  /* object's key/namespace is not the one asked */
+	KVT_ECONFIG = KVT_ERR_BASE - 15,    /* configuration invalid */
+	KVT_ESMALL = KVT_ERR_BASE - 16,     /* caller's buffer too small */
+	KVT_EAGAIN = KVT_ERR_BASE - 17,     /* async operation still in flight */
+	KVT_ETIMEDOUT = KVT_ERR_BASE - 18,  /* deadline passed */
+	KVT_ENOTSUP = KVT_ERR_BASE - 19,    /* operation not supported by the tier */
+	KVT_ETENANT = KVT_ERR_BASE - 20,    /* tenant unknown to this store */
+	KVT_ECANCELED = KVT_ERR_BASE - 21,  /* operation cancelled (store closing) */
+	KVT_ERR_LAST = KVT_ERR_BASE - 22
+};
+
+/* A static string naming `err`; never NULL, even for unknown codes. */
+const char *kvt_strerror(int err);
+
+/* Detail of the calling thread's most recent failure, or "" if none.  The
+ * string is owned by the library and valid until the thread's next kvtier
+ * call. */
+const char *kvt_errmsg(void);
+
+/* ------------------------------------------------------------------------ */
+/* Keys                                                                      */
+/* ------------------------------------------------------------------------ */
+
+#define KVT_KEY_BYTES 32
+
+typedef struct kvt_key {
+	uint8_t b[KVT_KEY_BYTES];
+} kvt_key;
+
+enum kvt_hash_scheme {
+	KVT_HASH_SHA256 = 1, /* default: SHA-256, resists forged collisions */
+	KVT_HASH_XXH3 = 2,   /* XXH3-128, opt-in for trusted single tenants */
+};
+
+enum kvt_dtype {
+	KVT_DTYPE_F16 = 1,
+	KVT_DTYPE_BF16 = 2,
+	KVT_DTYPE_F32 = 3,
+	KVT_DTYPE_FP8_E4M3 = 4,
+	KVT_DTYPE_FP8_E5M2 = 5,
+	KVT_DTYPE_INT8 = 6,
+};
+
+/* Bytes of one element of `dtype`, or 0 if it is not a kvt_dtype. */
+uint32_t kvt_dtype_size(uint32_t dtype);
+
+/* The shape of one chunk's KV.  Payloads are layer-major: layer 0's bytes,
+ * then layer 1's, ...; each layer holds kv_planes × chunk_tokens ×
+ * num_kv_heads × head_dim elements followed by scale_bytes of quantisation
+ * scales (0 unless the dtype is quantised). */
+typedef struct kvt_layout {
+	uint32_t num_layers;   /* 1 .. KVT_MAX_LAYERS */
+	uint32_t num_kv_heads; /* KV heads held by this rank */
+	uint32_t head_dim;
+	uint32_t dtype;        /* enum kvt_dtype */
+	uint32_t kv_planes;    /* 2 (K and V), or 1 (MLA latent) */
+	uint32_t scale_bytes;  /* per layer, for fp8/int8 scales; else 0 */
+	uint32_t block_size;   /* the engine's KV block, in tokens */
+	uint32_t chunk_tokens; /* tokens per chunk; a multiple of block_size */
+} kvt_layout;
+
+#define KVT_MAX_LAYERS 160
+
+/* Bytes of one layer of one chunk, and of a whole chunk's payload.  0 if the
+ * layout is invalid (see kvt_layout_check). */
+uint64_t kvt_layout_layer_bytes(const kvt_layout *l);
+uint64_t kvt_layout_payload_bytes(const kvt_layout *l);
+
+/* 0 if `l` is a layout kvtier can store, else KVT_ELAYOUT with the reason in
+ * kvt_errmsg(). */
+int kvt_layout_check(const kvt_layout *l);
+
+/* What names a namespace.  Strings are NUL-terminated UTF-8; NULL means
+ * "none" and is distinct from "".  The tenant is a name the store knows; its
+ * secret comes from the store's configuration. */
+typedef struct kvt_ns_desc {
+	const char *model;    /* e.g. "meta-llama/Llama-3.1-8B-Instruct" */
+	const char *revision; /* model revision (commit), or NULL */
+	kvt_layout layout;
+	uint32_t tp_rank, tp_size; /* tensor parallel; 0, 1 when unsharded */
+	uint32_t pp_rank, pp_size; /* pipeline parallel; 0, 1 when unsharded */
+	const char *lora;          /* LoRA adapter name, or NULL */
+	const char *tenant;        /* tenant name, or NULL for the default */
+	uint32_t hash_scheme;      /* enum kvt_hash_scheme; 0 means SHA-256 */
+} kvt_ns_desc;
+
+/* A resolved namespace: its digest and what keys are computed with.  Plain
+ * data; copy it freely.  Fill it with kvt_ns_init. */
+typedef struct kvt_ns {
+	uint8_t digest[32];
+	kvt_layout layout;
+	uint32_t hash_scheme;
+	uint32_t tp_rank, tp_size, pp_rank, pp_size;
+} kvt_ns;
+
+/* Extra keys of one chunk, as vLLM defines them for a block. */
+/* A multimodal item (an image, an audio clip) whose placeholder tokens
+ * overlap the chunk being keyed.  `offset` is the item's first token relative
+ * to the chunk's first token: negative when the item began in an earlier
+ * chunk.  That is how vLLM keys such items (since its fix that disambiguates
+ * equal items at different positions); list the items in prompt order. */
+typedef struct kvt_mm_hash {
+	const char *hash;  /* content hash of the item, as text */
+	int64_t offset;
+} kvt_mm_hash;
+
+typedef struct kvt_extra_keys {
+	const char *lora;          /* LoRA name, or NULL */
+	const kvt_mm_hash *mm;     /* items overlapping the chunk, or NULL */
+	size_t n_mm;
+	const char *cache_salt;    /* applies to the first chunk only, or NULL */
+} kvt_extra_keys;
+
+/* Key of a chunk: H(ns digest, parent, tokens, extra keys).  `parent` is the
+ * previous chunk's key, or NULL for the first chunk.  `extra` may be NULL.
+ * `tokens` must hold exactly ns->layout.chunk_tokens ids. */
+int kvt_key_chunk(const kvt_ns *ns, const kvt_key *parent,
+		  const uint32_t *tokens, size_t n_tokens,
+		  const kvt_extra_keys *extra, kvt_key *out);
+
+/* Keys of every whole chunk of a prompt.  Writes at most `max_keys` keys and
+ * returns how many whole chunks the prompt has (the partial tail is not
+ * keyed: it is recomputed).  `extra` applies to every chunk (cache salt to
+ * the first only); may be NULL. */
+int kvt_key_chain(const kvt_ns *ns, const uint32_t *tokens, size_t n_tokens,
+		  const kvt_extra_keys *extra, kvt_key *keys, size_t max_keys);
+
+/* Lower-case hex of a key into `out` (65 bytes with the NUL). */
+void kvt_key_hex(const kvt_key *key, char out[65]);
+
+/* Parse 64 hex digits into `key`.  0 or KVT_EINVAL. */
+int kvt_key_parse(const char *hex, kvt_key *key);
+
+/* --- vLLM interoperability ---------------------------------------------- */
+
+/* vLLM's NONE_HASH for `seed` (the PYTHONHASHSEED string):
+ * SHA-256(CBOR(seed as a text string)).  See docs/KEYS.md for which vLLM
+ * versions use this convention. */
+void kvt_vllm_none_hash(const char *seed, uint8_t out[32]);
+
+/* vLLM's sha256_cbor block hash: SHA-256 over canonical CBOR of
+ * [parent (32-byte string), [token ids], extra keys or null].  `parent` is
+ * NONE_HASH for the first block.  `extra` may be NULL (encoded as null); the
+ * cache salt is included only when `first_block` is nonzero. */
+int kvt_vllm_block_hash(const uint8_t parent[32], const uint32_t *tokens,
+			size_t n_tokens, const kvt_extra_keys *extra,
+			int first_block, uint8_t out[32]);
+
+/* The 64-bit integer vLLM publishes in KV events for a 32-byte block hash:
+ * its last 8 bytes read big-endian. */
+uint64_t kvt_vllm_hash_u64(const uint8_t hash[32]);
+
+/* kvtier's storage key for a chunk whose last engine block has hash
+ * `engine_hash` (of `len` bytes): the engine hash wrapped with the namespace
+ * digest, so an engine hash alone never names stored bytes. */
+int kvt_key_from_engine_hash(const kvt_ns *ns, const uint8_t *engine_hash,
+			     size_t len, kvt_key *out);
+
+/* ------------------------------------------------------------------------ */
+/* Configuration                                                             */
+/* ------------------------------------------------------------------------ */
+
+typedef struct kvt_config kvt_config;
+
+/* A configuration with every default (a DRAM tier of 1 GiB, 64 KiB pages,
+ * 256-token chunks, SHA-256 keys, no tenants but the default one).  Caller
+ * owns the result; free it with kvt_config_free. */
+kvt_config *kvt_config_new(void);
+
+/* Parse a YAML file.  On failure returns NULL, and *err (if not NULL) gets
+ * the code; kvt_errmsg() names the file, line and what was expected. */
+kvt_config *kvt_config_load(const char *path, int *err);
+
+/* Same, from a string; `name` is used in error messages. */
+kvt_config *kvt_config_parse(const char *yaml, size_t len, const char *name,
+			     int *err);
+
+/* Set one key as it would appear in the YAML file ("max_local_cpu_size",
+ * "8GiB").  0, or KVT_ECONFIG with the reason in kvt_errmsg(). */
+int kvt_config_set(kvt_config *cfg, const char *key, const char *value);
+
+/* Apply KVTIER_<KEY> environment variables (KVTIER_MAX_LOCAL_CPU_SIZE=...).
+ * Returns 0 or the first error. */
+int kvt_config_apply_env(kvt_config *cfg);
+
+void kvt_config_free(kvt_config *cfg);
+
+/* Format a byte count for people ("1.50 GiB") into buf; returns buf. */
+const char *kvt_fmt_size(uint64_t bytes, char *buf, size_t len);
+
+/* Resolve a namespace against a configuration without opening a store (the
+ * tenant's secret and the default chunk size come from `cfg`).  Same results
+ * and errors as kvt_ns_init. */
+int kvt_config_ns(const kvt_config *cfg, const kvt_ns_desc *desc, kvt_ns *ns);
+
+/* ------------------------------------------------------------------------ */
+/* Store                                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct kvt_store kvt_store;
+
+/* Open a store.  The configuration is copied; the caller may free it at once.
+ * On failure returns NULL and *err gets the code. */
+kvt_store *kvt_store_open(const kvt_config *cfg, int *err);
+
+/* Wait for in-flight asynchronous operations, then free everything.  Every
+ * kvt_ref must have been released and every kvt_op freed before. */
+void kvt_store_close(kvt_store *st);
+
+/* Resolve a namespace description against the store (tenant secret, chunk
+ * size).  KVT_ETENANT if the tenant is not configured; KVT_ELAYOUT if the
+ * layout is invalid. */
+int kvt_ns_init(kvt_store *st, const kvt_ns_desc *desc, kvt_ns *ns);
+
+/* How durable a put must be before it returns.  The DRAM tier only gives
+ * KVT_DUR_CACHED; asking for more from a store without a disk tier is
+ * KVT_ENOTSUP. */
+enum kvt_durability {
+	KVT_DUR_CACHED = 0,     /* in memory; may be evicted or lost */
+	KVT_DUR_CRASH_SAFE = 1, /* survives the process being killed */
+	KVT_DUR_POWER_SAFE = 2, /* fsynced; survives power loss */
+};
+
+/* Store a chunk.  `payload` is the layer-major KV of one chunk and must be
+ * exactly kvt_layout_payload_bytes(&ns->layout) long.  Returns 0, KVT_EEXIST
+ * (the key is already stored; nothing changed), KVT_ELAYOUT (wrong length),
+ * KVT_ETOOBIG or KVT_EFULL.  The payload is copied; the checksums are
+ * computed in the same pass. */
+int kvt_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+	    const void *payload, size_t len, int durability);
+
+/* Same, from one buffer per layer (`layers[i]` holds
+ * kvt_layout_layer_bytes() bytes), as a connector that saves layer by layer
+ * has them. */
+int kvt_put_layers(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+		   const void *const *layers, uint32_t n_layers, int durability);
+
+/* Copy a chunk's payload into `buf` (capacity `cap`).  *len gets the payload
+ * length.  KVT_ENOTFOUND, KVT_ESMALL (then *len says what is needed), or
+ * KVT_ECORRUPT (the chunk failed verification and was dropped: a miss). */
+int kvt_get(kvt_store *st, const kvt_ns *ns, const kvt_key *key, void *buf,
+	    size_t cap, size_t *len);
+
+/* Copy one layer of a chunk, verifying that layer's checksum alone. */
+int kvt_get_layer(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+		  uint32_t layer, void *buf, size_t cap);
+
+/* 1 if present in any tier, 0 if not, or a negative code. */
+int kvt_exists(kvt_store *st, const kvt_ns *ns, const kvt_key *key);
+
+/* Remove a chunk from every tier.  0 or KVT_ENOTFOUND.  A reader holding a
+ * kvt_ref keeps its view until it releases it. */
+int kvt_delete(kvt_store *st, const kvt_ns *ns, const kvt_key *key);
+
+/* --- zero-copy reads ----------------------------------------------------- */
+
+typedef struct kvt_ref kvt_ref;
+
+/* Borrow a chunk without copying it.  The returned reference pins the chunk:
+ * it is neither evicted nor reused until kvt_release. */
+int kvt_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+	       kvt_ref **ref);
+
+/* The payload as a list of memory segments, in order.  *iov points into the
+ * reference and is valid until kvt_release; the memory is read-only. */
+int kvt_ref_iov(const kvt_ref *ref, const struct iovec **iov, int *n_iov);
+uint64_t kvt_ref_len(const kvt_ref *ref);
+
+/* Verify the borrowed payload's checksums.  0 or KVT_ECORRUPT. */
+int kvt_ref_verify(const kvt_ref *ref);
+
+void kvt_release(kvt_ref *ref);
+
+/* --- lookup -------------------------------------------------------------- */
+
+/* Where each chunk of a prefix lives: tier index (0 = fastest) per chunk. */
+typedef struct kvt_lookup_result {
+	uint32_t n_hit;        /* leading chunks present */
+	uint8_t *tier;         /* caller's array of n_keys entries, or NULL */
+} kvt_lookup_result;
+
+/* Longest run of leading keys present in some tier.  Answers from memory,
+ * never waits on I/O.  Returns n_hit (>= 0) or a negative code. */
+int kvt_lookup(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
+	       size_t n_keys, kvt_lookup_result *res);
+
+/* Hash a prompt's tokens and look the chain up in one call.  `keys`, if not
+ * NULL, receives the chain (max_keys entries).  Returns the number of leading
+ * whole chunks present. */
+int kvt_lookup_tokens(kvt_store *st, const kvt_ns *ns, const uint32_t *tokens,
+		      size_t n_tokens, const kvt_extra_keys *extra,
+		      kvt_key *keys, size_t max_keys, kvt_lookup_result *res);
+
+/* --- batch forms --------------------------------------------------------- */
+
+/* Store n chunks; results[i] gets each one's code.  Returns the number that
+ * were stored (KVT_EEXIST counts as stored: the key is present). */
+int kvt_put_batch(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
+		  const void *const *payloads, size_t n, int durability,
+		  int *results);
+
+/* Fetch n chunks, each into bufs[i] of capacity cap; results[i] gets each
+ * one's code.  Returns the number fetched. */
+int kvt_get_batch(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
+		  void *const *bufs, size_t cap, size_t n, int *results);
+
+/* --- asynchronous operations --------------------------------------------- */
+
+typedef struct kvt_op kvt_op;
+
+/* Submit a get or a put to the store's worker pool and return at once.  The
+ * buffers must stay valid (and, for a get, untouched) until the op completes.
+ * The op is owned by the caller: free it with kvt_op_free once complete. */
+int kvt_get_async(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+		  void *buf, size_t cap, kvt_op **op);
+int kvt_put_async(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+		  const void *payload, size_t len, int durability, kvt_op **op);
+
+/* KVT_EAGAIN while in flight; otherwise the op's result code. */
+int kvt_op_poll(kvt_op *op);
+
+/* Wait up to timeout_ms (-1: forever).  KVT_ETIMEDOUT if still in flight,
+ * else the op's result code. */
+int kvt_op_wait(kvt_op *op, int timeout_ms);
+
+/* Bytes transferred by a completed op. */
+uint64_t kvt_op_bytes(const kvt_op *op);
+
+/* Free a completed op.  Freeing an op still in flight waits for it first. */
+void kvt_op_free(kvt_op *op);
+
+/* --- statistics ---------------------------------------------------------- */
+
+typedef struct kvt_tier_stats {
+	char name[16];            /* "dram", "nvme", ... */
+	uint64_t capacity_bytes;  /* what the tier may hold */
+	uint64_t used_bytes;      /* what it holds now (whole pages) */
+	uint64_t chunks;          /* objects it holds */
+	uint64_t hits, misses;
+	uint64_t puts, put_exists, put_rejects; /* rejects: full / too big */
+	uint64_t bytes_in, bytes_out;
+	uint64_t evictions, evicted_bytes;
+	uint64_t corrupt;         /* objects dropped because they failed checks */
+	uint64_t borrowed;        /* references outstanding now */
+} kvt_tier_stats;
+
+/* Number of tiers of the store. */
+int kvt_store_tiers(const kvt_store *st);
+
+/* Fill `out` for tier `tier` (0 = fastest).  0 or KVT_EINVAL. */
+int kvt_store_stats(kvt_store *st, int tier, kvt_tier_stats *out);
+
+/* Call `fn` for each chunk of tier `tier` with its key and payload length.
+ * A nonzero return from `fn` stops the walk and is returned.  Chunks put or
+ * evicted during the walk may or may not be seen. */
+int kvt_store_iterate(kvt_store *st, int tier,
+		      int (*fn)(void *arg, const kvt_key *key, uint64_t len),
+		      void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVTIER_H */

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it:
+#   1. a release build (-Werror) and every test,
+#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build and every test,
+#   3. a bounded libFuzzer run of each fuzz target over its committed corpus.
+# Usage: scripts/test.sh [--quick]   (--quick: step 1 only)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc 2>/dev/null || echo 2)
+fuzz_secs=${KVT_FUZZ_SECONDS:-60}
+passed=0
+failed=0
+
+run_ctest() { # build dir, label
+	local log
+	log=$(mktemp)
+	if (cd "$1" && ctest --output-on-failure -j"$jobs") 2>&1 | tee "$log"; then :; fi
+	local line
+	line=$(grep -E '^[0-9]+% tests passed' "$log" || true)
+	local total fails
+	total=$(sed -nE 's/.* out of ([0-9]+).*/\1/p' <<<"$line")
+	fails=$(sed -nE 's/.*, ([0-9]+) tests failed.*/\1/p' <<<"$line")
+	[ -n "$total" ] || { echo "$2: ctest did not run"; failed=$((failed + 1)); rm -f "$log"; return; }
+	passed=$((passed + total - fails))
+	failed=$((failed + fails))
+	rm -f "$log"
+}
+
+echo "== release build"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$jobs"
+run_ctest build release
+
+if [ "${1:-}" != "--quick" ]; then
+	echo "== ASan + UBSan build"
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKVT_SANITIZE=ON >/dev/null
+	cmake --build build-asan -j"$jobs"
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+		run_ctest build-asan sanitizers
+
+	echo "== fuzz smoke (${fuzz_secs}s per target)"
+	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVT_FUZZ=ON \
+		-DKVT_SANITIZE=ON -DBUILD_TESTING=OFF >/dev/null
+	cmake --build build-fuzz -j"$jobs"
+	for f in build-fuzz/fuzz_*; do
+		[ -x "$f" ] || continue
+		name=$(basename "$f")
+		corpus="fuzz/corpus/${name#fuzz_}"
+		work=$(mktemp -d)
+		if "$f" -max_total_time="$fuzz_secs" -print_final_stats=0 -artifact_prefix="$work/" \
+			"$work" "$corpus" >"$work/log" 2>&1; then
+			echo "$name: no crash in ${fuzz_secs}s ($(grep -c . "$corpus"/* /dev/null | wc -l) seeds)"
+			passed=$((passed + 1))
+		else
+			tail -40 "$work/log"
+			echo "$name: FAILED; reproducer in $work"
+			failed=$((failed + 1))
+		fi
+	done
+fi
+
+echo
+echo "kvtier tests: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,144 @@
+/*
+ * cmd_hash.c — `kvtier hash`: the keys a token list would be stored under.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kvtier hash [options] [TOKENS_FILE|-]\n\n"
+		"Print one line per whole block of the token list (a JSON array or\n"
+		"whitespace-separated ids; stdin when no file): block index, key in hex\n"
+		"and, for sha256_cbor, the 64-bit integer vLLM publishes in KV events.\n\n"
+		"  --scheme S       sha256 (default) | xxh3: kvtier chain keys of the namespace\n"
+		"                   sha256_cbor: vLLM's prefix-cache block hash\n"
+		"  --block-size N   tokens per block (default: the config's chunk_size;\n"
+		"                   16 for sha256_cbor, vLLM's default)\n"
+		"  --seed S         PYTHONHASHSEED for sha256_cbor's NONE_HASH (default \"0\")\n"
+		"  --salt S         cache salt (first block only)\n"
+		"  --lora NAME      LoRA adapter name (an extra key of every block)\n"
+		"  --models         list the model presets\n%s",
+		cli_common_help);
+}
+
+int cmd_hash(int argc, char **argv)
+{
+	cli_common c = { 0 };
+	const char *scheme = "sha256", *seed = "0", *path = "-";
+	kvt_extra_keys x = { 0 };
+	uint32_t bs = 0;
+	uint32_t *tokens = NULL;
+	size_t n = 0;
+	int rc = 1;
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		int r = cli_common_arg(&c, argc, argv, &i);
+		if (r < 0)
+			return 2;
+		if (r)
+			continue;
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			usage(stdout);
+			return 0;
+		} else if (!strcmp(a, "--models")) {
+			cli_models_print(stdout);
+			return 0;
+		} else if (i + 1 < argc && !strcmp(a, "--scheme")) {
+			scheme = argv[++i];
+		} else if (i + 1 < argc && !strcmp(a, "--seed")) {
+			seed = argv[++i];
+		} else if (i + 1 < argc && !strcmp(a, "--salt")) {
+			x.cache_salt = argv[++i];
+		} else if (i + 1 < argc && !strcmp(a, "--lora")) {
+			x.lora = argv[++i];
+		} else if (i + 1 < argc && !strcmp(a, "--block-size")) {
+			char *end;
+			unsigned long v = strtoul(argv[++i], &end, 10);
+			if (*end || v == 0 || v > (1u << 20)) {
+				fprintf(stderr, "kvtier hash: --block-size \"%s\": expected 1..1048576\n",
+					argv[i]);
+				return 2;
+			}
+			bs = (uint32_t)v;
+		} else if (a[0] == '-' && a[1]) {
+			fprintf(stderr, "kvtier hash: unknown or incomplete option \"%s\"\n", a);
+			usage(stderr);
+			return 2;
+		} else {
+			path = a;
+		}
+	}
+	if (strcmp(scheme, "sha256") && strcmp(scheme, "xxh3") &&
+	    strcmp(scheme, "sha256_cbor")) {
+		fprintf(stderr, "kvtier hash: --scheme \"%s\": expected sha256, xxh3 or sha256_cbor\n",
+			scheme);
+		return 2;
+	}
+	if (cli_read_tokens(path, &tokens, &n))
+		return 1;
+
+	if (!strcmp(scheme, "sha256_cbor")) {
+		uint8_t parent[32], h[32];
+		if (!bs)
+			bs = 16;
+		kvt_vllm_none_hash(seed, parent);
+		for (size_t b = 0; (b + 1) * bs <= n; b++) {
+			kvt_key k;
+			char hex[65];
+			int e = kvt_vllm_block_hash(parent, tokens + b * bs, bs,
+						    x.lora || x.cache_salt ? &x : NULL,
+						    b == 0, h);
+			if (e) {
+				rc = cli_fail("hash", "sha256_cbor", e);
+				goto out;
+			}
+			memcpy(k.b, h, 32);
+			kvt_key_hex(&k, hex);
+			printf("%zu %s %llu\n", b, hex,
+			       (unsigned long long)kvt_vllm_hash_u64(h));
+			memcpy(parent, h, 32);
+		}
+		rc = 0;
+	} else {
+		kvt_config *cfg;
+		kvt_ns_desc d;
+		kvt_ns ns;
+		kvt_key *keys;
+		int whole, e;
+
+		if (bs)
+			c.chunk = bs;
+		if (cli_desc(&c, &d) || cli_config(&c, &cfg))
+			goto out;
+		d.hash_scheme = strcmp(scheme, "xxh3") ? KVT_HASH_SHA256 : KVT_HASH_XXH3;
+		e = kvt_config_ns(cfg, &d, &ns);
+		kvt_config_free(cfg);
+		if (e) {
+			rc = cli_fail("hash", "namespace", e);
+			goto out;
+		}
+		keys = malloc(sizeof(*keys) * (n / ns.layout.chunk_tokens + 1));
+		if (!keys)
+			goto out;
+		whole = kvt_key_chain(&ns, tokens, n, &x, keys, n / ns.layout.chunk_tokens + 1);
+		if (whole < 0) {
+			free(keys);
+			rc = cli_fail("hash", "chain", whole);
+			goto out;
+		}
+		for (int b = 0; b < whole; b++) {
+			char hex[65];
+			kvt_key_hex(&keys[b], hex);
+			printf("%d %s\n", b, hex);
+		}
+		free(keys);
+		rc = 0;
+	}
+out:
+	free(tokens);
+	return rc;
+}

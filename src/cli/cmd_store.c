@@ -1,0 +1,376 @@
+/*
+ * cmd_store.c — `kvtier put|get|lookup|ls|stat`: a store from the command
+ * line.  Every subcommand opens the store of --config (or the defaults), so
+ * chunks outlive the process only in a disk tier (--dir PATH).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+typedef struct store_args {
+	cli_common c;
+	const char *tokens;  /* --tokens FILE */
+	const char *key;     /* --key HEX */
+	const char *out;     /* -o FILE */
+	const char *file;    /* positional */
+	int durability;
+	int json;
+} store_args;
+
+static int parse(const char *cmd, int argc, char **argv, store_args *a,
+		 void (*usage)(FILE *))
+{
+	memset(a, 0, sizeof(*a));
+	for (int i = 1; i < argc; i++) {
+		const char *s = argv[i];
+		int r = cli_common_arg(&a->c, argc, argv, &i);
+		if (r < 0)
+			return 2;
+		if (r)
+			continue;
+		if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
+			usage(stdout);
+			return 0;
+		} else if (i + 1 < argc && !strcmp(s, "--tokens")) {
+			a->tokens = argv[++i];
+		} else if (i + 1 < argc && !strcmp(s, "--key")) {
+			a->key = argv[++i];
+		} else if (i + 1 < argc && (!strcmp(s, "-o") || !strcmp(s, "--out"))) {
+			a->out = argv[++i];
+		} else if (i + 1 < argc && !strcmp(s, "--durability")) {
+			const char *v = argv[++i];
+			if (!strcmp(v, "cached"))
+				a->durability = KVT_DUR_CACHED;
+			else if (!strcmp(v, "crash-safe"))
+				a->durability = KVT_DUR_CRASH_SAFE;
+			else if (!strcmp(v, "power-safe"))
+				a->durability = KVT_DUR_POWER_SAFE;
+			else {
+				fprintf(stderr, "kvtier %s: --durability \"%s\": expected cached, crash-safe or power-safe\n",
+					cmd, v);
+				return 2;
+			}
+		} else if (!strcmp(s, "--json")) {
+			a->json = 1;
+		} else if (s[0] == '-' && s[1]) {
+			fprintf(stderr, "kvtier %s: unknown or incomplete option \"%s\"\n", cmd, s);
+			usage(stderr);
+			return 2;
+		} else if (!a->file) {
+			a->file = s;
+		} else {
+			fprintf(stderr, "kvtier %s: unexpected argument \"%s\"\n", cmd, s);
+			return 2;
+		}
+	}
+	return -1; /* go on */
+}
+
+/* The keys a command works on: --key, or the chain of --tokens. */
+static int keys_of(const char *cmd, const store_args *a, const kvt_ns *ns,
+		   kvt_key **keys, size_t *n)
+{
+	if (a->key) {
+		*keys = malloc(sizeof(kvt_key));
+		*n = 1;
+		if (!*keys)
+			return 1;
+		int rc = kvt_key_parse(a->key, *keys);
+		if (rc) {
+			free(*keys);
+			return cli_fail(cmd, "--key", rc);
+		}
+		return 0;
+	}
+	if (a->tokens) {
+		uint32_t *t;
+		size_t nt;
+		int whole;
+		if (cli_read_tokens(a->tokens, &t, &nt))
+			return 1;
+		*n = nt / ns->layout.chunk_tokens;
+		*keys = malloc(sizeof(kvt_key) * (*n + 1));
+		if (!*keys) {
+			free(t);
+			return 1;
+		}
+		whole = kvt_key_chain(ns, t, nt, NULL, *keys, *n);
+		free(t);
+		if (whole < 0) {
+			free(*keys);
+			return cli_fail(cmd, "hash", whole);
+		}
+		return 0;
+	}
+	fprintf(stderr, "kvtier %s: give --key HEX or --tokens FILE\n", cmd);
+	return 2;
+}
+
+static void put_usage(FILE *f)
+{
+	fprintf(f, "usage: kvtier put (--key HEX | --tokens FILE) [options] PAYLOAD_FILE\n\n"
+		   "Store the layer-major KV in PAYLOAD_FILE: one chunk under --key, or one\n"
+		   "chunk per whole chunk of the --tokens prompt (the file then holds them\n"
+		   "back to back).  Prints one line per chunk: key and outcome.\n\n"
+		   "  --durability L   cached (default) | crash-safe | power-safe\n%s",
+		   cli_common_help);
+}
+
+int cmd_put(int argc, char **argv)
+{
+	store_args a;
+	kvt_store *st;
+	kvt_ns ns;
+	kvt_key *keys;
+	size_t n, len, per;
+	uint8_t *payload;
+	int rc = parse("put", argc, argv, &a, put_usage), bad = 0;
+
+	if (rc >= 0)
+		return rc;
+	if (!a.file) {
+		put_usage(stderr);
+		return 2;
+	}
+	if (cli_open(&a.c, &st, &ns))
+		return 1;
+	if ((rc = keys_of("put", &a, &ns, &keys, &n))) {
+		kvt_store_close(st);
+		return rc;
+	}
+	if (cli_read_file(a.file, &payload, &len)) {
+		free(keys);
+		kvt_store_close(st);
+		return 1;
+	}
+	per = kvt_layout_payload_bytes(&ns.layout);
+	if (len != per * n) {
+		fprintf(stderr,
+			"kvtier put: %s is %zu bytes; %zu chunk(s) of this model's layout need %zu\n",
+			a.file, len, n, per * n);
+		bad = 1;
+	}
+	for (size_t i = 0; !bad && i < n; i++) {
+		char hex[65];
+		kvt_key_hex(&keys[i], hex);
+		rc = kvt_put(st, &ns, &keys[i], payload + i * per, per, a.durability);
+		if (rc && rc != KVT_EEXIST) {
+			bad = cli_fail("put", hex, rc);
+			break;
+		}
+		printf("%s %s\n", hex, rc == KVT_EEXIST ? "exists" : "stored");
+	}
+	free(payload);
+	free(keys);
+	kvt_store_close(st);
+	return bad;
+}
+
+static void get_usage(FILE *f)
+{
+	fprintf(f, "usage: kvtier get (--key HEX | --tokens FILE) -o OUT [options]\n\n"
+		   "Load chunks (verifying their checksums) and write their payloads to\n"
+		   "OUT back to back.  With --tokens, loads the cached prefix and says how\n"
+		   "many chunks it held; a chunk that is missing ends the prefix.\n%s",
+		   cli_common_help);
+}
+
+int cmd_get(int argc, char **argv)
+{
+	store_args a;
+	kvt_store *st;
+	kvt_ns ns;
+	kvt_key *keys;
+	size_t n, per, got = 0;
+	uint8_t *buf;
+	FILE *out;
+	int rc = parse("get", argc, argv, &a, get_usage), bad = 0;
+
+	if (rc >= 0)
+		return rc;
+	if (!a.out) {
+		get_usage(stderr);
+		return 2;
+	}
+	if (cli_open(&a.c, &st, &ns))
+		return 1;
+	if ((rc = keys_of("get", &a, &ns, &keys, &n))) {
+		kvt_store_close(st);
+		return rc;
+	}
+	per = kvt_layout_payload_bytes(&ns.layout);
+	buf = malloc(per);
+	out = strcmp(a.out, "-") ? fopen(a.out, "wb") : stdout;
+	if (!buf || !out) {
+		fprintf(stderr, "kvtier get: cannot open %s\n", a.out);
+		bad = 1;
+	}
+	for (size_t i = 0; !bad && i < n; i++) {
+		size_t len;
+		rc = kvt_get(st, &ns, &keys[i], buf, per, &len);
+		if (rc == KVT_ENOTFOUND && a.tokens && i > 0)
+			break;
+		if (rc) {
+			char hex[65];
+			kvt_key_hex(&keys[i], hex);
+			bad = cli_fail("get", hex, rc);
+			break;
+		}
+		if (fwrite(buf, 1, len, out) != len) {
+			fprintf(stderr, "kvtier get: write to %s failed\n", a.out);
+			bad = 1;
+		}
+		got++;
+	}
+	if (out && out != stdout && fclose(out) && !bad) {
+		fprintf(stderr, "kvtier get: closing %s failed\n", a.out);
+		bad = 1;
+	}
+	if (!bad)
+		fprintf(stderr, "kvtier get: %zu of %zu chunk(s) loaded\n", got, n);
+	free(buf);
+	free(keys);
+	kvt_store_close(st);
+	return bad;
+}
+
+static void lookup_usage(FILE *f)
+{
+	fprintf(f, "usage: kvtier lookup --tokens FILE [options]\n\n"
+		   "How many leading chunks of the prompt are cached, and in which tier.\n"
+		   "  --json           machine-readable output\n%s",
+		   cli_common_help);
+}
+
+int cmd_lookup(int argc, char **argv)
+{
+	store_args a;
+	kvt_store *st;
+	kvt_ns ns;
+	kvt_key *keys;
+	size_t n;
+	uint8_t *tiers;
+	kvt_lookup_result res = { 0 };
+	int rc = parse("lookup", argc, argv, &a, lookup_usage);
+
+	if (rc >= 0)
+		return rc;
+	if (!a.tokens) {
+		lookup_usage(stderr);
+		return 2;
+	}
+	if (cli_open(&a.c, &st, &ns))
+		return 1;
+	if ((rc = keys_of("lookup", &a, &ns, &keys, &n))) {
+		kvt_store_close(st);
+		return rc;
+	}
+	tiers = calloc(n + 1, 1);
+	res.tier = tiers;
+	rc = kvt_lookup(st, &ns, keys, n, &res);
+	if (rc < 0) {
+		rc = cli_fail("lookup", a.tokens, rc);
+	} else if (a.json) {
+		printf("{\"chunks\": %zu, \"hit_chunks\": %u, \"hit_tokens\": %llu, \"tiers\": [",
+		       n, res.n_hit, (unsigned long long)res.n_hit * ns.layout.chunk_tokens);
+		for (uint32_t i = 0; i < res.n_hit; i++)
+			printf("%s%u", i ? ", " : "", tiers[i]);
+		printf("]}\n");
+		rc = 0;
+	} else {
+		printf("%u of %zu chunk(s) cached (%llu tokens)\n", res.n_hit, n,
+		       (unsigned long long)res.n_hit * ns.layout.chunk_tokens);
+		for (uint32_t i = 0; i < res.n_hit; i++) {
+			char hex[65];
+			kvt_tier_stats ts;
+			kvt_key_hex(&keys[i], hex);
+			kvt_store_stats(st, tiers[i], &ts);
+			printf("  %u %s %s\n", i, hex, ts.name);
+		}
+		rc = 0;
+	}
+	free(tiers);
+	free(keys);
+	kvt_store_close(st);
+	return rc;
+}
+
+static void ls_usage(FILE *f)
+{
+	fprintf(f, "usage: kvtier ls [options]\n\n"
+		   "List the chunks of every tier: tier, key, bytes.\n%s",
+		   cli_common_help);
+}
+
+static int ls_one(void *arg, const kvt_key *key, uint64_t len)
+{
+	char hex[65];
+	kvt_key_hex(key, hex);
+	printf("%s %s %llu\n", (const char *)arg, hex, (unsigned long long)len);
+	return 0;
+}
+
+int cmd_ls(int argc, char **argv)
+{
+	store_args a;
+	kvt_store *st;
+	kvt_ns ns;
+	int rc = parse("ls", argc, argv, &a, ls_usage);
+
+	if (rc >= 0)
+		return rc;
+	if (cli_open(&a.c, &st, &ns))
+		return 1;
+	for (int t = 0; t < kvt_store_tiers(st); t++) {
+		kvt_tier_stats s;
+		kvt_store_stats(st, t, &s);
+		kvt_store_iterate(st, t, ls_one, s.name);
+	}
+	kvt_store_close(st);
+	return 0;
+}
+
+static void stat_usage(FILE *f)
+{
+	fprintf(f, "usage: kvtier stat [--json] [options]\n\n"
+		   "Capacity, use and counters of every tier.\n%s",
+		   cli_common_help);
+}
+
+int cmd_stat(int argc, char **argv)
+{
+	store_args a;
+	kvt_store *st;
+	kvt_ns ns;
+	int rc = parse("stat", argc, argv, &a, stat_usage);
+
+	if (rc >= 0)
+		return rc;
+	if (cli_open(&a.c, &st, &ns))
+		return 1;
+	if (a.json)
+		printf("{\"tiers\": [");
+	for (int t = 0; t < kvt_store_tiers(st); t++) {
+		kvt_tier_stats s;
+		kvt_store_stats(st, t, &s);
+		if (a.json)
+			printf("%s{\"name\": \"%s\", \"capacity_bytes\": %llu, \"used_bytes\": %llu, "
+			       "\"chunks\": %llu, \"hits\": %llu, \"misses\": %llu, \"evictions\": %llu, "
+			       "\"corrupt\": %llu}",
+			       t ? ", " : "", s.name, (unsigned long long)s.capacity_bytes,
+			       (unsigned long long)s.used_bytes, (unsigned long long)s.chunks,
+			       (unsigned long long)s.hits, (unsigned long long)s.misses,
+			       (unsigned long long)s.evictions, (unsigned long long)s.corrupt);
+		else
+			printf("%-6s capacity %llu used %llu chunks %llu hits %llu misses %llu evictions %llu corrupt %llu\n",
+			       s.name, (unsigned long long)s.capacity_bytes,
+			       (unsigned long long)s.used_bytes, (unsigned long long)s.chunks,
+			       (unsigned long long)s.hits, (unsigned long long)s.misses,
+			       (unsigned long long)s.evictions, (unsigned long long)s.corrupt);
+	}
+	if (a.json)
+		printf("]}\n");
+	kvt_store_close(st);
+	return 0;
+}

@@ -1,0 +1,56 @@
+/*
+ * main.c — the kvtier command: a client of libkvtier like any other.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static const struct {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *what;
+} commands[] = {
+	{ "demo", cmd_demo, "store a prompt's KV, evict it, find the prefix again and reload it" },
+	{ "hash", cmd_hash, "print the chain keys of a token list (kvtier, vLLM sha256_cbor)" },
+	{ "put", cmd_put, "store chunks of a payload file" },
+	{ "get", cmd_get, "load chunks into a file" },
+	{ "lookup", cmd_lookup, "how much of a prompt is cached, and where" },
+	{ "ls", cmd_ls, "list the chunks of each tier" },
+	{ "stat", cmd_stat, "per-tier statistics" },
+	{ "inspect", cmd_inspect, "decode and verify an object file" },
+	{ "bench", cmd_bench, "benchmarks with ratios against a bound (dram)" },
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: kvtier <command> [options]   (kvtier <command> --help)\n\n"
+		   "kvtier keeps LLM KV cache in tiers so that a known prefix is loaded,\n"
+		   "not recomputed.\n\ncommands:\n");
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].what);
+	fprintf(f, "\nversion %s\n", KVT_VERSION_STRING);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+	    !strcmp(argv[1], "help")) {
+		usage(stdout);
+		return 0;
+	}
+	if (!strcmp(argv[1], "--version")) {
+		printf("kvtier %s\n", KVT_VERSION_STRING);
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (!strcmp(argv[1], commands[i].name))
+			return commands[i].fn(argc - 1, argv + 1);
+	fprintf(stderr, "kvtier: unknown command \"%s\"\n\n", argv[1]);
+	usage(stderr);
+	return 2;
+}

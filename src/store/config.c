@@ -1,0 +1,546 @@
+/*
+ * config.c — defaults, YAML files, single keys and KVTIER_* overrides.
+ *
+ * Every setter goes through one table (config_keys) so that the YAML file,
+ * kvt_config_set and the environment accept exactly the same keys and give
+ * exactly the same errors.
+ */
+#include "store/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "common/err.h"
+#include "key/key.h"
+
+#define KiB 1024ull
+#define MiB (1024ull * KiB)
+#define GiB (1024ull * MiB)
+#define TiB (1024ull * GiB)
+
+kvt_config *kvt_config_new(void)
+{
+	kvt_config *c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	c->chunk_size = 256;
+	c->local_cpu = 1;
+	c->max_local_cpu_size = 1 * GiB;
+	c->dram_page_size = 64 * KiB;
+	c->dram_hugepages = 1;
+	c->dram_lock_memory = 1;
+	c->max_local_disk_size = 16 * GiB;
+	c->hash_scheme = KVT_HASH_SHA256;
+	c->workers = 4;
+	return c;
+}
+
+void kvt_config_free(kvt_config *cfg)
+{
+	if (cfg)
+		memset(cfg->tenants, 0, sizeof(cfg->tenants)); /* secrets */
+	free(cfg);
+}
+
+int kvt_parse_size(const char *s, uint64_t bare_unit, uint64_t *out)
+{
+	static const struct {
+		const char *name;
+		uint64_t mult;
+	} units[] = {
+		{ "B", 1 },         { "KiB", KiB },     { "MiB", MiB },
+		{ "GiB", GiB },     { "TiB", TiB },     { "KB", 1000ull },
+		{ "MB", 1000000ull }, { "GB", 1000000000ull },
+		{ "TB", 1000000000000ull }, { "K", KiB }, { "M", MiB },
+		{ "G", GiB },       { "T", TiB },
+	};
+	char *end;
+	double v;
+	uint64_t mult = bare_unit;
+
+	if (!s || !*s)
+		return kvt_err(KVT_ECONFIG, "empty size");
+	errno = 0;
+	v = strtod(s, &end);
+	if (end == s || errno || !isfinite(v) || v < 0)
+		return kvt_err(KVT_ECONFIG,
+			       "\"%s\" is not a size (expected e.g. 64GiB, 512MiB, 1.5GB)", s);
+	while (*end == ' ')
+		end++;
+	if (*end) {
+		size_t i;
+		for (i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+			if (!strcasecmp(end, units[i].name))
+				break;
+		if (i == sizeof(units) / sizeof(units[0]))
+			return kvt_err(KVT_ECONFIG,
+				       "\"%s\": unknown unit \"%s\" (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)",
+				       s, end);
+		mult = units[i].mult;
+	}
+	if (v * (double)mult >= 18446744073709551615.0)
+		return kvt_err(KVT_ECONFIG, "\"%s\" is too large", s);
+	*out = (uint64_t)(v * (double)mult + 0.5);
+	return 0;
+}
+
+const char *kvt_fmt_size(uint64_t b, char *buf, size_t len)
+{
+	static const char *const u[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+	double v = (double)b;
+	int i = 0;
+	while (v >= 1024 && i < 5) {
+		v /= 1024;
+		i++;
+	}
+	if (i == 0)
+		snprintf(buf, len, "%llu B", (unsigned long long)b);
+	else
+		snprintf(buf, len, "%.*f %s", v < 10 ? 2 : 1, v, u[i]);
+	return buf;
+}
+
+static int parse_bool(const char *v, int *out)
+{
+	if (!strcasecmp(v, "true") || !strcasecmp(v, "yes") ||
+	    !strcasecmp(v, "on") || !strcmp(v, "1"))
+		*out = 1;
+	else if (!strcasecmp(v, "false") || !strcasecmp(v, "no") ||
+		 !strcasecmp(v, "off") || !strcmp(v, "0"))
+		*out = 0;
+	else
+		return kvt_err(KVT_ECONFIG, "\"%s\" is not a boolean (true or false)", v);
+	return 0;
+}
+
+static int parse_u32(const char *v, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+	char *end;
+	unsigned long long n;
+
+	errno = 0;
+	n = strtoull(v, &end, 10);
+	if (!*v || *end || errno || v[0] == '-')
+		return kvt_err(KVT_ECONFIG, "\"%s\" is not a whole number", v);
+	if (n < lo || n > hi)
+		return kvt_err(KVT_ECONFIG, "%llu is out of range %u..%u", n, lo, hi);
+	*out = (uint32_t)n;
+	return 0;
+}
+
+static int hex_decode(const char *s, uint8_t *out, size_t max, uint32_t *len)
+{
+	size_t n = strlen(s);
+	if (n % 2 || n / 2 > max)
+		return -1;
+	for (size_t i = 0; i < n / 2; i++) {
+		unsigned int b;
+		if (!isxdigit((unsigned char)s[2 * i]) ||
+		    !isxdigit((unsigned char)s[2 * i + 1]) ||
+		    sscanf(s + 2 * i, "%2x", &b) != 1)
+			return -1;
+		out[i] = (uint8_t)b;
+	}
+	*len = (uint32_t)(n / 2);
+	return 0;
+}
+
+const kvt_tenant *kvt_config_tenant(const kvt_config *cfg, const char *name)
+{
+	for (uint32_t i = 0; i < cfg->n_tenants; i++)
+		if (!strcmp(cfg->tenants[i].name, name))
+			return &cfg->tenants[i];
+	return NULL;
+}
+
+/* Add a tenant: a name and a secret of 16..64 bytes given in hex.  Secrets
+ * shorter than 128 bits would let a tenant's keys be brute-forced. */
+static int add_tenant(kvt_config *c, const char *name, const char *hex)
+{
+	kvt_tenant *t;
+
+	if (!name || !*name || strlen(name) >= KVT_TENANT_NAME_MAX)
+		return kvt_err(KVT_ECONFIG, "tenant name must be 1..%d bytes",
+			       KVT_TENANT_NAME_MAX - 1);
+	if (kvt_config_tenant(c, name))
+		return kvt_err(KVT_ECONFIG, "tenant \"%s\" defined twice", name);
+	if (c->n_tenants == KVT_MAX_TENANTS)
+		return kvt_err(KVT_ECONFIG, "more than %d tenants", KVT_MAX_TENANTS);
+	t = &c->tenants[c->n_tenants];
+	if (!hex || hex_decode(hex, t->secret, sizeof(t->secret), &t->secret_len) ||
+	    t->secret_len < 16)
+		return kvt_err(KVT_ECONFIG,
+			       "tenant \"%s\": secret must be 32..128 hex digits (16..64 bytes)",
+			       name);
+	snprintf(t->name, sizeof(t->name), "%s", name);
+	c->n_tenants++;
+	return 0;
+}
+
+/* "name=hexsecret,name2=hexsecret" — the form KVTIER_TENANTS takes. */
+static int set_tenants(kvt_config *c, const char *v)
+{
+	char *copy = strdup(v), *save = NULL, *item;
+	int rc = 0;
+
+	if (!copy)
+		return kvt_err(KVT_ENOMEM, "out of memory");
+	for (item = strtok_r(copy, ",", &save); item && !rc;
+	     item = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(item, '=');
+		if (!eq) {
+			rc = kvt_err(KVT_ECONFIG, "tenant \"%s\": expected name=hexsecret",
+				     item);
+			break;
+		}
+		*eq = '\0';
+		rc = add_tenant(c, item, eq + 1);
+	}
+	memset(copy, 0, strlen(v));
+	free(copy);
+	return rc;
+}
+
+static int set_size(const char *v, uint64_t bare_unit, uint64_t lo,
+		    uint64_t *out)
+{
+	uint64_t n = 0;
+	int rc = kvt_parse_size(v, bare_unit, &n);
+	char a[32];
+	if (rc)
+		return rc;
+	if (n < lo)
+		return kvt_err(KVT_ECONFIG, "\"%s\" is below the minimum of %s", v,
+			       kvt_fmt_size(lo, a, sizeof(a)));
+	*out = n;
+	return 0;
+}
+
+typedef int (*setter_fn)(kvt_config *c, const char *v);
+
+static int set_chunk_size(kvt_config *c, const char *v)
+{
+	return parse_u32(v, 1, 1u << 20, &c->chunk_size);
+}
+static int set_local_cpu(kvt_config *c, const char *v)
+{
+	return parse_bool(v, &c->local_cpu);
+}
+static int set_max_local_cpu_size(kvt_config *c, const char *v)
+{
+	return set_size(v, GiB, 1 * MiB, &c->max_local_cpu_size);
+}
+static int set_dram_page_size(kvt_config *c, const char *v)
+{
+	uint64_t n = 0;
+	int rc = set_size(v, 1, 4 * KiB, &n);
+	if (rc)
+		return rc;
+	if (n > 64 * MiB || (n & (n - 1)))
+		return kvt_err(KVT_ECONFIG,
+			       "\"%s\": page size must be a power of two from 4KiB to 64MiB", v);
+	c->dram_page_size = (uint32_t)n;
+	return 0;
+}
+static int set_dram_hugepages(kvt_config *c, const char *v)
+{
+	return parse_bool(v, &c->dram_hugepages);
+}
+static int set_dram_lock_memory(kvt_config *c, const char *v)
+{
+	return parse_bool(v, &c->dram_lock_memory);
+}
+static int set_verify_dram_reads(kvt_config *c, const char *v)
+{
+	return parse_bool(v, &c->verify_dram_reads);
+}
+static int set_local_disk(kvt_config *c, const char *v)
+{
+	/* LMCache writes "file:///path/"; a plain path is accepted too. */
+	const char *p = strncmp(v, "file://", 7) ? v : v + 7;
+	if (!strcasecmp(v, "null") || !strcasecmp(v, "none") || !*v) {
+		c->local_disk[0] = '\0';
+		return 0;
+	}
+	if (*p != '/')
+		return kvt_err(KVT_ECONFIG, "\"%s\": local_disk must be an absolute path", v);
+	if (strlen(p) >= sizeof(c->local_disk))
+		return kvt_err(KVT_ECONFIG, "local_disk path longer than %zu bytes",
+			       sizeof(c->local_disk) - 1);
+	snprintf(c->local_disk, sizeof(c->local_disk), "%s", p);
+	return 0;
+}
+static int set_max_local_disk_size(kvt_config *c, const char *v)
+{
+	return set_size(v, GiB, 1 * MiB, &c->max_local_disk_size);
+}
+static int set_hash(kvt_config *c, const char *v)
+{
+	if (!strcasecmp(v, "sha256"))
+		c->hash_scheme = KVT_HASH_SHA256;
+	else if (!strcasecmp(v, "xxh3"))
+		c->hash_scheme = KVT_HASH_XXH3;
+	else
+		return kvt_err(KVT_ECONFIG, "\"%s\": hash must be sha256 or xxh3", v);
+	return 0;
+}
+static int set_workers(kvt_config *c, const char *v)
+{
+	return parse_u32(v, 1, 256, &c->workers);
+}
+
+static const struct config_key {
+	const char *name;
+	setter_fn set;
+	const char *expect; /* for "unknown key" hints and docs */
+} config_keys[] = {
+	{ "chunk_size", set_chunk_size, "tokens per chunk, 1..1048576" },
+	{ "local_cpu", set_local_cpu, "true or false" },
+	{ "max_local_cpu_size", set_max_local_cpu_size, "a size; bare numbers are GiB" },
+	{ "dram_page_size", set_dram_page_size, "a power of two, 4KiB..64MiB" },
+	{ "dram_hugepages", set_dram_hugepages, "true or false" },
+	{ "dram_lock_memory", set_dram_lock_memory, "true or false" },
+	{ "verify_dram_reads", set_verify_dram_reads, "true or false" },
+	{ "local_disk", set_local_disk, "an absolute path or file:///path" },
+	{ "max_local_disk_size", set_max_local_disk_size, "a size; bare numbers are GiB" },
+	{ "hash", set_hash, "sha256 or xxh3" },
+	{ "workers", set_workers, "1..256" },
+	{ "tenants", set_tenants, "name=hexsecret,..." },
+};
+#define N_KEYS (sizeof(config_keys) / sizeof(config_keys[0]))
+
+int kvt_config_set(kvt_config *cfg, const char *key, const char *value)
+{
+	if (!cfg || !key || !value)
+		return kvt_err(KVT_EINVAL, "config, key or value missing");
+	for (size_t i = 0; i < N_KEYS; i++)
+		if (!strcmp(config_keys[i].name, key)) {
+			int rc = config_keys[i].set(cfg, value);
+			if (rc)
+				return kvt_err_prefix(rc, "%s: ", key);
+			return 0;
+		}
+	return kvt_err(KVT_ECONFIG, "unknown key \"%s\"", key);
+}
+
+int kvt_config_apply_env(kvt_config *cfg)
+{
+	for (size_t i = 0; i < N_KEYS; i++) {
+		char name[64];
+		const char *v;
+		size_t j;
+
+		snprintf(name, sizeof(name), "KVTIER_%s", config_keys[i].name);
+		for (j = 7; name[j]; j++)
+			name[j] = (char)toupper((unsigned char)name[j]);
+		v = getenv(name);
+		if (v) {
+			int rc = config_keys[i].set(cfg, v);
+			if (rc)
+				return kvt_err_prefix(rc, "environment %s: ", name);
+		}
+	}
+	return 0;
+}
+
+/* --- YAML --------------------------------------------------------------- */
+
+static int yaml_tenants(kvt_config *c, yaml_document_t *doc, yaml_node_t *seq,
+			const char *name)
+{
+	if (seq->type != YAML_SEQUENCE_NODE)
+		return kvt_err(KVT_ECONFIG,
+			       "%s:%zu: tenants: expected a list of {name, secret}",
+			       name, seq->start_mark.line + 1);
+	for (yaml_node_item_t *it = seq->data.sequence.items.start;
+	     it < seq->data.sequence.items.top; it++) {
+		yaml_node_t *t = yaml_document_get_node(doc, *it);
+		const char *tname = NULL, *secret = NULL;
+		int rc;
+
+		if (!t || t->type != YAML_MAPPING_NODE)
+			return kvt_err(KVT_ECONFIG,
+				       "%s:%zu: tenant: expected a mapping {name, secret}",
+				       name, t ? t->start_mark.line + 1 : 0);
+		for (yaml_node_pair_t *p = t->data.mapping.pairs.start;
+		     p < t->data.mapping.pairs.top; p++) {
+			yaml_node_t *k = yaml_document_get_node(doc, p->key);
+			yaml_node_t *v = yaml_document_get_node(doc, p->value);
+			if (!k || !v || k->type != YAML_SCALAR_NODE ||
+			    v->type != YAML_SCALAR_NODE)
+				return kvt_err(KVT_ECONFIG, "%s:%zu: tenant: expected scalars",
+					       name, t->start_mark.line + 1);
+			if (!strcmp((char *)k->data.scalar.value, "name"))
+				tname = (char *)v->data.scalar.value;
+			else if (!strcmp((char *)k->data.scalar.value, "secret"))
+				secret = (char *)v->data.scalar.value;
+			else
+				return kvt_err(KVT_ECONFIG,
+					       "%s:%zu: tenant: unknown key \"%s\" (expected name, secret)",
+					       name, k->start_mark.line + 1,
+					       (char *)k->data.scalar.value);
+		}
+		if ((rc = add_tenant(c, tname, secret)))
+			return kvt_err_prefix(rc, "%s:%zu: ", name, t->start_mark.line + 1);
+	}
+	return 0;
+}
+
+static int yaml_apply(kvt_config *c, yaml_document_t *doc, const char *name)
+{
+	yaml_node_t *root = yaml_document_get_root_node(doc);
+
+	if (!root)
+		return 0; /* an empty file: every default */
+	if (root->type != YAML_MAPPING_NODE)
+		return kvt_err(KVT_ECONFIG, "%s:%zu: expected a mapping of key: value",
+			       name, root->start_mark.line + 1);
+	for (yaml_node_pair_t *p = root->data.mapping.pairs.start;
+	     p < root->data.mapping.pairs.top; p++) {
+		yaml_node_t *k = yaml_document_get_node(doc, p->key);
+		yaml_node_t *v = yaml_document_get_node(doc, p->value);
+		const char *key;
+		size_t line;
+		size_t i;
+		int rc;
+
+		if (!k || !v || k->type != YAML_SCALAR_NODE)
+			return kvt_err(KVT_ECONFIG, "%s: keys must be plain scalars", name);
+		key = (const char *)k->data.scalar.value;
+		line = k->start_mark.line + 1;
+		if (!strcmp(key, "tenants")) {
+			if ((rc = yaml_tenants(c, doc, v, name)))
+				return rc;
+			continue;
+		}
+		for (i = 0; i < N_KEYS; i++)
+			if (!strcmp(config_keys[i].name, key))
+				break;
+		if (i == N_KEYS)
+			return kvt_err(KVT_ECONFIG, "%s:%zu: unknown key \"%s\"", name,
+				       line, key);
+		if (v->type != YAML_SCALAR_NODE)
+			return kvt_err(KVT_ECONFIG, "%s:%zu: %s: expected %s, not a %s",
+				       name, v->start_mark.line + 1, key,
+				       config_keys[i].expect,
+				       v->type == YAML_MAPPING_NODE ? "mapping" : "list");
+		if ((rc = config_keys[i].set(c, (const char *)v->data.scalar.value)))
+			return kvt_err_prefix(rc, "%s:%zu: %s: ", name,
+					      v->start_mark.line + 1, key);
+	}
+	return 0;
+}
+
+kvt_config *kvt_config_parse(const char *yaml, size_t len, const char *name,
+			     int *err)
+{
+	yaml_parser_t parser;
+	yaml_document_t doc;
+	kvt_config *c;
+	int rc = 0;
+
+	if (!name)
+		name = "(config)";
+	c = kvt_config_new();
+	if (!c) {
+		rc = kvt_err(KVT_ENOMEM, "out of memory");
+		goto out;
+	}
+	if (!yaml_parser_initialize(&parser)) {
+		rc = kvt_err(KVT_ENOMEM, "cannot initialise the YAML parser");
+		goto out;
+	}
+	yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
+	if (!yaml_parser_load(&parser, &doc)) {
+		rc = kvt_err(KVT_ECONFIG, "%s:%zu:%zu: YAML: %s", name,
+			     parser.problem_mark.line + 1,
+			     parser.problem_mark.column + 1,
+			     parser.problem ? parser.problem : "syntax error");
+		yaml_parser_delete(&parser);
+		goto out;
+	}
+	rc = yaml_apply(c, &doc, name);
+	yaml_document_delete(&doc);
+	yaml_parser_delete(&parser);
+out:
+	if (rc) {
+		kvt_config_free(c);
+		c = NULL;
+	}
+	if (err)
+		*err = rc;
+	return c;
+}
+
+kvt_config *kvt_config_load(const char *path, int *err)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	size_t len = 0, cap = 0, n;
+	kvt_config *c;
+
+	if (!f) {
+		int e = -errno;
+		if (err)
+			*err = kvt_err(KVT_ECONFIG, "%s: cannot open: %s", path,
+				       strerror(-e));
+		return NULL;
+	}
+	do {
+		if (len + 4096 > cap) {
+			char *nb;
+			cap = cap ? cap * 2 : 8192;
+			if (cap > (16u << 20) || !(nb = realloc(buf, cap))) {
+				free(buf);
+				fclose(f);
+				if (err)
+					*err = kvt_err(KVT_ECONFIG,
+						       "%s: larger than 16 MiB, not a config", path);
+				return NULL;
+			}
+			buf = nb;
+		}
+		n = fread(buf + len, 1, cap - len, f);
+		len += n;
+	} while (n > 0);
+	fclose(f);
+	c = kvt_config_parse(buf ? buf : "", len, path, err);
+	free(buf);
+	return c;
+}
+
+int kvt_config_ns(const kvt_config *cfg, const kvt_ns_desc *desc, kvt_ns *ns)
+{
+	kvt_ns_desc d;
+	const uint8_t *secret = NULL;
+	size_t secret_len = 0;
+
+	kvt_err_clear();
+	if (!cfg || !desc || !ns)
+		return kvt_err(KVT_EINVAL, "configuration, description or output missing");
+	d = *desc;
+	if (d.layout.chunk_tokens == 0)
+		d.layout.chunk_tokens = cfg->chunk_size;
+	if (d.layout.block_size == 0)
+		d.layout.block_size = d.layout.chunk_tokens;
+	if (d.hash_scheme == 0)
+		d.hash_scheme = cfg->hash_scheme;
+	if (d.tp_size == 0)
+		d.tp_size = 1;
+	if (d.pp_size == 0)
+		d.pp_size = 1;
+	if (d.tenant) {
+		const kvt_tenant *t = kvt_config_tenant(cfg, d.tenant);
+		if (!t)
+			return kvt_err(KVT_ETENANT, "tenant \"%s\" is not configured",
+				       d.tenant);
+		secret = t->secret;
+		secret_len = t->secret_len;
+	}
+	return kvt_ns_derive(&d, secret, secret_len, ns);
+}

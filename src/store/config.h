@@ -1,0 +1,53 @@
+/*
+ * config.h — what a store is opened from (docs/CONFIG.md).
+ *
+ * Keys follow LMCache's where one exists (chunk_size, local_cpu,
+ * max_local_cpu_size, local_disk, max_local_disk_size) so that its users find
+ * familiar knobs; kvtier's own keys sit beside them.  Every key can be set
+ * from YAML, from kvt_config_set, or from a KVTIER_<KEY> environment
+ * variable; an unknown key or a bad value is an error naming the file, the
+ * line and what was expected.
+ */
+#ifndef KVT_CONFIG_H
+#define KVT_CONFIG_H
+
+#include <stdint.h>
+
+#include "kvtier.h"
+
+#define KVT_MAX_TENANTS 64
+#define KVT_TENANT_NAME_MAX 64
+#define KVT_SECRET_MAX 64
+#define KVT_PATH_MAX 1024
+
+typedef struct kvt_tenant {
+	char name[KVT_TENANT_NAME_MAX];
+	uint8_t secret[KVT_SECRET_MAX];
+	uint32_t secret_len;
+} kvt_tenant;
+
+struct kvt_config {
+	uint32_t chunk_size;          /* tokens per chunk (LMCache chunk_size) */
+	int local_cpu;                /* DRAM tier on (LMCache local_cpu) */
+	uint64_t max_local_cpu_size;  /* DRAM tier bytes */
+	uint32_t dram_page_size;
+	int dram_hugepages;
+	int dram_lock_memory;
+	int verify_dram_reads;        /* re-verify checksums on every DRAM get */
+	char local_disk[KVT_PATH_MAX];/* file-per-chunk directory tier, "" = off */
+	uint64_t max_local_disk_size;
+	uint32_t hash_scheme;         /* enum kvt_hash_scheme */
+	uint32_t workers;             /* async worker threads */
+	uint32_t n_tenants;
+	kvt_tenant tenants[KVT_MAX_TENANTS];
+};
+
+/* Parse a size such as "64GiB", "1.5 GB", "512MiB", "4096".  A bare number
+ * is in units of `bare_unit` bytes (LMCache's sizes are GiB).  0 or
+ * KVT_ECONFIG with the reason. */
+int kvt_parse_size(const char *s, uint64_t bare_unit, uint64_t *out);
+
+/* Find a tenant by name; NULL if absent. */
+const kvt_tenant *kvt_config_tenant(const kvt_config *cfg, const char *name);
+
+#endif

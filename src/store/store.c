@@ -1,0 +1,912 @@
+/*
+ * store.c — one store over an ordered list of tiers.
+ *
+ * The store is the only layer that knows namespaces and object headers
+ * together: it encodes a caller's payload into an object image straight into
+ * the first tier's memory (checksums in the same pass), copies that image to
+ * the tiers below (write-through), and on a read takes the first tier that
+ * has the key, checks that the object is the chunk asked for, verifies it
+ * where the medium can tear or rot, and promotes a lower-tier hit into the
+ * first tier.  Policies beyond that (admission, prefetch, bandwidth budgets)
+ * belong to the hierarchy and are not here yet.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "format/object.h"
+#include "key/key.h"
+#include "store/config.h"
+#include "tier/dram.h"
+#include "tier/fsdir.h"
+
+#define KVT_MAX_TIERS 8
+
+struct kvt_store {
+	kvt_config cfg;
+	kvt_tier *tiers[KVT_MAX_TIERS];
+	int n_tiers;
+	int verify[KVT_MAX_TIERS]; /* verify payload checksums on read */
+
+	/* Async worker pool: a FIFO of ops, a fixed set of threads. */
+	pthread_mutex_t qlock;
+	pthread_cond_t qcond;
+	kvt_op *qhead, *qtail;
+	int stopping;
+	pthread_t *workers;
+	uint32_t n_workers;
+};
+
+enum op_kind { OP_GET = 1, OP_PUT = 2 };
+
+struct kvt_op {
+	kvt_store *st;
+	kvt_op *next;
+	int kind;
+	kvt_ns ns;
+	kvt_key key;
+	void *buf;
+	const void *payload;
+	size_t len;
+	int durability;
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int done;
+	int rc;
+	uint64_t bytes;
+};
+
+struct kvt_ref {
+	kvt_store *st;
+	kvt_tier *tier;
+	kvt_tier_rbuf *rb;
+	kvt_obj_hdr hdr;
+	struct iovec *iov; /* the payload: the image less its header */
+	int n_iov;
+};
+
+/* --- images in segments ---------------------------------------------------- */
+
+/* The payload segments of an image: skip the header's bytes. */
+static int payload_iov(const kvt_tier_rbuf *rb, uint64_t skip,
+		       struct iovec **out, int *n_out)
+{
+	struct iovec *v = malloc(sizeof(*v) * (size_t)(rb->n_iov ? rb->n_iov : 1));
+	int n = 0;
+
+	if (!v)
+		return kvt_err(KVT_ENOMEM, "out of memory");
+	for (int i = 0; i < rb->n_iov; i++) {
+		const struct iovec *s = &rb->iov[i];
+		if (skip >= s->iov_len) {
+			skip -= s->iov_len;
+			continue;
+		}
+		v[n].iov_base = (char *)s->iov_base + skip;
+		v[n].iov_len = s->iov_len - skip;
+		skip = 0;
+		n++;
+	}
+	*out = v;
+	*n_out = n;
+	return 0;
+}
+
+/* Decode the header of a borrowed image, which may span segments. */
+static int image_header(const kvt_tier_rbuf *rb, kvt_obj_hdr *h)
+{
+	uint8_t tmp[KVT_OBJ_HEADER_BYTES];
+	size_t got = 0;
+
+	if (rb->n_iov > 0 && rb->iov[0].iov_len >= KVT_OBJ_HEADER_BYTES)
+		return kvt_obj_hdr_decode(rb->iov[0].iov_base, rb->len < rb->iov[0].iov_len
+						     ? rb->len : rb->iov[0].iov_len, h);
+	for (int i = 0; i < rb->n_iov && got < sizeof(tmp); i++) {
+		size_t n = rb->iov[i].iov_len;
+		if (n > sizeof(tmp) - got)
+			n = sizeof(tmp) - got;
+		memcpy(tmp + got, rb->iov[i].iov_base, n);
+		got += n;
+	}
+	return kvt_obj_hdr_decode(tmp, got, h);
+}
+
+static void image_copy(const kvt_tier_rbuf *src, kvt_tier_wbuf *dst)
+{
+	int si = 0, di = 0;
+	size_t so = 0, dof = 0;
+
+	while (si < src->n_iov && di < dst->n_iov) {
+		size_t n = src->iov[si].iov_len - so;
+		if (n > dst->iov[di].iov_len - dof)
+			n = dst->iov[di].iov_len - dof;
+		memcpy((char *)dst->iov[di].iov_base + dof,
+		       (const char *)src->iov[si].iov_base + so, n);
+		so += n;
+		dof += n;
+		if (so == src->iov[si].iov_len) {
+			si++;
+			so = 0;
+		}
+		if (dof == dst->iov[di].iov_len) {
+			di++;
+			dof = 0;
+		}
+	}
+}
+
+/* --- open / close ------------------------------------------------------------ */
+
+static void *worker_main(void *arg);
+
+static int add_tier(kvt_store *st, kvt_tier *t, int verify)
+{
+	st->verify[st->n_tiers] = verify;
+	st->tiers[st->n_tiers++] = t;
+	return 0;
+}
+
+kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
+{
+	kvt_store *st;
+	int rc = 0;
+
+	kvt_err_clear();
+	if (!cfg) {
+		rc = kvt_err(KVT_EINVAL, "configuration missing");
+		goto fail0;
+	}
+	if (!cfg->local_cpu && !cfg->local_disk[0]) {
+		rc = kvt_err(KVT_ECONFIG,
+			     "no tier configured: set local_cpu: true or local_disk");
+		goto fail0;
+	}
+	if (cfg->local_cpu &&
+	    cfg->max_local_cpu_size < (uint64_t)cfg->dram_page_size * 2) {
+		rc = kvt_err(KVT_ECONFIG,
+			     "max_local_cpu_size %llu is smaller than two %u-byte pages",
+			     (unsigned long long)cfg->max_local_cpu_size,
+			     cfg->dram_page_size);
+		goto fail0;
+	}
+	st = calloc(1, sizeof(*st));
+	if (!st) {
+		rc = kvt_err(KVT_ENOMEM, "out of memory");
+		goto fail0;
+	}
+	st->cfg = *cfg;
+	pthread_mutex_init(&st->qlock, NULL);
+	pthread_cond_init(&st->qcond, NULL);
+
+	if (cfg->local_cpu) {
+		kvt_dram_opts o = {
+			.capacity = cfg->max_local_cpu_size,
+			.page_size = cfg->dram_page_size,
+			.hugepages = cfg->dram_hugepages,
+			.lock_memory = cfg->dram_lock_memory,
+		};
+		kvt_tier *t;
+		if ((rc = kvt_dram_open(&o, &t))) {
+			kvt_err_prefix(rc, "DRAM tier: ");
+			goto fail;
+		}
+		add_tier(st, t, cfg->verify_dram_reads);
+	}
+	if (cfg->local_disk[0]) {
+		kvt_fsdir_opts o = {
+			.path = cfg->local_disk,
+			.capacity = cfg->max_local_disk_size,
+		};
+		kvt_tier *t;
+		if ((rc = kvt_fsdir_open(&o, &t))) {
+			kvt_err_prefix(rc, "disk tier %s: ", cfg->local_disk);
+			goto fail;
+		}
+		/* A disk can tear or rot: always verify what it hands back. */
+		add_tier(st, t, 1);
+	}
+
+	st->workers = calloc(cfg->workers, sizeof(pthread_t));
+	if (!st->workers) {
+		rc = kvt_err(KVT_ENOMEM, "out of memory");
+		goto fail;
+	}
+	for (uint32_t i = 0; i < cfg->workers; i++) {
+		if (pthread_create(&st->workers[i], NULL, worker_main, st)) {
+			rc = kvt_err(-EAGAIN, "cannot start worker thread %u", i);
+			goto fail;
+		}
+		st->n_workers++;
+	}
+	if (err)
+		*err = 0;
+	return st;
+fail:
+	kvt_store_close(st);
+fail0:
+	if (err)
+		*err = rc;
+	return NULL;
+}
+
+void kvt_store_close(kvt_store *st)
+{
+	if (!st)
+		return;
+	pthread_mutex_lock(&st->qlock);
+	st->stopping = 1;
+	pthread_cond_broadcast(&st->qcond);
+	pthread_mutex_unlock(&st->qlock);
+	for (uint32_t i = 0; i < st->n_workers; i++)
+		pthread_join(st->workers[i], NULL);
+	free(st->workers);
+	for (int i = 0; i < st->n_tiers; i++)
+		st->tiers[i]->ops->close(st->tiers[i]);
+	pthread_mutex_destroy(&st->qlock);
+	pthread_cond_destroy(&st->qcond);
+	memset(st->cfg.tenants, 0, sizeof(st->cfg.tenants));
+	free(st);
+}
+
+int kvt_ns_init(kvt_store *st, const kvt_ns_desc *desc, kvt_ns *ns)
+{
+	if (!st)
+		return kvt_err(KVT_EINVAL, "store missing");
+	return kvt_config_ns(&st->cfg, desc, ns);
+}
+
+/* --- put --------------------------------------------------------------------- */
+
+static int check_args(kvt_store *st, const kvt_ns *ns, const kvt_key *key)
+{
+	if (!st || !ns || !key)
+		return kvt_err(KVT_EINVAL, "store, namespace or key missing");
+	if (ns->hash_scheme == 0)
+		return kvt_err(KVT_EINVAL, "namespace not initialised (kvt_ns_init)");
+	return 0;
+}
+
+/* Durability each tier is asked for: memory gives "cached" only, so a
+ * stronger level is the disk tiers' to give. */
+static int tier_durability(kvt_store *st, int i, int want)
+{
+	return i == 0 && st->cfg.local_cpu ? KVT_DUR_CACHED : want;
+}
+
+static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+		     const void *const *layers, int durability)
+{
+	kvt_tier_wbuf *w[KVT_MAX_TIERS] = { 0 };
+	int rc[KVT_MAX_TIERS];
+	kvt_obj_hdr *h;
+	uint64_t len;
+	int first = -1, stored = 0, lost = 0, durable = 0, err = 0;
+
+	if (durability < KVT_DUR_CACHED || durability > KVT_DUR_POWER_SAFE)
+		return kvt_err(KVT_EINVAL, "durability %d unknown", durability);
+	if (durability > KVT_DUR_CACHED && !st->cfg.local_disk[0])
+		return kvt_err(KVT_ENOTSUP,
+			       "%s asked but the store has no disk tier",
+			       durability == KVT_DUR_POWER_SAFE ? "power-safe" : "crash-safe");
+	/* First version wins in every tier: a key held anywhere is not
+	 * written again, or two tiers could serve different bytes for it. */
+	for (int i = 0; i < st->n_tiers; i++)
+		if (st->tiers[i]->ops->exists(st->tiers[i], key) == 1)
+			return kvt_err(KVT_EEXIST, "key already stored in the %s tier",
+				       st->tiers[i]->ops->name);
+	h = malloc(sizeof(*h));
+	if (!h)
+		return kvt_err(KVT_ENOMEM, "out of memory");
+	if ((err = kvt_obj_hdr_init(h, ns, key))) {
+		free(h);
+		return err;
+	}
+	len = KVT_OBJ_HEADER_BYTES + h->payload_len;
+
+	for (int i = 0; i < st->n_tiers; i++) {
+		kvt_tier *t = st->tiers[i];
+		rc[i] = t->ops->put_begin(t, key, len, &w[i]);
+		if (rc[i] == 0 && first < 0) {
+			kvt_obj_write_iov(h, layers, w[i]->iov, w[i]->n_iov);
+			first = i;
+		} else if (rc[i] == 0) {
+			kvt_tier_rbuf src = { .key = *key, .len = len,
+					      .iov = w[first]->iov,
+					      .n_iov = w[first]->n_iov };
+			image_copy(&src, w[i]);
+		} else if (!err) {
+			err = rc[i];
+		}
+	}
+	/* Publish from the bottom up.  The lowest tier is the most widely
+	 * shared, so it arbitrates a race: if another writer published the
+	 * key there first, our image is withdrawn from every tier above. */
+	for (int i = st->n_tiers - 1; i >= 0; i--) {
+		kvt_tier *t = st->tiers[i];
+		int want = tier_durability(st, i, durability);
+		if (rc[i] != 0)
+			continue;
+		if (lost) {
+			t->ops->put_abort(t, w[i]);
+			continue;
+		}
+		rc[i] = t->ops->put_commit(t, w[i], want);
+		if (rc[i] == 0) {
+			stored++;
+			if (want >= durability)
+				durable = 1;
+		} else if (rc[i] == KVT_EEXIST) {
+			lost = 1;
+		} else if (!err || err == KVT_EEXIST) {
+			err = rc[i];
+		}
+	}
+	free(h);
+	if (lost)
+		return kvt_err(KVT_EEXIST, "another writer published the key first");
+	if (stored && durable)
+		return 0;
+	if (!err)
+		err = kvt_err(KVT_EFULL, "no tier accepted the chunk");
+	return err;
+}
+
+int kvt_put_layers(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+		   const void *const *layers, uint32_t n_layers, int durability)
+{
+	int rc;
+
+	kvt_err_clear();
+	if ((rc = check_args(st, ns, key)))
+		return rc;
+	if (!layers || n_layers != ns->layout.num_layers)
+		return kvt_err(KVT_ELAYOUT, "%u layers given, namespace has %u",
+			       n_layers, ns->layout.num_layers);
+	for (uint32_t i = 0; i < n_layers; i++)
+		if (!layers[i])
+			return kvt_err(KVT_EINVAL, "layer %u missing", i);
+	return store_put(st, ns, key, layers, durability);
+}
+
+int kvt_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+	    const void *payload, size_t len, int durability)
+{
+	const void *layers[KVT_MAX_LAYERS];
+	uint64_t want, per;
+	int rc;
+
+	kvt_err_clear();
+	if ((rc = check_args(st, ns, key)))
+		return rc;
+	want = kvt_layout_payload_bytes(&ns->layout);
+	if (want == 0)
+		return KVT_ELAYOUT;
+	if (!payload || len != want)
+		return kvt_err(KVT_ELAYOUT,
+			       "payload is %zu bytes, the namespace's layout needs %llu",
+			       len, (unsigned long long)want);
+	per = kvt_layout_layer_bytes(&ns->layout);
+	for (uint32_t i = 0; i < ns->layout.num_layers; i++)
+		layers[i] = (const char *)payload + i * per;
+	return store_put(st, ns, key, layers, durability);
+}
+
+/* --- get ------------------------------------------------------------------------ */
+
+/* Borrow `key` from the first tier that holds a valid copy.  Bad copies are
+ * dropped from their tier (counted there) and the search goes on. */
+static int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+			kvt_ref **out, int *tier_out)
+{
+	for (int i = 0; i < st->n_tiers; i++) {
+		kvt_tier *t = st->tiers[i];
+		kvt_tier_rbuf *rb;
+		kvt_ref *ref;
+		int rc = t->ops->get(t, key, &rb);
+
+		if (rc == KVT_ENOTFOUND)
+			continue;
+		if (rc < 0) {
+			kvt_log(KVT_LOG_WARN, "%s tier: read failed: %s (%s)",
+				t->ops->name, kvt_strerror(rc), kvt_errmsg());
+			continue;
+		}
+		ref = malloc(sizeof(*ref));
+		if (!ref) {
+			t->ops->release(t, rb);
+			return kvt_err(KVT_ENOMEM, "out of memory");
+		}
+		ref->st = st;
+		ref->tier = t;
+		ref->rb = rb;
+		rc = image_header(rb, &ref->hdr);
+		if (rc == 0)
+			rc = kvt_obj_hdr_expect(&ref->hdr, ns, key);
+		if (rc == 0 && rb->len != KVT_OBJ_HEADER_BYTES + ref->hdr.payload_len)
+			rc = kvt_err(KVT_ETRUNCATED, "image is %llu bytes, header says %llu",
+				     (unsigned long long)rb->len,
+				     (unsigned long long)(KVT_OBJ_HEADER_BYTES +
+							  ref->hdr.payload_len));
+		if (rc == 0)
+			rc = payload_iov(rb, KVT_OBJ_HEADER_BYTES, &ref->iov, &ref->n_iov);
+		if (rc == KVT_EMISMATCH) {
+			/* Another namespace's chunk under this key: not ours to
+			 * read, and not ours to drop either. */
+			t->ops->release(t, rb);
+			free(ref);
+			continue;
+		}
+		if (rc) {
+			char hex[65];
+			kvt_key_hex(key, hex);
+			kvt_log(KVT_LOG_WARN, "%s tier: dropping %s: %s (%s)",
+				t->ops->name, hex, kvt_strerror(rc), kvt_errmsg());
+			t->ops->release(t, rb);
+			if (rc != KVT_ENOMEM)
+				t->ops->corrupt(t, key);
+			free(ref);
+			continue;
+		}
+		*out = ref;
+		*tier_out = i;
+		return 0;
+	}
+	return kvt_err(KVT_ENOTFOUND, "no chunk under that key");
+}
+
+static void ref_free(kvt_ref *ref)
+{
+	ref->tier->ops->release(ref->tier, ref->rb);
+	free(ref->iov);
+	free(ref);
+}
+
+/* Copy a lower tier's image into the first tier so the next read is a
+ * memory hit.  Best effort: a full first tier simply keeps missing. */
+static void promote(kvt_store *st, const kvt_ref *ref)
+{
+	kvt_tier *t = st->tiers[0];
+	kvt_tier_wbuf *w;
+
+	if (t->ops->put_begin(t, &ref->rb->key, ref->rb->len, &w))
+		return;
+	image_copy(ref->rb, w);
+	t->ops->put_commit(t, w, KVT_DUR_CACHED);
+}
+
+static void drop_corrupt(kvt_store *st, kvt_ref *ref, const kvt_key *key)
+{
+	char hex[65];
+	kvt_tier *t = ref->tier;
+
+	(void)st;
+	kvt_key_hex(key, hex);
+	kvt_log(KVT_LOG_WARN, "%s tier: chunk %s failed verification: %s",
+		t->ops->name, hex, kvt_errmsg());
+	ref_free(ref);
+	t->ops->corrupt(t, key);
+}
+
+int kvt_get(kvt_store *st, const kvt_ns *ns, const kvt_key *key, void *buf,
+	    size_t cap, size_t *len)
+{
+	kvt_ref *ref;
+	int rc, tier;
+
+	kvt_err_clear();
+	if ((rc = check_args(st, ns, key)))
+		return rc;
+	for (;;) {
+		if ((rc = store_borrow(st, ns, key, &ref, &tier)))
+			return rc;
+		if (len)
+			*len = ref->hdr.payload_len;
+		if (!buf || cap < ref->hdr.payload_len) {
+			ref_free(ref);
+			return kvt_err(KVT_ESMALL, "buffer of %zu bytes, chunk is %llu",
+				       cap, (unsigned long long)(len ? *len : 0));
+		}
+		rc = kvt_obj_read_iov(&ref->hdr, ref->rb->iov, ref->rb->n_iov, buf,
+				      cap, st->verify[tier]);
+		if (rc == KVT_ECORRUPT) {
+			drop_corrupt(st, ref, key);
+			continue; /* a lower tier may hold a good copy */
+		}
+		if (rc == 0 && tier > 0)
+			promote(st, ref);
+		ref_free(ref);
+		return rc;
+	}
+}
+
+int kvt_get_layer(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+		  uint32_t layer, void *buf, size_t cap)
+{
+	kvt_ref *ref;
+	int rc, tier;
+
+	kvt_err_clear();
+	if ((rc = check_args(st, ns, key)))
+		return rc;
+	for (;;) {
+		if ((rc = store_borrow(st, ns, key, &ref, &tier)))
+			return rc;
+		if (layer >= ref->hdr.n_layers) {
+			uint32_t n = ref->hdr.n_layers;
+			ref_free(ref);
+			return kvt_err(KVT_EINVAL, "layer %u of a %u-layer chunk", layer, n);
+		}
+		rc = kvt_obj_read_layer_iov(&ref->hdr, ref->rb->iov, ref->rb->n_iov,
+					    layer, buf, cap);
+		if (rc == KVT_ECORRUPT) {
+			drop_corrupt(st, ref, key);
+			continue;
+		}
+		ref_free(ref);
+		return rc;
+	}
+}
+
+int kvt_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+	       kvt_ref **ref)
+{
+	int rc, tier;
+
+	kvt_err_clear();
+	if ((rc = check_args(st, ns, key)))
+		return rc;
+	if (!ref)
+		return kvt_err(KVT_EINVAL, "reference output missing");
+	for (;;) {
+		if ((rc = store_borrow(st, ns, key, ref, &tier)))
+			return rc;
+		if (!st->verify[tier])
+			return 0;
+		rc = kvt_obj_verify_iov(&(*ref)->hdr, (*ref)->rb->iov, (*ref)->rb->n_iov);
+		if (rc == 0)
+			return 0;
+		drop_corrupt(st, *ref, key);
+	}
+}
+
+int kvt_ref_iov(const kvt_ref *ref, const struct iovec **iov, int *n_iov)
+{
+	if (!ref || !iov || !n_iov)
+		return kvt_err(KVT_EINVAL, "reference or outputs missing");
+	*iov = ref->iov;
+	*n_iov = ref->n_iov;
+	return 0;
+}
+
+uint64_t kvt_ref_len(const kvt_ref *ref)
+{
+	return ref ? ref->hdr.payload_len : 0;
+}
+
+int kvt_ref_verify(const kvt_ref *ref)
+{
+	if (!ref)
+		return kvt_err(KVT_EINVAL, "reference missing");
+	return kvt_obj_verify_iov(&ref->hdr, ref->rb->iov, ref->rb->n_iov);
+}
+
+void kvt_release(kvt_ref *ref)
+{
+	if (ref)
+		ref_free(ref);
+}
+
+int kvt_exists(kvt_store *st, const kvt_ns *ns, const kvt_key *key)
+{
+	int rc;
+
+	if ((rc = check_args(st, ns, key)))
+		return rc;
+	for (int i = 0; i < st->n_tiers; i++)
+		if (st->tiers[i]->ops->exists(st->tiers[i], key) == 1)
+			return 1;
+	return 0;
+}
+
+int kvt_delete(kvt_store *st, const kvt_ns *ns, const kvt_key *key)
+{
+	int rc, found = 0;
+
+	kvt_err_clear();
+	if ((rc = check_args(st, ns, key)))
+		return rc;
+	for (int i = 0; i < st->n_tiers; i++)
+		if (st->tiers[i]->ops->del(st->tiers[i], key) == 0)
+			found = 1;
+	return found ? 0 : kvt_err(KVT_ENOTFOUND, "no chunk under that key");
+}
+
+/* --- lookup ---------------------------------------------------------------------- */
+
+int kvt_lookup(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
+	       size_t n_keys, kvt_lookup_result *res)
+{
+	uint32_t hit = 0;
+	int rc;
+
+	if (!st || !ns || (!keys && n_keys))
+		return kvt_err(KVT_EINVAL, "store, namespace or keys missing");
+	(void)rc;
+	for (size_t k = 0; k < n_keys; k++) {
+		int found = -1;
+		for (int i = 0; i < st->n_tiers && found < 0; i++)
+			if (st->tiers[i]->ops->exists(st->tiers[i], &keys[k]) == 1)
+				found = i;
+		if (found < 0)
+			break;
+		if (res && res->tier)
+			res->tier[k] = (uint8_t)found;
+		hit++;
+	}
+	if (res)
+		res->n_hit = hit;
+	return (int)hit;
+}
+
+int kvt_lookup_tokens(kvt_store *st, const kvt_ns *ns, const uint32_t *tokens,
+		      size_t n_tokens, const kvt_extra_keys *extra,
+		      kvt_key *keys, size_t max_keys, kvt_lookup_result *res)
+{
+	kvt_key stack[64];
+	kvt_key *k = keys;
+	size_t n;
+	int whole, rc;
+
+	if (!st || !ns)
+		return kvt_err(KVT_EINVAL, "store or namespace missing");
+	if (!ns->layout.chunk_tokens)
+		return kvt_err(KVT_EINVAL, "namespace not initialised");
+	n = n_tokens / ns->layout.chunk_tokens;
+	if (!k) {
+		max_keys = n;
+		k = n <= 64 ? stack : malloc(n * sizeof(*k));
+		if (!k)
+			return kvt_err(KVT_ENOMEM, "out of memory");
+	}
+	whole = kvt_key_chain(ns, tokens, n_tokens, extra, k, max_keys);
+	if (whole < 0) {
+		rc = whole;
+	} else {
+		n = (size_t)whole < max_keys ? (size_t)whole : max_keys;
+		rc = kvt_lookup(st, ns, k, n, res);
+	}
+	if (k != keys && k != stack)
+		free(k);
+	return rc;
+}
+
+/* --- batch ----------------------------------------------------------------------- */
+
+int kvt_put_batch(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
+		  const void *const *payloads, size_t n, int durability,
+		  int *results)
+{
+	size_t len = ns ? kvt_layout_payload_bytes(&ns->layout) : 0;
+	int ok = 0;
+
+	if (!keys || !payloads)
+		return kvt_err(KVT_EINVAL, "keys or payloads missing");
+	for (size_t i = 0; i < n; i++) {
+		int rc = kvt_put(st, ns, &keys[i], payloads[i], len, durability);
+		if (results)
+			results[i] = rc;
+		if (rc == 0 || rc == KVT_EEXIST)
+			ok++;
+	}
+	return ok;
+}
+
+int kvt_get_batch(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
+		  void *const *bufs, size_t cap, size_t n, int *results)
+{
+	int ok = 0;
+
+	if (!keys || !bufs)
+		return kvt_err(KVT_EINVAL, "keys or buffers missing");
+	for (size_t i = 0; i < n; i++) {
+		int rc = kvt_get(st, ns, &keys[i], bufs[i], cap, NULL);
+		if (results)
+			results[i] = rc;
+		if (rc == 0)
+			ok++;
+	}
+	return ok;
+}
+
+/* --- async --------------------------------------------------------------------- */
+
+static void op_run(kvt_op *op)
+{
+	size_t len = 0;
+	int rc;
+
+	if (op->kind == OP_GET) {
+		rc = kvt_get(op->st, &op->ns, &op->key, op->buf, op->len, &len);
+		op->bytes = rc == 0 ? len : 0;
+	} else {
+		rc = kvt_put(op->st, &op->ns, &op->key, op->payload, op->len,
+			     op->durability);
+		op->bytes = rc == 0 ? op->len : 0;
+	}
+	pthread_mutex_lock(&op->lock);
+	op->rc = rc;
+	op->done = 1;
+	pthread_cond_broadcast(&op->cond);
+	pthread_mutex_unlock(&op->lock);
+}
+
+static void *worker_main(void *arg)
+{
+	kvt_store *st = arg;
+
+	for (;;) {
+		kvt_op *op;
+		pthread_mutex_lock(&st->qlock);
+		while (!st->qhead && !st->stopping)
+			pthread_cond_wait(&st->qcond, &st->qlock);
+		op = st->qhead;
+		if (!op) { /* stopping and drained */
+			pthread_mutex_unlock(&st->qlock);
+			return NULL;
+		}
+		st->qhead = op->next;
+		if (!st->qhead)
+			st->qtail = NULL;
+		pthread_mutex_unlock(&st->qlock);
+		op_run(op);
+	}
+}
+
+static int op_submit(kvt_store *st, kvt_op *op, kvt_op **out)
+{
+	pthread_mutex_init(&op->lock, NULL);
+	pthread_cond_init(&op->cond, NULL);
+	op->st = st;
+	pthread_mutex_lock(&st->qlock);
+	if (st->stopping) {
+		pthread_mutex_unlock(&st->qlock);
+		free(op);
+		return kvt_err(KVT_ECANCELED, "store is closing");
+	}
+	if (st->qtail)
+		st->qtail->next = op;
+	else
+		st->qhead = op;
+	st->qtail = op;
+	pthread_cond_signal(&st->qcond);
+	pthread_mutex_unlock(&st->qlock);
+	*out = op;
+	return 0;
+}
+
+int kvt_get_async(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+		  void *buf, size_t cap, kvt_op **out)
+{
+	kvt_op *op;
+	int rc;
+
+	kvt_err_clear();
+	if ((rc = check_args(st, ns, key)))
+		return rc;
+	if (!out)
+		return kvt_err(KVT_EINVAL, "op output missing");
+	op = calloc(1, sizeof(*op));
+	if (!op)
+		return kvt_err(KVT_ENOMEM, "out of memory");
+	op->kind = OP_GET;
+	op->ns = *ns;
+	op->key = *key;
+	op->buf = buf;
+	op->len = cap;
+	return op_submit(st, op, out);
+}
+
+int kvt_put_async(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+		  const void *payload, size_t len, int durability, kvt_op **out)
+{
+	kvt_op *op;
+	int rc;
+
+	kvt_err_clear();
+	if ((rc = check_args(st, ns, key)))
+		return rc;
+	if (!out)
+		return kvt_err(KVT_EINVAL, "op output missing");
+	op = calloc(1, sizeof(*op));
+	if (!op)
+		return kvt_err(KVT_ENOMEM, "out of memory");
+	op->kind = OP_PUT;
+	op->ns = *ns;
+	op->key = *key;
+	op->payload = payload;
+	op->len = len;
+	op->durability = durability;
+	return op_submit(st, op, out);
+}
+
+int kvt_op_poll(kvt_op *op)
+{
+	int rc;
+	if (!op)
+		return KVT_EINVAL;
+	pthread_mutex_lock(&op->lock);
+	rc = op->done ? op->rc : KVT_EAGAIN;
+	pthread_mutex_unlock(&op->lock);
+	return rc;
+}
+
+int kvt_op_wait(kvt_op *op, int timeout_ms)
+{
+	struct timespec dl;
+	int rc = 0;
+
+	if (!op)
+		return KVT_EINVAL;
+	if (timeout_ms >= 0) {
+		clock_gettime(CLOCK_REALTIME, &dl);
+		dl.tv_sec += timeout_ms / 1000;
+		dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+		if (dl.tv_nsec >= 1000000000L) {
+			dl.tv_sec++;
+			dl.tv_nsec -= 1000000000L;
+		}
+	}
+	pthread_mutex_lock(&op->lock);
+	while (!op->done && rc != ETIMEDOUT)
+		rc = timeout_ms < 0 ? pthread_cond_wait(&op->cond, &op->lock)
+				    : pthread_cond_timedwait(&op->cond, &op->lock, &dl);
+	rc = op->done ? op->rc : KVT_ETIMEDOUT;
+	pthread_mutex_unlock(&op->lock);
+	return rc;
+}
+
+uint64_t kvt_op_bytes(const kvt_op *op)
+{
+	return op ? op->bytes : 0;
+}
+
+void kvt_op_free(kvt_op *op)
+{
+	if (!op)
+		return;
+	kvt_op_wait(op, -1);
+	pthread_mutex_destroy(&op->lock);
+	pthread_cond_destroy(&op->cond);
+	free(op);
+}
+
+/* --- statistics -------------------------------------------------------------------- */
+
+int kvt_store_tiers(const kvt_store *st)
+{
+	return st ? st->n_tiers : 0;
+}
+
+int kvt_store_stats(kvt_store *st, int tier, kvt_tier_stats *out)
+{
+	if (!st || !out || tier < 0 || tier >= st->n_tiers)
+		return kvt_err(KVT_EINVAL, "tier %d of %d", tier, st ? st->n_tiers : 0);
+	memset(out, 0, sizeof(*out));
+	st->tiers[tier]->ops->stats(st->tiers[tier], out);
+	return 0;
+}
+
+int kvt_store_iterate(kvt_store *st, int tier,
+		      int (*fn)(void *arg, const kvt_key *key, uint64_t len),
+		      void *arg)
+{
+	if (!st || !fn || tier < 0 || tier >= st->n_tiers)
+		return kvt_err(KVT_EINVAL, "tier %d of %d", tier, st ? st->n_tiers : 0);
+	return st->tiers[tier]->ops->iterate(st->tiers[tier], fn, arg);
+}

@@ -1,0 +1,34 @@
+/*
+ * dram.h — the host-DRAM tier.
+ *
+ * One arena reserved at open at the configured capacity (2 MiB huge pages
+ * when the kernel gives them, page-locked when RLIMIT_MEMLOCK allows, so a
+ * GPU can DMA from it later), cut into fixed-size pages.  A chunk is a list
+ * of pages: no fragmentation, and the same pages serve memcpy, DMA, O_DIRECT
+ * and sockets.  The index is sharded (a mutex per shard) and the page pool
+ * keeps per-thread caches off the shared free list, so many threads put and
+ * get at once without a global lock on the data path; data is copied with no
+ * lock held.  Eviction is LRU over unborrowed chunks; reference counts keep a
+ * borrowed chunk's pages from being freed or reused until its last release.
+ */
+#ifndef KVT_DRAM_H
+#define KVT_DRAM_H
+
+#include "tier/tier.h"
+
+typedef struct kvt_dram_opts {
+	uint64_t capacity;  /* bytes; rounded down to whole pages */
+	uint32_t page_size; /* power of two, 4 KiB .. 64 MiB */
+	int hugepages;      /* nonzero: ask for transparent huge pages */
+	int lock_memory;    /* nonzero: try mlock (failure is logged, not fatal) */
+	uint32_t shards;    /* index shards (power of two); 0 = default */
+} kvt_dram_opts;
+
+/* Open a DRAM tier.  KVT_EINVAL names a bad option; -ENOMEM if the arena
+ * cannot be reserved. */
+int kvt_dram_open(const kvt_dram_opts *opts, kvt_tier **out);
+
+/* 1 if the arena is page-locked (usable for DMA without staging). */
+int kvt_dram_locked(const kvt_tier *t);
+
+#endif

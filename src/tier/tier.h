@@ -1,0 +1,87 @@
+/*
+ * tier.h — the one interface every tier fills.
+ *
+ * A tier stores object images (src/format/object.h) under 32-byte keys and
+ * knows nothing about policies, namespaces or other tiers: the store above
+ * decides what goes where.  Adding a tier (NVMe, a shared file system, S3, a
+ * GPU pool) means one new file that fills struct kvt_tier_ops.
+ *
+ * Writes are two-phase so that the writer copies straight into the tier's
+ * own memory (DRAM pages, an aligned O_DIRECT buffer) and computes checksums
+ * in the same pass: put_begin reserves space and exposes it as segments,
+ * the caller fills them with a complete image, put_commit publishes it
+ * atomically (first writer wins) or put_abort gives the space back.
+ *
+ * Reads borrow: get hands out the image as read-only segments and pins it
+ * until release.  A tier whose medium is not memory reads into a buffer it
+ * owns and hands that out.
+ *
+ * Thread safety: every op may be called from many threads at once.
+ */
+#ifndef KVT_TIER_H
+#define KVT_TIER_H
+
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "kvtier.h"
+
+typedef struct kvt_tier kvt_tier;
+
+/* Space reserved for one image.  Owned by the tier; the caller writes into
+ * iov[0..n_iov) and hands it back with put_commit or put_abort. */
+typedef struct kvt_tier_wbuf {
+	kvt_key key;
+	uint64_t len;
+	struct iovec *iov;
+	int n_iov;
+} kvt_tier_wbuf;
+
+/* A borrowed image.  Owned by the tier; read-only; valid until release. */
+typedef struct kvt_tier_rbuf {
+	kvt_key key;
+	uint64_t len;
+	const struct iovec *iov;
+	int n_iov;
+} kvt_tier_rbuf;
+
+struct kvt_tier_ops {
+	const char *name;
+
+	/* Reserve `len` bytes for the image of `key`.  KVT_EEXIST if the key
+	 * is already published (nothing reserved), KVT_ETOOBIG if len exceeds
+	 * the tier's capacity, KVT_EFULL if eviction cannot free enough
+	 * (everything left is borrowed). */
+	int (*put_begin)(kvt_tier *t, const kvt_key *key, uint64_t len,
+			 kvt_tier_wbuf **w);
+	/* Publish.  0, or KVT_EEXIST if another writer published the key
+	 * first (this image is discarded).  `durability` is enum
+	 * kvt_durability; KVT_ENOTSUP if the tier cannot give it.  The wbuf
+	 * is consumed whatever the result. */
+	int (*put_commit)(kvt_tier *t, kvt_tier_wbuf *w, int durability);
+	void (*put_abort)(kvt_tier *t, kvt_tier_wbuf *w);
+
+	/* Borrow the image of `key`.  KVT_ENOTFOUND if absent. */
+	int (*get)(kvt_tier *t, const kvt_key *key, kvt_tier_rbuf **r);
+	void (*release)(kvt_tier *t, kvt_tier_rbuf *r);
+
+	/* 1 present, 0 absent.  Must answer from memory. */
+	int (*exists)(kvt_tier *t, const kvt_key *key);
+	/* 0 or KVT_ENOTFOUND.  Borrowers keep their view until release. */
+	int (*del)(kvt_tier *t, const kvt_key *key);
+	/* Walk the keys; a nonzero return from fn stops and is returned. */
+	int (*iterate)(kvt_tier *t,
+		       int (*fn)(void *arg, const kvt_key *key, uint64_t len),
+		       void *arg);
+	void (*stats)(kvt_tier *t, kvt_tier_stats *out);
+	/* Record that a borrowed image failed verification: drop it and
+	 * count it, so it is never served again. */
+	void (*corrupt)(kvt_tier *t, const kvt_key *key);
+	void (*close)(kvt_tier *t);
+};
+
+struct kvt_tier {
+	const struct kvt_tier_ops *ops;
+};
+
+#endif
