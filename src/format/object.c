@@ -254,8 +254,16 @@ void kvt_obj_hdr_encode(const kvt_obj_hdr *h, uint8_t *out)
 }
 
 /* First nonzero byte in [from, to) of the header, or -1. */
+/* Offset of the first nonzero byte of buf[from, to), or -1.  Every get
+ * decodes a header, so the all-zero case (the only valid one) is one
+ * vectorised memcmp against a zero page; the byte loop runs only to name
+ * the offending byte of a bad header. */
 static int first_nonzero(const uint8_t *buf, size_t from, size_t to)
 {
+	static const uint8_t zero[KVT_OBJ_HEADER_BYTES];
+
+	if (to <= from || !memcmp(buf + from, zero, to - from))
+		return -1;
 	for (size_t i = from; i < to; i++)
 		if (buf[i])
 			return (int)i;
