@@ -105,6 +105,10 @@ int cli_config(const cli_common *c, kvt_config **out)
 	if (!cfg)
 		return cli_fail("config", c->config ? c->config : "defaults",
 				rc ? rc : KVT_ENOMEM);
+	/* A one-shot command touches a few chunks: populating a whole default
+	 * arena would cost more than the command.  A config file decides. */
+	if (!c->config)
+		kvt_config_set(cfg, "dram_prefault", "false");
 	if ((rc = kvt_config_apply_env(cfg))) {
 		kvt_config_free(cfg);
 		return cli_fail("config", "environment", rc);

@@ -34,6 +34,7 @@ kvt_config *kvt_config_new(void)
 	c->dram_page_size = 64 * KiB;
 	c->dram_hugepages = 1;
 	c->dram_lock_memory = 1;
+	c->dram_prefault = 1;
 	c->max_local_disk_size = 16 * GiB;
 	c->hash_scheme = KVT_HASH_SHA256;
 	c->workers = 4;
@@ -255,6 +256,10 @@ static int set_dram_lock_memory(kvt_config *c, const char *v)
 {
 	return parse_bool(v, &c->dram_lock_memory);
 }
+static int set_dram_prefault(kvt_config *c, const char *v)
+{
+	return parse_bool(v, &c->dram_prefault);
+}
 static int set_verify_dram_reads(kvt_config *c, const char *v)
 {
 	return parse_bool(v, &c->verify_dram_reads);
@@ -305,6 +310,7 @@ static const struct config_key {
 	{ "dram_page_size", set_dram_page_size, "a power of two, 4KiB..64MiB" },
 	{ "dram_hugepages", set_dram_hugepages, "true or false" },
 	{ "dram_lock_memory", set_dram_lock_memory, "true or false" },
+	{ "dram_prefault", set_dram_prefault, "true or false" },
 	{ "verify_dram_reads", set_verify_dram_reads, "true or false" },
 	{ "local_disk", set_local_disk, "an absolute path or file:///path" },
 	{ "max_local_disk_size", set_max_local_disk_size, "a size; bare numbers are GiB" },

@@ -33,6 +33,7 @@ struct kvt_config {
 	uint32_t dram_page_size;
 	int dram_hugepages;
 	int dram_lock_memory;
+	int dram_prefault;
 	int verify_dram_reads;        /* re-verify checksums on every DRAM get */
 	char local_disk[KVT_PATH_MAX];/* file-per-chunk directory tier, "" = off */
 	uint64_t max_local_disk_size;

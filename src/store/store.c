@@ -190,6 +190,7 @@ kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 			.page_size = cfg->dram_page_size,
 			.hugepages = cfg->dram_hugepages,
 			.lock_memory = cfg->dram_lock_memory,
+			.prefault = cfg->dram_prefault,
 		};
 		kvt_tier *t;
 		if ((rc = kvt_dram_open(&o, &t))) {

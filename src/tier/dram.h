@@ -21,6 +21,8 @@ typedef struct kvt_dram_opts {
 	uint32_t page_size; /* power of two, 4 KiB .. 64 MiB */
 	int hugepages;      /* nonzero: ask for transparent huge pages */
 	int lock_memory;    /* nonzero: try mlock (failure is logged, not fatal) */
+	int prefault;       /* nonzero: populate the whole arena at open, so no
+			     * put pays a page fault on the hot path */
 	uint32_t shards;    /* index shards (power of two); 0 = default */
 } kvt_dram_opts;
 
