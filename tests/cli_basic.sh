@@ -58,9 +58,9 @@ grep -q '"hit_chunks": 4' "$work/out" && ok "lookup finds 4 chunks" || bad "look
 expect "get from a new process" "$kvtier" get "${common[@]}" --tokens "$work/prompt.txt" -o "$work/back.bin"
 cmp -s "$work/kv.bin" "$work/back.bin" && ok "payload back bit-exact" || bad "payload differs"
 expect "ls" "$kvtier" ls "${common[@]}"
-[ "$(grep -c '^fsdir ' "$work/out")" -eq 4 ] && ok "ls lists 4 objects in the disk tier" || bad "ls: $(cat "$work/out")"
+[ "$(grep -c "^nvme .* 16384$" "$work/out")" -eq 4 ] && ok "ls lists 4 objects in the NVMe tier" || bad "ls: $(cat "$work/out")"
 expect "stat --json" "$kvtier" stat "${common[@]}" --json
-grep -q '"name": "fsdir", "capacity_bytes": [0-9]*, "used_bytes": [0-9]*, "chunks": 4' "$work/out" && ok "stat counts 4 chunks" || bad "stat: $(cat "$work/out")"
+grep -q '"name": "nvme", "capacity_bytes": [0-9]*, "used_bytes": [0-9]*, "chunks": 4' "$work/out" && ok "stat counts 4 chunks" || bad "stat: $(cat "$work/out")"
 expect_fail "put of a wrong-size payload" "need" "$kvtier" put "${common[@]}" --tokens "$work/prompt.txt" "$work/tokens.json"
 expect_fail "other tenant is refused without a secret" "tenant \"bob\" is not configured" "$kvtier" lookup "${common[@]}" --tenant bob --tokens "$work/prompt.txt"
 

@@ -80,6 +80,8 @@ int main(void)
 	bad("dram_page_size: 3000\n", "below the minimum");
 	bad("dram_page_size: 12KiB\n", "power of two");
 	bad("local_disk: relative/dir\n", "absolute path");
+	bad("shared_fs: relative/dir\n", "t.yaml:1: shared_fs");
+	bad("nvme_queue_depth: 0\n", "out of range");
 	bad("chunk_size: [1, 2]\n", "t.yaml:1: chunk_size: expected");
 	bad("- a\n- b\n", "expected a mapping");
 	bad("chunk_size: 256\n  bad: indent\n", "t.yaml:2");

@@ -36,6 +36,9 @@ kvt_config *kvt_config_new(void)
 	c->dram_lock_memory = 1;
 	c->dram_prefault = 1;
 	c->max_local_disk_size = 16 * GiB;
+	c->nvme_queue_depth = 16;
+	c->nvme_io_uring = 1;
+	c->max_shared_fs_size = 64 * GiB;
 	c->hash_scheme = KVT_HASH_SHA256;
 	c->workers = 4;
 	return c;
@@ -264,21 +267,41 @@ static int set_verify_dram_reads(kvt_config *c, const char *v)
 {
 	return parse_bool(v, &c->verify_dram_reads);
 }
-static int set_local_disk(kvt_config *c, const char *v)
+/* An absolute directory, or "file:///path" as LMCache writes it; "" or
+ * "null" turns the tier off. */
+static int set_dir(const char *v, char *out, size_t len)
 {
-	/* LMCache writes "file:///path/"; a plain path is accepted too. */
 	const char *p = strncmp(v, "file://", 7) ? v : v + 7;
 	if (!strcasecmp(v, "null") || !strcasecmp(v, "none") || !*v) {
-		c->local_disk[0] = '\0';
+		out[0] = '\0';
 		return 0;
 	}
 	if (*p != '/')
-		return kvt_err(KVT_ECONFIG, "\"%s\": local_disk must be an absolute path", v);
-	if (strlen(p) >= sizeof(c->local_disk))
-		return kvt_err(KVT_ECONFIG, "local_disk path longer than %zu bytes",
-			       sizeof(c->local_disk) - 1);
-	snprintf(c->local_disk, sizeof(c->local_disk), "%s", p);
+		return kvt_err(KVT_ECONFIG, "\"%s\" must be an absolute path", v);
+	if (strlen(p) >= len)
+		return kvt_err(KVT_ECONFIG, "path longer than %zu bytes", len - 1);
+	snprintf(out, len, "%s", p);
 	return 0;
+}
+static int set_local_disk(kvt_config *c, const char *v)
+{
+	return set_dir(v, c->local_disk, sizeof(c->local_disk));
+}
+static int set_shared_fs(kvt_config *c, const char *v)
+{
+	return set_dir(v, c->shared_fs, sizeof(c->shared_fs));
+}
+static int set_max_shared_fs_size(kvt_config *c, const char *v)
+{
+	return set_size(v, GiB, 1 * MiB, &c->max_shared_fs_size);
+}
+static int set_nvme_queue_depth(kvt_config *c, const char *v)
+{
+	return parse_u32(v, 1, 4096, &c->nvme_queue_depth);
+}
+static int set_nvme_io_uring(kvt_config *c, const char *v)
+{
+	return parse_bool(v, &c->nvme_io_uring);
 }
 static int set_max_local_disk_size(kvt_config *c, const char *v)
 {
@@ -314,6 +337,10 @@ static const struct config_key {
 	{ "verify_dram_reads", set_verify_dram_reads, "true or false" },
 	{ "local_disk", set_local_disk, "an absolute path or file:///path" },
 	{ "max_local_disk_size", set_max_local_disk_size, "a size; bare numbers are GiB" },
+	{ "nvme_queue_depth", set_nvme_queue_depth, "1..4096" },
+	{ "nvme_io_uring", set_nvme_io_uring, "true or false" },
+	{ "shared_fs", set_shared_fs, "an absolute path or file:///path" },
+	{ "max_shared_fs_size", set_max_shared_fs_size, "a size; bare numbers are GiB" },
 	{ "hash", set_hash, "sha256 or xxh3" },
 	{ "workers", set_workers, "1..256" },
 	{ "tenants", set_tenants, "name=hexsecret,..." },

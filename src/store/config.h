@@ -35,8 +35,12 @@ struct kvt_config {
 	int dram_lock_memory;
 	int dram_prefault;
 	int verify_dram_reads;        /* re-verify checksums on every DRAM get */
-	char local_disk[KVT_PATH_MAX];/* file-per-chunk directory tier, "" = off */
+	char local_disk[KVT_PATH_MAX];/* NVMe tier directory, "" = off */
 	uint64_t max_local_disk_size;
+	uint32_t nvme_queue_depth;    /* io_uring entries of the NVMe tier */
+	int nvme_io_uring;            /* 0: pread/pwrite even where io_uring works */
+	char shared_fs[KVT_PATH_MAX]; /* shared file system directory, "" = off */
+	uint64_t max_shared_fs_size;
 	uint32_t hash_scheme;         /* enum kvt_hash_scheme */
 	uint32_t workers;             /* async worker threads */
 	uint32_t n_tenants;

@@ -24,6 +24,7 @@
 #include "store/config.h"
 #include "tier/dram.h"
 #include "tier/fsdir.h"
+#include "tier/nvme.h"
 
 #define KVT_MAX_TIERS 8
 
@@ -162,9 +163,9 @@ kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 		rc = kvt_err(KVT_EINVAL, "configuration missing");
 		goto fail0;
 	}
-	if (!cfg->local_cpu && !cfg->local_disk[0]) {
+	if (!cfg->local_cpu && !cfg->local_disk[0] && !cfg->shared_fs[0]) {
 		rc = kvt_err(KVT_ECONFIG,
-			     "no tier configured: set local_cpu: true or local_disk");
+			     "no tier configured: set local_cpu: true, local_disk or shared_fs");
 		goto fail0;
 	}
 	if (cfg->local_cpu &&
@@ -200,16 +201,30 @@ kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 		add_tier(st, t, cfg->verify_dram_reads);
 	}
 	if (cfg->local_disk[0]) {
-		kvt_fsdir_opts o = {
+		kvt_nvme_opts o = {
 			.path = cfg->local_disk,
 			.capacity = cfg->max_local_disk_size,
+			.queue_depth = cfg->nvme_queue_depth,
+			.use_io_uring = cfg->nvme_io_uring,
 		};
 		kvt_tier *t;
-		if ((rc = kvt_fsdir_open(&o, &t))) {
-			kvt_err_prefix(rc, "disk tier %s: ", cfg->local_disk);
+		if ((rc = kvt_nvme_open(&o, &t))) {
+			kvt_err_prefix(rc, "local disk tier %s: ", cfg->local_disk);
 			goto fail;
 		}
 		/* A disk can tear or rot: always verify what it hands back. */
+		add_tier(st, t, 1);
+	}
+	if (cfg->shared_fs[0]) {
+		kvt_fsdir_opts o = {
+			.path = cfg->shared_fs,
+			.capacity = cfg->max_shared_fs_size,
+		};
+		kvt_tier *t;
+		if ((rc = kvt_fsdir_open(&o, &t))) {
+			kvt_err_prefix(rc, "shared file system tier %s: ", cfg->shared_fs);
+			goto fail;
+		}
 		add_tier(st, t, 1);
 	}
 
@@ -291,7 +306,8 @@ static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 
 	if (durability < KVT_DUR_CACHED || durability > KVT_DUR_POWER_SAFE)
 		return kvt_err(KVT_EINVAL, "durability %d unknown", durability);
-	if (durability > KVT_DUR_CACHED && !st->cfg.local_disk[0])
+	if (durability > KVT_DUR_CACHED && !st->cfg.local_disk[0] &&
+	    !st->cfg.shared_fs[0])
 		return kvt_err(KVT_ENOTSUP,
 			       "%s asked but the store has no disk tier",
 			       durability == KVT_DUR_POWER_SAFE ? "power-safe" : "crash-safe");
@@ -903,11 +919,25 @@ int kvt_store_stats(kvt_store *st, int tier, kvt_tier_stats *out)
 	return 0;
 }
 
+/* Tiers walk object images; callers are promised payload lengths. */
+struct iter_ctx {
+	int (*fn)(void *arg, const kvt_key *key, uint64_t len);
+	void *arg;
+};
+
+static int iter_payload(void *arg, const kvt_key *key, uint64_t len)
+{
+	struct iter_ctx *c = arg;
+	return c->fn(c->arg, key, len >= KVT_OBJ_HEADER_BYTES ? len - KVT_OBJ_HEADER_BYTES : 0);
+}
+
 int kvt_store_iterate(kvt_store *st, int tier,
 		      int (*fn)(void *arg, const kvt_key *key, uint64_t len),
 		      void *arg)
 {
+	struct iter_ctx c = { fn, arg };
+
 	if (!st || !fn || tier < 0 || tier >= st->n_tiers)
 		return kvt_err(KVT_EINVAL, "tier %d of %d", tier, st ? st->n_tiers : 0);
-	return st->tiers[tier]->ops->iterate(st->tiers[tier], fn, arg);
+	return st->tiers[tier]->ops->iterate(st->tiers[tier], iter_payload, &c);
 }

@@ -1,0 +1,1340 @@
+/*
+ * nvme.c — one object image per file on a local disk, O_DIRECT + io_uring.
+ *
+ * Publication is fsdir's: write <root>/tmp/<hex>.<pid>.<n>.tmp, link(2) it to
+ * <root>/<k0>/<k1>/<hex>.kvt (EEXIST: another writer won, first wins),
+ * unlink the temporary.  KVT_DUR_POWER_SAFE adds an fsync of the temporary
+ * before the link and of the directory after it.
+ *
+ * O_DIRECT wants the buffer address, file offset and length aligned to the
+ * device's direct-I/O alignment (statx STATX_DIOALIGN, else 4096).  Images
+ * are 4096 + payload bytes, so the last block of a write is padded with
+ * zeroes and the file is then truncated to the exact image length: files
+ * are byte-identical to fsdir's, and readers take the length from the
+ * header's payload_len, never from a rounded size.
+ *
+ * The ring.  One io_uring ring per tier, shared by every calling thread.
+ * The calling thread submits its own segments and waits for its own
+ * completions; no thread is started.  `ring_mu` guards the submission queue
+ * and the counters; it is never held while the kernel moves data.  Exactly
+ * one waiting thread at a time (the "reaper") sleeps in io_uring_wait_cqe
+ * with the mutex dropped, then takes the mutex, hands every completion it
+ * finds to the request that owns it (user_data points at the segment) and
+ * wakes the others.  So completions of many requests are reaped by whoever
+ * is waiting, without a thread per request, and a 32 MiB image keeps
+ * queue_depth segments in flight.  The ring-wide in-flight count never
+ * exceeds queue_depth, so the completion queue (2 × depth) cannot overflow.
+ *
+ * The index is a chained hash table + LRU list under `mu`, never held across
+ * a system call; files of evicted entries are unlinked after it is dropped.
+ */
+#include "tier/nvme.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "format/object.h"
+
+#ifndef STATX_DIOALIGN
+#define STATX_DIOALIGN 0x00002000U
+#endif
+
+#define NV_DEFAULT_ALIGN 4096u
+#define NV_MAX_ALIGN (1u << 16)
+#define NV_MIN_BUCKETS 1024u
+#define NV_HEX 64
+#define NV_NAME_MAX 128u /* "/tmp/" + 64 hex + pid + counter + ".tmp" */
+#define NV_TMP_TRIES 4
+/* Temporaries older than this (seconds) are left over from a crash. */
+#define NV_TMP_GRACE_S (15 * 60)
+
+typedef struct nv_ent {
+	kvt_key key;
+	uint64_t len;  /* exact image bytes */
+	uint64_t disk; /* len rounded up to the alignment: what capacity counts */
+	uint64_t gen;
+	struct nv_ent *hnext, *newer, *older;
+} nv_ent;
+
+typedef struct nv_req nv_req;
+
+/* One submission: a slice of a request's buffer. */
+typedef struct nv_seg {
+	nv_req *req;
+	uint64_t off;
+	uint32_t len;
+	int res;
+} nv_seg;
+
+struct nv_req {
+	int fd;
+	int write;
+	uint8_t *buf;
+	nv_seg *segs;
+	uint32_t n, next, pending;
+};
+
+typedef struct nvme {
+	kvt_tier base;
+	kvt_io *io;
+	char *root;
+	uint64_t capacity;
+	uint32_t align, seg_bytes, qd;
+	int direct;    /* files opened with O_DIRECT */
+	int uring;     /* ring below is live */
+	atomic_uint_fast64_t borrowed;
+
+	pthread_mutex_t ring_mu; /* guards the SQ, inflight, reaping */
+	pthread_cond_t ring_cv;
+	struct io_uring ring;
+	uint32_t inflight;
+	int reaping;
+
+	pthread_mutex_t mu; /* guards the index and stats below */
+	nv_ent **buckets;
+	size_t nbuckets;
+	nv_ent *mru, *lru;
+	uint64_t count, used, reserved, gen;
+	kvt_tier_stats st;
+} nvme;
+
+typedef struct nv_wbuf {
+	kvt_tier_wbuf w;
+	struct iovec iov;
+	uint64_t disk; /* reserved bytes */
+	uint8_t *buf;  /* aligned, disk bytes long */
+} nv_wbuf;
+
+typedef struct nv_rbuf {
+	kvt_tier_rbuf r;
+	struct iovec iov;
+} nv_rbuf;
+
+static atomic_uint_fast64_t nv_tmp_seq;
+static pthread_once_t nv_tmp_once = PTHREAD_ONCE_INIT;
+
+static void nv_tmp_seed(void)
+{
+	uint64_t r = 0;
+
+	if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r))
+		r = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+	atomic_store(&nv_tmp_seq, r >> 16);
+}
+
+static uint64_t nv_round(const nvme *t, uint64_t n)
+{
+	return (n + t->align - 1) & ~(uint64_t)(t->align - 1);
+}
+
+/* --- names ---------------------------------------------------------------- */
+
+static void nv_hex(const kvt_key *k, char out[NV_HEX + 1])
+{
+	static const char d[] = "0123456789abcdef";
+	int i;
+
+	for (i = 0; i < KVT_KEY_BYTES; i++) {
+		out[2 * i] = d[k->b[i] >> 4];
+		out[2 * i + 1] = d[k->b[i] & 15];
+	}
+	out[NV_HEX] = '\0';
+}
+
+/* Lower-case hex only (what we write); 0 or -1. */
+static int nv_unhex(const char *s, uint8_t *out, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < 2 * n; i++) {
+		char c = s[i];
+		int v = c >= '0' && c <= '9' ? c - '0'
+			: c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+		if (v < 0)
+			return -1;
+		if (i & 1)
+			out[i / 2] |= (uint8_t)v;
+		else
+			out[i / 2] = (uint8_t)(v << 4);
+	}
+	return 0;
+}
+
+static void nv_final_path(const nvme *t, const kvt_key *k, char out[PATH_MAX])
+{
+	char hex[NV_HEX + 1];
+
+	nv_hex(k, hex);
+	snprintf(out, PATH_MAX, "%s/%.2s/%.2s/%s.kvt", t->root, hex, hex + 2,
+		 hex);
+}
+
+static void nv_tmp_path(const nvme *t, const char *stem, char out[PATH_MAX])
+{
+	snprintf(out, PATH_MAX, "%s/tmp/%s.%ld.%llu.tmp", t->root, stem,
+		 (long)getpid(),
+		 (unsigned long long)atomic_fetch_add(&nv_tmp_seq, 1));
+}
+
+/* --- index (caller holds t->mu) --------------------------------------------- */
+
+static size_t nv_bucket(size_t nbuckets, const kvt_key *k)
+{
+	uint64_t h;
+
+	memcpy(&h, k->b, sizeof(h)); /* keys are uniformly random */
+	return (size_t)(h & (nbuckets - 1));
+}
+
+static nv_ent *nv_find(const nvme *t, const kvt_key *k)
+{
+	nv_ent *e = t->buckets[nv_bucket(t->nbuckets, k)];
+
+	while (e && memcmp(e->key.b, k->b, KVT_KEY_BYTES))
+		e = e->hnext;
+	return e;
+}
+
+static void nv_lru_del(nvme *t, nv_ent *e)
+{
+	*(e->newer ? &e->newer->older : &t->mru) = e->older;
+	*(e->older ? &e->older->newer : &t->lru) = e->newer;
+	e->newer = e->older = NULL;
+}
+
+static void nv_lru_add(nvme *t, nv_ent *e)
+{
+	e->newer = NULL;
+	e->older = t->mru;
+	*(t->mru ? &t->mru->newer : &t->lru) = e;
+	t->mru = e;
+}
+
+static void nv_insert(nvme *t, nv_ent *e)
+{
+	size_t b;
+
+	if (t->count >= t->nbuckets) { /* grow; best effort */
+		size_t n = t->nbuckets * 2, i;
+		nv_ent **nb = calloc(n, sizeof(*nb));
+		if (nb) {
+			for (i = 0; i < t->nbuckets; i++) {
+				nv_ent *x = t->buckets[i], *next;
+				for (; x; x = next) {
+					next = x->hnext;
+					x->hnext = nb[nv_bucket(n, &x->key)];
+					nb[nv_bucket(n, &x->key)] = x;
+				}
+			}
+			free(t->buckets);
+			t->buckets = nb;
+			t->nbuckets = n;
+		}
+	}
+	b = nv_bucket(t->nbuckets, &e->key);
+	e->hnext = t->buckets[b];
+	t->buckets[b] = e;
+	e->gen = ++t->gen;
+	nv_lru_add(t, e);
+	t->count++;
+	t->used += e->disk;
+}
+
+static void nv_remove(nvme *t, nv_ent *e)
+{
+	nv_ent **p = &t->buckets[nv_bucket(t->nbuckets, &e->key)];
+
+	while (*p != e)
+		p = &(*p)->hnext;
+	*p = e->hnext;
+	e->hnext = NULL;
+	nv_lru_del(t, e);
+	t->count--;
+	t->used -= e->disk;
+}
+
+/* Evict LRU entries until `need` more bytes fit; victims are chained by
+ * hnext for nv_reap once the mutex is dropped. */
+static void nv_evict(nvme *t, uint64_t need, nv_ent **victims)
+{
+	while (t->lru && t->used + t->reserved + need > t->capacity) {
+		nv_ent *e = t->lru;
+		nv_remove(t, e);
+		t->st.evictions++;
+		t->st.evicted_bytes += e->len;
+		e->hnext = *victims;
+		*victims = e;
+	}
+}
+
+static void nv_reap(nvme *t, nv_ent *victims)
+{
+	char path[PATH_MAX];
+
+	while (victims) {
+		nv_ent *e = victims;
+		int rc;
+		victims = e->hnext;
+		nv_final_path(t, &e->key, path);
+		rc = t->io->unlink(t->io, path);
+		if (rc && rc != -ENOENT)
+			kvt_log(KVT_LOG_WARN, "nvme: evicting %s: unlink: %s",
+				path, kvt_strerror(rc));
+		free(e);
+	}
+}
+
+/* --- data path ------------------------------------------------------------- */
+
+/* Run every segment of `q` on the ring; see the comment at the top. */
+static void nv_ring_run(nvme *t, nv_req *q)
+{
+	struct io_uring_cqe *cqe;
+
+	pthread_mutex_lock(&t->ring_mu);
+	for (;;) {
+		int queued = 0;
+
+		while (q->next < q->n && t->inflight < t->qd) {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&t->ring);
+			nv_seg *s = &q->segs[q->next];
+			if (!sqe)
+				break;
+			if (q->write)
+				io_uring_prep_write(sqe, q->fd, q->buf + s->off,
+						    s->len, s->off);
+			else
+				io_uring_prep_read(sqe, q->fd, q->buf + s->off,
+						   s->len, s->off);
+			io_uring_sqe_set_data(sqe, s);
+			q->next++;
+			q->pending++;
+			t->inflight++;
+			queued++;
+		}
+		if (queued) {
+			/* Prepared entries stay in the ring until the kernel
+			 * takes them, so a transient refusal (EAGAIN, EBUSY,
+			 * EINTR) is retried on the next pass. */
+			int rc = io_uring_submit(&t->ring);
+			if (rc < 0 && rc != -EAGAIN && rc != -EBUSY &&
+			    rc != -EINTR)
+				kvt_log(KVT_LOG_ERROR,
+					"nvme: io_uring_submit: %s",
+					kvt_strerror(rc));
+		}
+		if (q->next == q->n && !q->pending)
+			break;
+		if (t->reaping) {
+			pthread_cond_wait(&t->ring_cv, &t->ring_mu);
+			continue;
+		}
+		t->reaping = 1;
+		pthread_mutex_unlock(&t->ring_mu);
+		/* The only consumer of the completion queue: no lock needed
+		 * to wait; submitters only touch the submission queue. */
+		if (io_uring_wait_cqe(&t->ring, &cqe) < 0)
+			cqe = NULL;
+		pthread_mutex_lock(&t->ring_mu);
+		while (!io_uring_peek_cqe(&t->ring, &cqe)) {
+			nv_seg *s = io_uring_cqe_get_data(cqe);
+			s->res = cqe->res;
+			s->req->pending--;
+			t->inflight--;
+			io_uring_cqe_seen(&t->ring, cqe);
+		}
+		t->reaping = 0;
+		pthread_cond_broadcast(&t->ring_cv);
+	}
+	pthread_mutex_unlock(&t->ring_mu);
+}
+
+/* Read or write `len` bytes of `buf` at offset 0 of `fd`; `len` is aligned
+ * for O_DIRECT.  For a read, `avail` is the file size: a read stops there
+ * (the last block of an image is short), and *got says how much came.
+ * Returns 0 or a negated errno. */
+static int nv_xfer(nvme *t, int fd, int write, uint8_t *buf, uint64_t len,
+		   uint64_t avail, uint64_t *got)
+{
+	uint64_t done = 0;
+
+	if (got)
+		*got = 0;
+	if (t->uring && len) {
+		nv_seg stack[64], *segs = stack;
+		nv_req q = {fd, write, buf, NULL, 0, 0, 0};
+		uint64_t off;
+		uint32_t i;
+		int rc = 0;
+
+		q.n = (uint32_t)((len + t->seg_bytes - 1) / t->seg_bytes);
+		if (q.n > sizeof(stack) / sizeof(stack[0])) {
+			segs = malloc(q.n * sizeof(*segs));
+			if (!segs)
+				return -ENOMEM;
+		}
+		for (i = 0, off = 0; i < q.n; i++, off += t->seg_bytes) {
+			segs[i].req = &q;
+			segs[i].off = off;
+			segs[i].len = (uint32_t)(len - off < t->seg_bytes
+							 ? len - off
+							 : t->seg_bytes);
+			segs[i].res = 0;
+		}
+		q.segs = segs;
+		nv_ring_run(t, &q);
+		/* Completions may come in any order: an error anywhere wins;
+		 * a short segment is retried synchronously below unless it is
+		 * the end of the file. */
+		for (i = 0; i < q.n && !rc; i++) {
+			nv_seg *s = &segs[i];
+			uint64_t want = s->len;
+			if (s->res < 0) {
+				rc = s->res;
+				break;
+			}
+			if (!write && s->off + want > avail)
+				want = avail > s->off ? avail - s->off : 0;
+			if ((uint64_t)s->res < want) {
+				uint64_t o = s->off + (uint64_t)s->res;
+				rc = write ? kvt_io_pwrite_all(t->io, fd, buf + o,
+							       s->off + want - o, (off_t)o)
+					   : kvt_io_pread_all(t->io, fd, buf + o,
+							      s->off + want - o, (off_t)o);
+				if (rc == -ENODATA)
+					rc = -EIO; /* shrank under us */
+			}
+			done += want;
+		}
+		if (segs != stack)
+			free(segs);
+		if (rc)
+			return rc;
+		if (got)
+			*got = done;
+		return 0;
+	}
+	if (write)
+		return kvt_io_pwrite_all(t->io, fd, buf, (size_t)len, 0);
+	while (done < len && done < avail) {
+		ssize_t n = t->io->pread(t->io, fd, buf + done,
+					 (size_t)(len - done), (off_t)done);
+		if (n < 0)
+			return (int)n;
+		if (n == 0)
+			break;
+		done += (uint64_t)n;
+	}
+	if (got)
+		*got = done;
+	return 0;
+}
+
+/* Open with O_DIRECT if this tier uses it. */
+static int nv_open_file(nvme *t, const char *path, int flags, mode_t mode)
+{
+	return t->io->open(t->io, path, flags | (t->direct ? O_DIRECT : 0),
+			   mode);
+}
+
+/* --- writes ----------------------------------------------------------------- */
+
+static int nv_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len,
+			kvt_tier_wbuf **out)
+{
+	nvme *t = (nvme *)tt;
+	nv_ent *victims = NULL;
+	nv_wbuf *w;
+	void *buf = NULL;
+	uint64_t disk, reserved;
+	int rc = 0;
+
+	*out = NULL;
+	if (len < KVT_OBJ_HEADER_BYTES ||
+	    len > KVT_OBJ_HEADER_BYTES + KVT_OBJ_MAX_PAYLOAD)
+		return kvt_err(KVT_EINVAL,
+			       "nvme: an image of %llu bytes is not possible",
+			       (unsigned long long)len);
+	disk = nv_round(t, len);
+	pthread_mutex_lock(&t->mu);
+	if (disk > t->capacity) {
+		t->st.put_rejects++;
+		rc = KVT_ETOOBIG;
+	} else if (nv_find(t, key)) {
+		t->st.put_exists++;
+		rc = KVT_EEXIST;
+	} else if (t->reserved + disk > t->capacity) {
+		t->st.put_rejects++;
+		rc = KVT_EFULL;
+	} else {
+		nv_evict(t, disk, &victims);
+		t->reserved += disk;
+	}
+	reserved = t->reserved;
+	pthread_mutex_unlock(&t->mu);
+	nv_reap(t, victims);
+	if (rc == KVT_ETOOBIG)
+		return kvt_err(rc, "nvme: image of %llu bytes exceeds capacity %llu",
+			       (unsigned long long)len,
+			       (unsigned long long)t->capacity);
+	if (rc == KVT_EFULL)
+		return kvt_err(rc, "nvme: %llu bytes of writes in flight leave no room for %llu",
+			       (unsigned long long)reserved,
+			       (unsigned long long)len);
+	if (rc)
+		return rc;
+
+	w = calloc(1, sizeof(*w));
+	if (!w || posix_memalign(&buf, t->align, (size_t)disk)) {
+		free(w);
+		pthread_mutex_lock(&t->mu);
+		t->reserved -= disk;
+		pthread_mutex_unlock(&t->mu);
+		return kvt_err(KVT_ENOMEM, "nvme: no memory for a %llu-byte buffer",
+			       (unsigned long long)disk);
+	}
+	memset((uint8_t *)buf + len, 0, (size_t)(disk - len)); /* the pad */
+	w->w.key = *key;
+	w->w.len = len;
+	w->disk = disk;
+	w->buf = buf;
+	w->iov.iov_base = buf;
+	w->iov.iov_len = (size_t)len;
+	w->w.iov = &w->iov;
+	w->w.n_iov = 1;
+	*out = &w->w;
+	return 0;
+}
+
+static void nv_wbuf_free(nvme *t, nv_wbuf *w)
+{
+	pthread_mutex_lock(&t->mu);
+	t->reserved -= w->disk;
+	pthread_mutex_unlock(&t->mu);
+	free(w->buf);
+	free(w);
+}
+
+static void nv_put_abort(kvt_tier *tt, kvt_tier_wbuf *ww)
+{
+	if (ww)
+		nv_wbuf_free((nvme *)tt, (nv_wbuf *)ww);
+}
+
+/* Write the image to a fresh temporary: padded aligned write, then
+ * ftruncate to the exact length, fsync for POWER_SAFE.  On failure the
+ * temporary is gone. */
+static int nv_write_tmp(nvme *t, nv_wbuf *w, int durability,
+			char tmp[PATH_MAX])
+{
+	kvt_io *io = t->io;
+	char hex[NV_HEX + 1];
+	const char *call;
+	int fd = -ENOENT, rc, i;
+
+	nv_hex(&w->w.key, hex);
+	for (i = 0; i < NV_TMP_TRIES; i++) {
+		nv_tmp_path(t, hex, tmp);
+		fd = nv_open_file(t, tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+		if (fd == -ENOENT) { /* tmp/ removed by someone: recreate */
+			char dir[PATH_MAX];
+			snprintf(dir, sizeof(dir), "%s/tmp", t->root);
+			rc = kvt_io_mkdirs(io, dir, 0755);
+			if (rc)
+				return kvt_err(rc, "nvme: mkdir %s: %s", dir,
+					       kvt_strerror(rc));
+			continue;
+		}
+		if (fd != -EEXIST)
+			break;
+	}
+	if (fd < 0)
+		return kvt_err(fd, "nvme: open %s: %s", tmp, kvt_strerror(fd));
+
+	call = t->uring ? "io_uring write" : "pwrite";
+	rc = nv_xfer(t, fd, 1, w->buf, t->direct ? w->disk : w->w.len, 0, NULL);
+	if (!rc && t->direct && w->disk != w->w.len) {
+		call = "ftruncate"; /* not in kvt_io: see docs/NVME.md */
+		rc = ftruncate(fd, (off_t)w->w.len) ? -errno : 0;
+	}
+	if (!rc && durability == KVT_DUR_POWER_SAFE) {
+		call = "fsync";
+		rc = io->fsync(io, fd);
+	}
+	i = io->close(io, fd);
+	if (!rc && i) {
+		call = "close";
+		rc = i;
+	}
+	if (rc) {
+		io->unlink(io, tmp);
+		return kvt_err(rc, "nvme: %s %s: %s", call, tmp,
+			       kvt_strerror(rc));
+	}
+	return 0;
+}
+
+static int nv_mkdir_level(nvme *t, const char *dir, int durability)
+{
+	int rc = t->io->mkdir(t->io, dir, 0755);
+
+	if (rc == -EEXIST)
+		return 0;
+	if (rc)
+		return kvt_err(rc, "nvme: mkdir %s: %s", dir, kvt_strerror(rc));
+	if (durability == KVT_DUR_POWER_SAFE) {
+		rc = kvt_io_fsync_parent(t->io, dir);
+		if (rc)
+			return kvt_err(rc, "nvme: fsync parent of %s: %s", dir,
+				       kvt_strerror(rc));
+	}
+	return 0;
+}
+
+/* link(tmp, fin), making the two fan-out directories on first use. */
+static int nv_link(nvme *t, const char *tmp, const char *fin, int durability)
+{
+	size_t rl = strlen(t->root);
+	char dir[PATH_MAX];
+	int rc, i;
+
+	for (i = 0;; i++) {
+		rc = t->io->link(t->io, tmp, fin);
+		if (rc != -ENOENT || i == 2)
+			break;
+		memcpy(dir, fin, rl + 3);
+		dir[rl + 3] = '\0';
+		if ((rc = nv_mkdir_level(t, dir, durability)))
+			return rc;
+		memcpy(dir, fin, rl + 6);
+		dir[rl + 6] = '\0';
+		if ((rc = nv_mkdir_level(t, dir, durability)))
+			return rc;
+	}
+	if (rc && rc != -EEXIST)
+		return kvt_err(rc, "nvme: link %s -> %s: %s", tmp, fin,
+			       kvt_strerror(rc));
+	return rc;
+}
+
+static int nv_put_commit(kvt_tier *tt, kvt_tier_wbuf *ww, int durability)
+{
+	nvme *t = (nvme *)tt;
+	nv_wbuf *w = (nv_wbuf *)ww;
+	char tmp[PATH_MAX], fin[PATH_MAX];
+	nv_ent *e = NULL, *victims = NULL;
+	int rc, rc2;
+
+	if (durability < KVT_DUR_CACHED || durability > KVT_DUR_POWER_SAFE) {
+		rc = kvt_err(KVT_EINVAL, "nvme: durability %d unknown",
+			     durability);
+		goto out;
+	}
+	e = calloc(1, sizeof(*e)); /* before publishing: cannot fail after */
+	if (!e) {
+		rc = kvt_err(KVT_ENOMEM, "nvme: no memory for an index entry");
+		goto out;
+	}
+	nv_final_path(t, &w->w.key, fin);
+	rc = nv_write_tmp(t, w, durability, tmp);
+	if (rc)
+		goto out;
+	rc = nv_link(t, tmp, fin, durability);
+	rc2 = t->io->unlink(t->io, tmp);
+	if (rc2 && rc2 != -ENOENT)
+		kvt_log(KVT_LOG_WARN, "nvme: unlink %s: %s", tmp,
+			kvt_strerror(rc2));
+	if (rc == -EEXIST) {
+		pthread_mutex_lock(&t->mu);
+		t->st.put_exists++;
+		pthread_mutex_unlock(&t->mu);
+		rc = kvt_err(KVT_EEXIST, "nvme: %s was published by another writer",
+			     fin);
+		goto out;
+	}
+	if (rc)
+		goto out;
+	if (durability == KVT_DUR_POWER_SAFE) {
+		rc = kvt_io_fsync_parent(t->io, fin);
+		if (rc) {
+			/* Published but maybe not durable: report it and
+			 * withdraw the name, so nothing weaker than asked is
+			 * acknowledged or served. */
+			t->io->unlink(t->io, fin);
+			rc = kvt_err(rc, "nvme: fsync directory of %s: %s", fin,
+				     kvt_strerror(rc));
+			goto out;
+		}
+	}
+	e->key = w->w.key;
+	e->len = w->w.len;
+	e->disk = w->disk;
+	pthread_mutex_lock(&t->mu);
+	t->reserved -= w->disk;
+	w->disk = 0;
+	if (nv_find(t, &e->key)) {
+		/* Cannot happen in one process (the name was free), but a
+		 * second process sharing the directory may have raced us. */
+		free(e);
+	} else {
+		nv_insert(t, e);
+	}
+	e = NULL;
+	t->st.puts++;
+	t->st.bytes_in += w->w.len;
+	nv_evict(t, 0, &victims); /* capacity is never exceeded */
+	pthread_mutex_unlock(&t->mu);
+	nv_reap(t, victims);
+	rc = 0;
+out:
+	free(e);
+	nv_wbuf_free(t, w);
+	return rc;
+}
+
+/* --- reads ------------------------------------------------------------------ */
+
+/* Drop `key` if the entry is still the one read (same generation), count
+ * it, and unlink its file. */
+static void nv_drop(nvme *t, const kvt_key *key, uint64_t gen,
+		    const char *path, int corrupt)
+{
+	nv_ent *e;
+
+	pthread_mutex_lock(&t->mu);
+	e = nv_find(t, key);
+	if (e && e->gen == gen)
+		nv_remove(t, e);
+	else
+		e = NULL;
+	if (corrupt)
+		t->st.corrupt++;
+	else
+		t->st.misses++;
+	pthread_mutex_unlock(&t->mu);
+	if (e)
+		t->io->unlink(t->io, path);
+	free(e);
+}
+
+static int nv_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
+{
+	nvme *t = (nvme *)tt;
+	char path[PATH_MAX], why[256];
+	kvt_obj_hdr *h = NULL;
+	nv_rbuf *r = NULL;
+	nv_ent *e;
+	struct stat st;
+	uint64_t gen, size, want, got = 0;
+	void *buf = NULL;
+	int fd, rc;
+
+	*out = NULL;
+	pthread_mutex_lock(&t->mu);
+	e = nv_find(t, key);
+	if (!e) {
+		t->st.misses++;
+		pthread_mutex_unlock(&t->mu);
+		return KVT_ENOTFOUND;
+	}
+	gen = e->gen;
+	nv_lru_del(t, e);
+	nv_lru_add(t, e);
+	pthread_mutex_unlock(&t->mu);
+
+	nv_final_path(t, key, path);
+	fd = nv_open_file(t, path, O_RDONLY, 0);
+	if (fd == -ENOENT) {
+		nv_drop(t, key, gen, path, 0);
+		return KVT_ENOTFOUND;
+	}
+	if (fd < 0)
+		return kvt_err(fd, "nvme: open %s: %s", path, kvt_strerror(fd));
+	rc = t->io->fstat(t->io, fd, &st);
+	if (rc) {
+		t->io->close(t->io, fd);
+		return kvt_err(rc, "nvme: fstat %s: %s", path, kvt_strerror(rc));
+	}
+	size = (uint64_t)st.st_size;
+	if (size < KVT_OBJ_HEADER_BYTES ||
+	    size > KVT_OBJ_HEADER_BYTES + KVT_OBJ_MAX_PAYLOAD) {
+		t->io->close(t->io, fd);
+		snprintf(why, sizeof(why), "file is %llu bytes",
+			 (unsigned long long)size);
+		goto bad;
+	}
+	want = nv_round(t, size);
+	r = calloc(1, sizeof(*r));
+	h = malloc(sizeof(*h));
+	if (!r || !h || posix_memalign(&buf, t->align, (size_t)want)) {
+		t->io->close(t->io, fd);
+		free(r);
+		free(h);
+		return kvt_err(KVT_ENOMEM, "nvme: no memory to read %s", path);
+	}
+	rc = nv_xfer(t, fd, 0, buf, want, size, &got);
+	t->io->close(t->io, fd);
+	if (rc) {
+		/* The medium failed this file: drop it, so the store treats it
+		 * as a miss and refetches from below. */
+		free(buf);
+		free(r);
+		free(h);
+		nv_drop(t, key, gen, path, 0);
+		kvt_log(KVT_LOG_WARN, "nvme: dropping %s: read: %s", path,
+			kvt_strerror(rc));
+		return kvt_err(rc, "nvme: %s %s: %s",
+			       t->uring ? "io_uring read" : "pread", path,
+			       kvt_strerror(rc));
+	}
+	rc = kvt_obj_hdr_decode(buf, (size_t)got, h);
+	if (rc) {
+		snprintf(why, sizeof(why), "%s (%s)", kvt_strerror(rc),
+			 kvt_errmsg());
+		goto bad;
+	}
+	if (memcmp(h->key.b, key->b, KVT_KEY_BYTES)) {
+		snprintf(why, sizeof(why), "header names another key");
+		goto bad;
+	}
+	size = (uint64_t)h->header_len + h->payload_len; /* never the padded size */
+	if (got < size) {
+		snprintf(why, sizeof(why), "file has %llu bytes, header says %llu",
+			 (unsigned long long)got, (unsigned long long)size);
+		goto bad;
+	}
+	free(h);
+
+	pthread_mutex_lock(&t->mu);
+	t->st.hits++;
+	t->st.bytes_out += size;
+	pthread_mutex_unlock(&t->mu);
+	r->r.key = *key;
+	r->r.len = size;
+	r->iov.iov_base = buf;
+	r->iov.iov_len = (size_t)size;
+	r->r.iov = &r->iov;
+	r->r.n_iov = 1;
+	atomic_fetch_add(&t->borrowed, 1);
+	*out = &r->r;
+	return 0;
+
+bad:
+	free(buf);
+	free(r);
+	free(h);
+	nv_drop(t, key, gen, path, 1);
+	kvt_log(KVT_LOG_WARN, "nvme: dropping %s: %s", path, why);
+	return kvt_err(KVT_ECORRUPT, "nvme: %s: %s", path, why);
+}
+
+static void nv_release(kvt_tier *tt, kvt_tier_rbuf *rr)
+{
+	nv_rbuf *r = (nv_rbuf *)rr;
+
+	if (!r)
+		return;
+	free(r->iov.iov_base);
+	free(r);
+	atomic_fetch_sub(&((nvme *)tt)->borrowed, 1);
+}
+
+/* --- the rest of the vtable --------------------------------------------------- */
+
+static int nv_exists(kvt_tier *tt, const kvt_key *key)
+{
+	nvme *t = (nvme *)tt;
+	int found;
+
+	pthread_mutex_lock(&t->mu);
+	found = nv_find(t, key) != NULL;
+	pthread_mutex_unlock(&t->mu);
+	return found;
+}
+
+static int nv_forget(nvme *t, const kvt_key *key, int corrupt)
+{
+	char path[PATH_MAX];
+	nv_ent *e;
+	int rc;
+
+	pthread_mutex_lock(&t->mu);
+	e = nv_find(t, key);
+	if (e)
+		nv_remove(t, e);
+	if (corrupt)
+		t->st.corrupt++;
+	pthread_mutex_unlock(&t->mu);
+	if (!e)
+		return KVT_ENOTFOUND;
+	free(e);
+	nv_final_path(t, key, path);
+	rc = t->io->unlink(t->io, path);
+	if (rc && rc != -ENOENT)
+		return kvt_err(rc, "nvme: unlink %s: %s", path, kvt_strerror(rc));
+	return 0;
+}
+
+static int nv_del(kvt_tier *tt, const kvt_key *key)
+{
+	return nv_forget((nvme *)tt, key, 0);
+}
+
+static void nv_corrupt(kvt_tier *tt, const kvt_key *key)
+{
+	char hex[NV_HEX + 1];
+
+	nv_hex(key, hex);
+	nv_forget((nvme *)tt, key, 1);
+	kvt_log(KVT_LOG_WARN, "nvme: dropping %s: failed verification", hex);
+}
+
+typedef struct nv_item {
+	kvt_key key;
+	uint64_t len;
+} nv_item;
+
+static int nv_iterate(kvt_tier *tt,
+		      int (*fn)(void *arg, const kvt_key *key, uint64_t len),
+		      void *arg)
+{
+	nvme *t = (nvme *)tt;
+	nv_item *items;
+	nv_ent *e;
+	size_t n = 0, i;
+	int rc = 0;
+
+	pthread_mutex_lock(&t->mu); /* snapshot: fn may call back into us */
+	items = malloc((t->count ? t->count : 1) * sizeof(*items));
+	for (e = t->mru; items && e; e = e->older) {
+		items[n].key = e->key;
+		items[n++].len = e->len;
+	}
+	pthread_mutex_unlock(&t->mu);
+	if (!items)
+		return kvt_err(KVT_ENOMEM, "nvme: no memory to iterate");
+	for (i = 0; i < n && !rc; i++)
+		rc = fn(arg, &items[i].key, items[i].len);
+	free(items);
+	return rc;
+}
+
+static void nv_stats(kvt_tier *tt, kvt_tier_stats *out)
+{
+	nvme *t = (nvme *)tt;
+
+	pthread_mutex_lock(&t->mu);
+	*out = t->st;
+	out->capacity_bytes = t->capacity;
+	out->used_bytes = t->used;
+	out->chunks = t->count;
+	pthread_mutex_unlock(&t->mu);
+	snprintf(out->name, sizeof(out->name), "nvme");
+	out->borrowed = atomic_load(&t->borrowed);
+}
+
+static void nv_free(nvme *t)
+{
+	nv_ent *e, *next;
+
+	for (e = t->mru; e; e = next) {
+		next = e->older;
+		free(e);
+	}
+	if (t->uring)
+		io_uring_queue_exit(&t->ring);
+	free(t->buckets);
+	free(t->root);
+	pthread_cond_destroy(&t->ring_cv);
+	pthread_mutex_destroy(&t->ring_mu);
+	pthread_mutex_destroy(&t->mu);
+	free(t);
+}
+
+static void nv_close(kvt_tier *tt)
+{
+	if (tt)
+		nv_free((nvme *)tt);
+}
+
+static const struct kvt_tier_ops nvme_ops = {
+	.name = "nvme",
+	.put_begin = nv_put_begin,
+	.put_commit = nv_put_commit,
+	.put_abort = nv_put_abort,
+	.get = nv_get,
+	.release = nv_release,
+	.exists = nv_exists,
+	.del = nv_del,
+	.iterate = nv_iterate,
+	.stats = nv_stats,
+	.corrupt = nv_corrupt,
+	.close = nv_close,
+};
+
+void kvt_nvme_info(kvt_tier *tt, int *io_uring, int *direct, uint32_t *align)
+{
+	nvme *t = (nvme *)tt;
+
+	if (io_uring)
+		*io_uring = t->uring;
+	if (direct)
+		*direct = t->direct;
+	if (align)
+		*align = t->align;
+}
+
+/* --- open: probe, clean temporaries, rebuild ------------------------------------ */
+
+/* Create a probe file in tmp/ with O_DIRECT: refused (EINVAL) means buffered
+ * I/O; accepted, statx tells the alignment. */
+static int nv_probe(nvme *t)
+{
+	char path[PATH_MAX];
+	struct statx sx;
+	int fd;
+
+	nv_tmp_path(t, "probe", path);
+	fd = t->io->open(t->io, path, O_WRONLY | O_CREAT | O_EXCL | O_DIRECT,
+			 0644);
+	if (fd == -EINVAL) {
+		kvt_log(KVT_LOG_WARN,
+			"nvme: %s refuses O_DIRECT; using buffered I/O", t->root);
+		t->direct = 0;
+		t->align = NV_DEFAULT_ALIGN;
+		return 0;
+	}
+	if (fd < 0)
+		return kvt_err(fd, "nvme: open %s: %s", path, kvt_strerror(fd));
+	t->direct = 1;
+	t->align = NV_DEFAULT_ALIGN;
+	memset(&sx, 0, sizeof(sx));
+	if (!statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) &&
+	    (sx.stx_mask & STATX_DIOALIGN) && sx.stx_dio_offset_align) {
+		uint32_t a = sx.stx_dio_offset_align > sx.stx_dio_mem_align
+				     ? sx.stx_dio_offset_align
+				     : sx.stx_dio_mem_align;
+		/* Keep 4096 as the floor: the header is 4 KiB and a smaller
+		 * unit buys nothing.  Refuse nonsense (not a power of two). */
+		if (a <= NV_MAX_ALIGN && !(a & (a - 1)))
+			t->align = a > NV_DEFAULT_ALIGN ? a : NV_DEFAULT_ALIGN;
+	}
+	t->io->close(t->io, fd);
+	t->io->unlink(t->io, path);
+	return 0;
+}
+
+static int nv_clean_tmp(void *arg, const char *name, int is_dir)
+{
+	nvme *t = arg;
+	size_t n = strlen(name);
+	char path[PATH_MAX];
+	struct stat st;
+
+	if (is_dir || n < 4 || strcmp(name + n - 4, ".tmp"))
+		return 0;
+	snprintf(path, sizeof(path), "%s/tmp/%s", t->root, name);
+	if (!t->io->stat(t->io, path, &st) &&
+	    (int64_t)time(NULL) - (int64_t)st.st_mtime >= NV_TMP_GRACE_S)
+		t->io->unlink(t->io, path);
+	return 0;
+}
+
+typedef struct nv_found {
+	kvt_key key;
+	uint64_t len;
+	struct timespec mtime;
+} nv_found;
+
+typedef struct nv_scan {
+	nvme *t;
+	char dir[PATH_MAX];
+	uint8_t k[2];
+	int depth;
+	uint8_t *hdr; /* aligned, t->align bytes */
+	kvt_obj_hdr h;
+	nv_found *found;
+	size_t n, cap;
+	int err;
+} nv_scan;
+
+static void nv_scan_drop(nv_scan *s, const char *path, const char *why)
+{
+	kvt_log(KVT_LOG_WARN, "nvme: dropping %s: %s", path, why);
+	s->t->io->unlink(s->t->io, path);
+	s->t->st.corrupt++; /* open is single-threaded */
+}
+
+static void nv_scan_file(nv_scan *s, const char *name)
+{
+	nvme *t = s->t;
+	char path[PATH_MAX], why[256];
+	struct stat st;
+	nv_found f;
+	uint64_t got = 0;
+	int fd, rc;
+
+	memset(&f, 0, sizeof(f));
+	if (snprintf(path, sizeof(path), "%s/%s", s->dir, name) >=
+	    (int)sizeof(path))
+		return;
+	if (strlen(name) != NV_HEX + 4 || nv_unhex(name, f.key.b, KVT_KEY_BYTES)) {
+		nv_scan_drop(s, path, "name is not <64 hex digits>.kvt");
+		return;
+	}
+	if (f.key.b[0] != s->k[0] || f.key.b[1] != s->k[1]) {
+		nv_scan_drop(s, path, "in the wrong fan-out directory");
+		return;
+	}
+	fd = nv_open_file(t, path, O_RDONLY, 0);
+	if (fd < 0) {
+		if (fd != -ENOENT)
+			kvt_log(KVT_LOG_WARN, "nvme: skipping %s: open: %s",
+				path, kvt_strerror(fd));
+		return;
+	}
+	rc = t->io->fstat(t->io, fd, &st);
+	if (rc) {
+		kvt_log(KVT_LOG_WARN, "nvme: skipping %s: fstat: %s", path,
+			kvt_strerror(rc));
+		goto out;
+	}
+	/* One aligned block holds the whole header (align >= 4096). */
+	rc = nv_xfer(t, fd, 0, s->hdr, t->align, (uint64_t)st.st_size, &got);
+	if (rc) {
+		kvt_log(KVT_LOG_WARN, "nvme: skipping %s: read: %s", path,
+			kvt_strerror(rc));
+		goto out;
+	}
+	rc = kvt_obj_hdr_decode(s->hdr, (size_t)(got < KVT_OBJ_HEADER_BYTES
+							 ? got
+							 : KVT_OBJ_HEADER_BYTES),
+				&s->h);
+	if (rc) {
+		snprintf(why, sizeof(why), "%s (%s)", kvt_strerror(rc),
+			 kvt_errmsg());
+		goto bad;
+	}
+	if (memcmp(s->h.key.b, f.key.b, KVT_KEY_BYTES)) {
+		snprintf(why, sizeof(why), "header names another key");
+		goto bad;
+	}
+	f.len = (uint64_t)s->h.header_len + s->h.payload_len;
+	if ((uint64_t)st.st_size < f.len) {
+		snprintf(why, sizeof(why), "file is %llu bytes, header says %llu",
+			 (unsigned long long)st.st_size,
+			 (unsigned long long)f.len);
+		goto bad;
+	}
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 256;
+		nv_found *nf = realloc(s->found, cap * sizeof(*nf));
+		if (!nf) {
+			s->err = kvt_err(KVT_ENOMEM, "nvme: no memory for the index");
+			goto out;
+		}
+		s->found = nf;
+		s->cap = cap;
+	}
+	f.mtime = st.st_mtim;
+	s->found[s->n++] = f;
+	goto out;
+bad:
+	nv_scan_drop(s, path, why);
+out:
+	t->io->close(t->io, fd);
+}
+
+static int nv_scan_entry(void *arg, const char *name, int is_dir)
+{
+	nv_scan *s = arg;
+	size_t n = strlen(name), dl;
+	uint8_t b;
+	int rc;
+
+	if (s->depth == 2) {
+		if (!is_dir && n > 4 && !strcmp(name + n - 4, ".kvt"))
+			nv_scan_file(s, name);
+		return s->err;
+	}
+	if (!is_dir || n != 2 || nv_unhex(name, &b, 1))
+		return 0; /* tmp/ and anything not ours */
+	dl = strlen(s->dir);
+	if (dl + 4 >= sizeof(s->dir))
+		return 0;
+	snprintf(s->dir + dl, sizeof(s->dir) - dl, "/%s", name);
+	s->k[s->depth++] = b;
+	rc = s->t->io->readdir(s->t->io, s->dir, nv_scan_entry, s);
+	s->depth--;
+	if (rc && rc != -ENOENT && !s->err)
+		s->err = kvt_err(rc, "nvme: readdir %s: %s", s->dir,
+				 kvt_strerror(rc));
+	s->dir[dl] = '\0';
+	return s->err;
+}
+
+static int nv_found_cmp(const void *a, const void *b)
+{
+	const struct timespec *x = &((const nv_found *)a)->mtime;
+	const struct timespec *y = &((const nv_found *)b)->mtime;
+
+	if (x->tv_sec != y->tv_sec)
+		return x->tv_sec < y->tv_sec ? -1 : 1;
+	if (x->tv_nsec != y->tv_nsec)
+		return x->tv_nsec < y->tv_nsec ? -1 : 1;
+	return 0;
+}
+
+/* Index every good file, oldest mtime least recently used, then evict down
+ * to the capacity. */
+static int nv_rebuild(nvme *t)
+{
+	nv_scan *s = calloc(1, sizeof(*s));
+	nv_ent *victims = NULL;
+	size_t i;
+	int rc;
+
+	if (!s || posix_memalign((void **)&s->hdr, t->align, t->align)) {
+		free(s);
+		return kvt_err(KVT_ENOMEM, "nvme: no memory to scan");
+	}
+	s->t = t;
+	snprintf(s->dir, sizeof(s->dir), "%s", t->root);
+	rc = t->io->readdir(t->io, t->root[0] ? t->root : "/", nv_scan_entry, s);
+	if (rc && !s->err)
+		s->err = kvt_err(rc, "nvme: readdir %s: %s", t->root,
+				 kvt_strerror(rc));
+	rc = s->err;
+	if (!rc && s->n)
+		qsort(s->found, s->n, sizeof(*s->found), nv_found_cmp);
+	for (i = 0; !rc && i < s->n; i++) {
+		nv_ent *e = calloc(1, sizeof(*e));
+		if (!e) {
+			rc = kvt_err(KVT_ENOMEM, "nvme: no memory for the index");
+			break;
+		}
+		e->key = s->found[i].key;
+		e->len = s->found[i].len;
+		e->disk = nv_round(t, e->len);
+		nv_insert(t, e);
+	}
+	if (!rc) {
+		nv_evict(t, 0, &victims);
+		nv_reap(t, victims);
+	}
+	free(s->found);
+	free(s->hdr);
+	free(s);
+	return rc;
+}
+
+/* Set up the ring; on refusal log once and stay on pread/pwrite. */
+static void nv_ring_init(nvme *t)
+{
+	static atomic_int logged;
+	int rc = io_uring_queue_init(t->qd, &t->ring, 0);
+
+	if (rc < 0) {
+		if (!atomic_exchange(&logged, 1))
+			kvt_log(KVT_LOG_WARN,
+				"nvme: io_uring_queue_init: %s; using pread/pwrite",
+				kvt_strerror(rc));
+		return;
+	}
+	t->uring = 1;
+}
+
+int kvt_nvme_open(const kvt_nvme_opts *o, kvt_tier **out)
+{
+	char tmpdir[PATH_MAX];
+	size_t len;
+	nvme *t;
+	int rc;
+
+	if (out)
+		*out = NULL;
+	if (!o || !out || !o->path || !o->path[0])
+		return kvt_err(KVT_EINVAL, "nvme: a directory path is needed");
+	if (o->capacity < KVT_OBJ_HEADER_BYTES)
+		return kvt_err(KVT_EINVAL, "nvme: capacity %llu is too small",
+			       (unsigned long long)o->capacity);
+	if (o->queue_depth > 4096)
+		return kvt_err(KVT_EINVAL, "nvme: queue depth %u exceeds 4096",
+			       o->queue_depth);
+	len = strlen(o->path);
+	while (len > 1 && o->path[len - 1] == '/')
+		len--;
+	if (len + NV_NAME_MAX >= PATH_MAX)
+		return kvt_err(KVT_EINVAL, "nvme: path %s is too long", o->path);
+
+	pthread_once(&nv_tmp_once, nv_tmp_seed);
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return kvt_err(KVT_ENOMEM, "nvme: no memory");
+	t->root = malloc(len + 1);
+	t->nbuckets = NV_MIN_BUCKETS;
+	t->buckets = calloc(t->nbuckets, sizeof(*t->buckets));
+	if (!t->root || !t->buckets) {
+		free(t->root);
+		free(t->buckets);
+		free(t);
+		return kvt_err(KVT_ENOMEM, "nvme: no memory");
+	}
+	pthread_mutex_init(&t->mu, NULL);
+	pthread_mutex_init(&t->ring_mu, NULL);
+	pthread_cond_init(&t->ring_cv, NULL);
+	memcpy(t->root, o->path, len);
+	t->root[len] = '\0';
+	if (len == 1 && t->root[0] == '/')
+		t->root[0] = '\0';
+	t->base.ops = &nvme_ops;
+	t->io = o->io ? o->io : kvt_io_posix();
+	t->capacity = o->capacity;
+	t->qd = o->queue_depth ? o->queue_depth : KVT_NVME_DEFAULT_QD;
+	atomic_init(&t->borrowed, 0);
+
+	snprintf(tmpdir, sizeof(tmpdir), "%s/tmp", t->root);
+	rc = kvt_io_mkdirs(t->io, tmpdir, 0755);
+	if (rc) {
+		rc = kvt_err(rc, "nvme: mkdir -p %s: %s", tmpdir,
+			     kvt_strerror(rc));
+		goto fail;
+	}
+	rc = nv_probe(t);
+	if (rc)
+		goto fail;
+	t->seg_bytes = o->segment_bytes ? o->segment_bytes
+					: KVT_NVME_DEFAULT_SEGMENT;
+	t->seg_bytes &= ~(t->align - 1);
+	if (!t->seg_bytes)
+		t->seg_bytes = t->align;
+	if (o->use_io_uring)
+		nv_ring_init(t);
+	rc = t->io->readdir(t->io, tmpdir, nv_clean_tmp, t);
+	if (rc) {
+		rc = kvt_err(rc, "nvme: readdir %s: %s", tmpdir, kvt_strerror(rc));
+		goto fail;
+	}
+	rc = nv_rebuild(t);
+	if (rc)
+		goto fail;
+	kvt_err_clear();
+	*out = &t->base;
+	return 0;
+fail:
+	nv_free(t);
+	return rc;
+}
