@@ -458,6 +458,24 @@ int kvt_store_iterate(kvt_store *st, int tier,
 		      int (*fn)(void *arg, const kvt_key *key, uint64_t len),
 		      void *arg);
 
+/* What kvt_store_verify found. */
+typedef struct kvt_verify_result {
+	uint64_t checked; /* chunks read and verified */
+	uint64_t bad;     /* chunks that failed (and were dropped if asked) */
+	uint64_t bytes;   /* payload bytes verified */
+} kvt_verify_result;
+
+/* Read every chunk of tier `tier` and check it whole: header, key, every
+ * layer's checksum (an fsck).  Each bad chunk is reported to `bad_fn` (may be
+ * NULL) with its key and the reason (a kvt_errmsg() string valid during the
+ * call), and with `drop` nonzero removed from the tier.  Chunks put or
+ * evicted meanwhile may or may not be seen.  Returns 0 or a negative code;
+ * the tally is in *res. */
+int kvt_store_verify(kvt_store *st, int tier, int drop,
+		     void (*bad_fn)(void *arg, const kvt_key *key, int err,
+				    const char *why),
+		     void *arg, kvt_verify_result *res);
+
 #ifdef __cplusplus
 }
 #endif

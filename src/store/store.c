@@ -941,3 +941,100 @@ int kvt_store_iterate(kvt_store *st, int tier,
 		return kvt_err(KVT_EINVAL, "tier %d of %d", tier, st ? st->n_tiers : 0);
 	return st->tiers[tier]->ops->iterate(st->tiers[tier], iter_payload, &c);
 }
+
+/* --- verification (fsck) -------------------------------------------------------- */
+
+struct verify_ctx {
+	kvt_store *st;
+	kvt_tier *t;
+	int drop;
+	void (*bad_fn)(void *arg, const kvt_key *key, int err, const char *why);
+	void *arg;
+	kvt_verify_result *res;
+	kvt_key *keys;
+	size_t n, cap;
+};
+
+static int verify_collect(void *arg, const kvt_key *key, uint64_t len)
+{
+	struct verify_ctx *c = arg;
+	(void)len;
+	if (c->n == c->cap) {
+		size_t ncap = c->cap ? c->cap * 2 : 1024;
+		kvt_key *nk = realloc(c->keys, ncap * sizeof(*nk));
+		if (!nk)
+			return KVT_ENOMEM;
+		c->keys = nk;
+		c->cap = ncap;
+	}
+	c->keys[c->n++] = *key;
+	return 0;
+}
+
+static void verify_one(struct verify_ctx *c, const kvt_key *key)
+{
+	kvt_tier_rbuf *rb;
+	kvt_obj_hdr *h = malloc(sizeof(*h));
+	int rc;
+
+	if (!h)
+		return;
+	rc = c->t->ops->get(c->t, key, &rb);
+	if (rc == KVT_ENOTFOUND) { /* evicted or deleted since the walk */
+		free(h);
+		return;
+	}
+	if (rc == 0) {
+		rc = image_header(rb, h);
+		if (rc == 0 && memcmp(&h->key, key, sizeof(*key)))
+			rc = kvt_err(KVT_EMISMATCH, "object holds another key");
+		if (rc == 0 && rb->len != KVT_OBJ_HEADER_BYTES + h->payload_len)
+			rc = kvt_err(KVT_ETRUNCATED, "image is %llu bytes, header says %llu",
+				     (unsigned long long)rb->len,
+				     (unsigned long long)(KVT_OBJ_HEADER_BYTES + h->payload_len));
+		if (rc == 0)
+			rc = kvt_obj_verify_iov(h, rb->iov, rb->n_iov);
+		if (rc == 0)
+			c->res->bytes += h->payload_len;
+		c->t->ops->release(c->t, rb);
+	}
+	c->res->checked++;
+	if (rc) {
+		c->res->bad++;
+		if (c->bad_fn)
+			c->bad_fn(c->arg, key, rc, kvt_errmsg());
+		if (c->drop)
+			c->t->ops->corrupt(c->t, key);
+	}
+	free(h);
+}
+
+int kvt_store_verify(kvt_store *st, int tier, int drop,
+		     void (*bad_fn)(void *arg, const kvt_key *key, int err,
+				    const char *why),
+		     void *arg, kvt_verify_result *res)
+{
+	struct verify_ctx c = { 0 };
+	kvt_verify_result dummy;
+	int rc;
+
+	kvt_err_clear();
+	if (!st || tier < 0 || tier >= st->n_tiers)
+		return kvt_err(KVT_EINVAL, "tier %d of %d", tier, st ? st->n_tiers : 0);
+	if (!res)
+		res = &dummy;
+	memset(res, 0, sizeof(*res));
+	c.st = st;
+	c.t = st->tiers[tier];
+	c.drop = drop;
+	c.bad_fn = bad_fn;
+	c.arg = arg;
+	c.res = res;
+	/* Collect the keys first: a tier's walk holds its locks, and reading
+	 * a chunk must not. */
+	rc = c.t->ops->iterate(c.t, verify_collect, &c);
+	for (size_t i = 0; rc == 0 && i < c.n; i++)
+		verify_one(&c, &c.keys[i]);
+	free(c.keys);
+	return rc;
+}
