@@ -68,8 +68,10 @@ int cmd_lookup(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
 int cmd_stat(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int bench_dram(int argc, char **argv);
+int bench_nvme(int argc, char **argv);
 
 #endif
