@@ -9,7 +9,8 @@
 int cmd_bench(int argc, char **argv)
 {
 	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-		printf("usage: kvtier bench dram [--json] [--quick]\n\n"
+		printf("usage: kvtier bench dram [--json] [--quick]\n"
+		       "       kvtier bench nvme [--json] [--quick] [--dir DIR]\n\n"
 		       "Benchmarks print each figure as a ratio against a bound measured in\n"
 		       "the same run (memcpy, hashing alone, ...); --json prints every figure\n"
 		       "with ratios in fields named ratio_vs_<bound>.\n");
@@ -17,6 +18,8 @@ int cmd_bench(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "dram"))
 		return bench_dram(argc - 1, argv + 1);
-	fprintf(stderr, "kvtier bench: unknown benchmark \"%s\" (known: dram)\n", argv[1]);
+	if (!strcmp(argv[1], "nvme"))
+		return bench_nvme(argc - 1, argv + 1);
+	fprintf(stderr, "kvtier bench: unknown benchmark \"%s\" (known: dram, nvme)\n", argv[1]);
 	return 2;
 }

@@ -20,7 +20,7 @@ static const struct {
 	{ "stat", cmd_stat, "per-tier statistics" },
 	{ "inspect", cmd_inspect, "decode and verify an object file" },
 	{ "verify", cmd_verify, "check every chunk of every tier (fsck); --repair drops bad ones" },
-	{ "bench", cmd_bench, "benchmarks with ratios against a bound (dram)" },
+	{ "bench", cmd_bench, "benchmarks with ratios against a bound (dram, nvme)" },
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,1223 @@
+/*
+ * bench_nvme.c — `kvtier bench nvme`: the NVMe tier's sequential bandwidth
+ * against fio on the same directory, and its index rebuild at restart
+ * against a plain header scan.
+ *
+ * The store under test has only the disk tier (local_cpu: false, local_disk:
+ * a fresh directory), so every put writes the disk and every get reads it
+ * and verifies the chunk's checksums, as a get from a disk tier always does.
+ * The bounds, exactly:
+ *
+ *   fio        the fio binary on PATH, run as a child process, no shell:
+ *                fio --name=kvtier-bound --directory=DIR/fio
+ *                    --ioengine=io_uring --direct=1 --rw=write|read
+ *                    --bs=<chunk payload> --iodepth=16 --numjobs=1
+ *                    --size=<N x chunk payload> --output-format=json
+ *                    --output=DIR/fio.json
+ *              The write job creates the file (fio's defaults: fallocate'd
+ *              up front, random buffer contents), the read job reads that
+ *              same file back; the bound is jobs[0].<write|read>.bw_bytes.
+ *              The file is deleted after the read.
+ *   raw_scan   in this process: a recursive readdir walk of the rebuilt
+ *              tier's directory that opens every *.kvt file (O_DIRECT where
+ *              the file system allows it, as the tier reads), preads its
+ *              first 4 KiB and closes it.  What any rebuild has to do at
+ *              least; parsing and checking the header and building the
+ *              index is what the store adds.
+ *
+ * Subjects:
+ *
+ *   write    kvt_put_async of N distinct chunks (256 bf16 tokens of K and V
+ *            per rank of Qwen2.5-7B: 14 MiB, and Llama-3.1-8B: 32 MiB),
+ *            16 ops outstanding, store workers 16, nvme_queue_depth 16,
+ *            durability crash-safe (in the device once the put returns,
+ *            not fsynced: what fio's O_DIRECT writes without fsync give).
+ *   read     kvt_get_async of the same N chunks into 16 rotating caller
+ *            buffers, 16 outstanding: each a full read plus verification.
+ *   rebuild  kvt_store_open of a disk-only store holding 100,000 chunks
+ *            (10,000 with --quick) of 8 KiB payload (1 layer x 1 head x
+ *            16 dims x 256 tokens, f16, one plane; 12 KiB images), timed
+ *            until it returns, in chunks per second.
+ *
+ * Bandwidth is payload bytes over elapsed time, GB/s = 1e9 bytes/s; the
+ * subject also writes a 4 KiB header per chunk that it is not credited for.
+ * fio moves exactly N x payload bytes.  Each round runs the bound's write
+ * and read and the subject's write and read, the order flipping every round;
+ * the subject's chunks (kvt_delete) and fio's file are deleted before the
+ * other side runs, so both see the same disk fill.  3 rounds (2 with --quick
+ * and a quarter of the bytes).  Figures are medians [min..max] over rounds,
+ * ratios the median of the per-round ratios; ratio_vs_fio and
+ * ratio_vs_raw_scan are subject over bound in bandwidth (chunks/s for the
+ * rebuild), so higher is better for both.
+ *
+ * Free space is checked first (statvfs): the bandwidth part needs 1.2x its
+ * bytes, the rebuild 16 KiB per chunk plus 20%; short of that N is scaled
+ * down (to no fewer than 8 chunks per size, 1,000 for the rebuild) and the
+ * output says so; if even that does not fit, the part is skipped, printed as
+ * such and marked "skipped" in the JSON, and the exit code stays 0.
+ *
+ * A benchmark reports; it does not fail: a figure below its target is
+ * printed as such and the exit code stays 0.  1 means something went wrong
+ * (a call failed, a chunk read back differs from what was put, fio failed);
+ * 2 a usage error or fio missing.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+extern char **environ;
+
+#define CMD "bench nvme"
+#define MAX_ROUNDS 3
+#define IN_FLIGHT 16
+#define HEADER_BYTES 4096u
+#define TARGET_VS_FIO 0.85
+#define MIN_CHUNKS 8
+#define MIN_REBUILD 1000
+#define REBUILD_FILE_BYTES (16u << 10) /* 12 KiB image + inode, dirents */
+#define BUF_ALIGN ((size_t)2 << 20)
+
+static const char *const chunk_models[] = {
+	"qwen2.5-7b",  /* 14 MiB */
+	"llama3.1-8b", /* 32 MiB */
+};
+#define N_SIZES (sizeof(chunk_models) / sizeof(chunk_models[0]))
+
+enum op { OP_WRITE, OP_READ };
+static const char *const op_names[] = { "write", "read" };
+
+struct figure {
+	enum op op;
+	const char *model;
+	uint64_t chunk_bytes;
+	long chunks;
+	double bound[MAX_ROUNDS], subj[MAX_ROUNDS]; /* GB/s */
+};
+
+struct bench {
+	int json, quick, rounds;
+	char base[1024];   /* the directory every file of the run lives under */
+	int base_made;     /* we created it: remove it after */
+	char fs_type[32];
+	unsigned long fs_magic;
+	uint64_t free_bytes, free_inodes;
+	char fio[1024], fio_version[64];
+
+	struct figure fig[N_SIZES * 2];
+	int n_fig;
+	long want_chunks[N_SIZES];
+	int bw_scaled;
+	const char *bw_skipped; /* reason, or NULL */
+
+	long rebuild_n, rebuild_want;
+	int rebuild_scaled;
+	const char *rebuild_skipped;
+	double scan_s[MAX_ROUNDS], open_s[MAX_ROUNDS];
+	long scan_files;
+	uint64_t scan_bytes;
+};
+
+struct summary {
+	double median, min, max;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Statistics (as bench_dram.c)                                              */
+/* ------------------------------------------------------------------------ */
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static struct summary summarize(const double *v, int n)
+{
+	double s[MAX_ROUNDS];
+	struct summary r;
+
+	memcpy(s, v, sizeof(*s) * (size_t)n);
+	qsort(s, (size_t)n, sizeof(*s), cmp_double);
+	r.min = s[0];
+	r.max = s[n - 1];
+	r.median = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+	return r;
+}
+
+static struct summary fig_ratio(const struct figure *f, int rounds)
+{
+	double v[MAX_ROUNDS];
+
+	for (int r = 0; r < rounds; r++)
+		v[r] = f->subj[r] / f->bound[r];
+	return summarize(v, rounds);
+}
+
+/* Rebuild figures in chunks per second. */
+static struct summary rate_summary(const double *secs, long n, int rounds)
+{
+	double v[MAX_ROUNDS];
+
+	for (int r = 0; r < rounds; r++)
+		v[r] = (double)n / secs[r];
+	return summarize(v, rounds);
+}
+
+static struct summary rebuild_ratio(const struct bench *b)
+{
+	double v[MAX_ROUNDS];
+
+	for (int r = 0; r < b->rounds; r++)
+		v[r] = b->scan_s[r] / b->open_s[r];
+	return summarize(v, b->rounds);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Files                                                                     */
+/* ------------------------------------------------------------------------ */
+
+static const char *fs_name(unsigned long magic)
+{
+	static const struct {
+		unsigned long magic;
+		const char *name;
+	} names[] = {
+		{ 0xEF53, "ext4" },       { 0x58465342, "xfs" },
+		{ 0x9123683E, "btrfs" },  { 0xF2F52010, "f2fs" },
+		{ 0x2FC12FC1, "zfs" },    { 0x01021994, "tmpfs" },
+		{ 0x794C7630, "overlayfs" }, { 0x65735546, "fuse" },
+		{ 0x6969, "nfs" },        { 0xFF534D42, "cifs" },
+		{ 0x00C36400, "ceph" },   { 0x0BD00BD0, "lustre" },
+		{ 0x47504653, "gpfs" },   { 0x4244, "hfs" },
+		{ 0x5346544E, "ntfs" },   { 0x4D44, "vfat" },
+	};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (names[i].magic == magic)
+			return names[i].name;
+	return "unknown";
+}
+
+static int path_join(char *out, size_t cap, const char *a, const char *b)
+{
+	int n = snprintf(out, cap, "%s/%s", a, b);
+	return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+/* rm -r of what this run created.  Errors are ignored: a cleanup that
+ * fails leaves files behind, which the report mentions. */
+static int remove_tree(const char *path)
+{
+	struct stat sb;
+	DIR *d;
+	struct dirent *e;
+	int bad = 0;
+
+	if (lstat(path, &sb))
+		return errno == ENOENT ? 0 : -1;
+	if (!S_ISDIR(sb.st_mode))
+		return unlink(path) ? -1 : 0;
+	if (!(d = opendir(path)))
+		return -1;
+	while ((e = readdir(d))) {
+		char sub[4096];
+
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		if (path_join(sub, sizeof(sub), path, e->d_name) || remove_tree(sub))
+			bad = 1;
+	}
+	closedir(d);
+	if (rmdir(path))
+		bad = 1;
+	return bad ? -1 : 0;
+}
+
+static int fs_probe(struct bench *b)
+{
+	struct statfs sf;
+	struct statvfs sv;
+
+	if (statfs(b->base, &sf) || statvfs(b->base, &sv)) {
+		fprintf(stderr, "kvtier " CMD ": %s: %s\n", b->base, strerror(errno));
+		return 1;
+	}
+	b->fs_magic = (unsigned long)sf.f_type;
+	snprintf(b->fs_type, sizeof(b->fs_type), "%s", fs_name(b->fs_magic));
+	b->free_bytes = (uint64_t)sv.f_bavail * sv.f_frsize;
+	b->free_inodes = sv.f_favail;
+	return 0;
+}
+
+/* fio on PATH, or 0. */
+static int find_fio(struct bench *b)
+{
+	const char *path = getenv("PATH");
+	char dir[1024];
+
+	if (!path || !*path)
+		path = "/usr/local/bin:/usr/bin:/bin";
+	while (*path) {
+		size_t n = strcspn(path, ":");
+
+		if (n && n < sizeof(dir)) {
+			memcpy(dir, path, n);
+			dir[n] = '\0';
+			if (path_join(b->fio, sizeof(b->fio), dir, "fio") == 0 &&
+			    access(b->fio, X_OK) == 0)
+				return 1;
+		}
+		path += n;
+		if (*path == ':')
+			path++;
+	}
+	b->fio[0] = '\0';
+	return 0;
+}
+
+/* Run argv with stdout to `out` (or /dev/null) and stderr to `err` (or
+ * inherited); 0 if it exited 0. */
+static int run_child(char *const argv[], const char *out, const char *err)
+{
+	posix_spawn_file_actions_t fa;
+	pid_t pid;
+	int st = 0, rc;
+
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 1, out ? out : "/dev/null",
+					 O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	if (err)
+		posix_spawn_file_actions_addopen(&fa, 2, err,
+						 O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	if (rc)
+		return -1;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+static void fio_version(struct bench *b)
+{
+	char out[1100];
+	char *argv[] = { b->fio, "--version", NULL };
+	uint8_t *txt = NULL;
+	size_t len = 0;
+
+	snprintf(b->fio_version, sizeof(b->fio_version), "unknown");
+	if (path_join(out, sizeof(out), b->base, "fio.version") ||
+	    run_child(argv, out, NULL) || cli_read_file(out, &txt, &len))
+		return;
+	while (len && (txt[len - 1] == '\n' || txt[len - 1] == '\r'))
+		len--;
+	if (len >= sizeof(b->fio_version))
+		len = sizeof(b->fio_version) - 1;
+	for (size_t i = 0; i < len; i++) /* printed into JSON unescaped */
+		if (txt[i] < 0x20 || txt[i] == '"' || txt[i] == '\\')
+			txt[i] = '_';
+	memcpy(b->fio_version, txt, len);
+	b->fio_version[len] = '\0';
+	free(txt);
+	unlink(out);
+}
+
+/* "bw_bytes" of the job's <op> section of fio's JSON output. */
+static int fio_parse(const char *json, const char *op, double *bw)
+{
+	const char *p = strstr(json, "\"jobs\"");
+	char pat[16];
+
+	if (!p)
+		return -1;
+	snprintf(pat, sizeof(pat), "\"%s\"", op);
+	/* The section is "<op>" : { ...; "rw" : "write" is not one. */
+	while ((p = strstr(p, pat))) {
+		const char *q = p + strlen(pat);
+
+		while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')
+			q++;
+		if (*q == ':') {
+			q++;
+			while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')
+				q++;
+			if (*q == '{') {
+				const char *k = strstr(q, "\"bw_bytes\"");
+				char *end;
+				if (!k || !(k = strchr(k, ':')))
+					return -1;
+				*bw = strtod(k + 1, &end);
+				return end == k + 1 || *bw <= 0 ? -1 : 0;
+			}
+		}
+		p = q;
+	}
+	return -1;
+}
+
+/* One fio job over DIR/fio: bytes/s into *gbps (as GB/s). */
+static int fio_run(struct bench *b, enum op op, uint64_t bs, uint64_t size,
+		   double *gbps)
+{
+	char dir[1100], out[1100], err[1100], a_dir[1200], a_rw[32], a_bs[48],
+		a_size[48], a_out[1200];
+	char *argv[] = {
+		b->fio, "--name=kvtier-bound", a_dir, "--ioengine=io_uring",
+		"--direct=1", a_rw, a_bs, "--iodepth=16", "--numjobs=1", a_size,
+		"--output-format=json", a_out, NULL,
+	};
+	uint8_t *txt = NULL;
+	size_t len = 0;
+	double bw = 0;
+	int rc;
+
+	if (path_join(dir, sizeof(dir), b->base, "fio") ||
+	    path_join(out, sizeof(out), b->base, "fio.json") ||
+	    path_join(err, sizeof(err), b->base, "fio.stderr"))
+		return cli_fail(CMD, "fio paths", KVT_EINVAL);
+	if (mkdir(dir, 0700) && errno != EEXIST) {
+		fprintf(stderr, "kvtier " CMD ": mkdir %s: %s\n", dir, strerror(errno));
+		return 1;
+	}
+	snprintf(a_dir, sizeof(a_dir), "--directory=%s", dir);
+	snprintf(a_rw, sizeof(a_rw), "--rw=%s", op_names[op]);
+	snprintf(a_bs, sizeof(a_bs), "--bs=%llu", (unsigned long long)bs);
+	snprintf(a_size, sizeof(a_size), "--size=%llu", (unsigned long long)size);
+	snprintf(a_out, sizeof(a_out), "--output=%s", out);
+	unlink(out);
+	rc = run_child(argv, NULL, err);
+	if (rc == 0 && cli_read_file(out, &txt, &len) == 0) {
+		char *s = realloc(txt, len + 1);
+		if (s) {
+			s[len] = '\0';
+			txt = (uint8_t *)s;
+			rc = fio_parse(s, op_names[op], &bw);
+		} else {
+			rc = -1;
+		}
+	} else {
+		rc = -1;
+	}
+	free(txt);
+	if (rc) {
+		uint8_t *e = NULL;
+		size_t el = 0;
+
+		fprintf(stderr, "kvtier " CMD ": fio %s of %s failed or gave no "
+			"bw_bytes (command: fio --name=kvtier-bound %s "
+			"--ioengine=io_uring --direct=1 %s %s --iodepth=16 "
+			"--numjobs=1 %s --output-format=json %s)\n",
+			op_names[op], dir, a_dir, a_rw, a_bs, a_size, a_out);
+		if (cli_read_file(err, &e, &el) == 0 && el) {
+			fprintf(stderr, "fio said: %.*s\n", (int)(el > 2000 ? 2000 : el),
+				(const char *)e);
+		}
+		free(e);
+		return 1;
+	}
+	unlink(out);
+	unlink(err);
+	*gbps = bw / 1e9;
+	return 0;
+}
+
+static void fio_clean(struct bench *b)
+{
+	char dir[1100];
+
+	if (path_join(dir, sizeof(dir), b->base, "fio") == 0)
+		remove_tree(dir);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Store                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* A store with the disk tier alone, settings explicit so that a changed
+ * default does not silently change what the figures mean. */
+static int open_store(const char *dir, uint64_t capacity, kvt_store **st,
+		      int quiet_fail)
+{
+	static const char *const fixed[][2] = {
+		{ "local_cpu", "false" },
+		{ "nvme_queue_depth", "16" },
+		{ "nvme_io_uring", "true" },
+		{ "workers", "16" },
+	};
+	kvt_config *cfg = kvt_config_new();
+	char cap[48];
+	int rc = 0;
+
+	if (!cfg)
+		return cli_fail(CMD, "kvt_config_new", KVT_ENOMEM);
+	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]) && !rc; i++)
+		rc = kvt_config_set(cfg, fixed[i][0], fixed[i][1]);
+	snprintf(cap, sizeof(cap), "%lluMiB",
+		 (unsigned long long)((capacity + (1u << 20) - 1) >> 20));
+	if (!rc)
+		rc = kvt_config_set(cfg, "max_local_disk_size", cap);
+	if (!rc)
+		rc = kvt_config_set(cfg, "local_disk", dir);
+	if (rc) {
+		kvt_config_free(cfg);
+		return cli_fail(CMD, "configuration", rc);
+	}
+	*st = kvt_store_open(cfg, &rc);
+	kvt_config_free(cfg);
+	if (!*st)
+		return quiet_fail ? rc : cli_fail(CMD, "kvt_store_open", rc ? rc : KVT_ENOMEM);
+	return 0;
+}
+
+static void chunk_key(kvt_key *k, uint32_t tag, uint8_t kind, uint64_t seq)
+{
+	memset(k, 0, sizeof(*k));
+	k->b[0] = kind;
+	memcpy(k->b + 4, &tag, sizeof(tag));
+	memcpy(k->b + 8, &seq, sizeof(seq));
+	memcpy(k->b + 24, "kvtnvme!", 8);
+}
+
+static int chunk_desc(const char *preset, kvt_ns_desc *d)
+{
+	const cli_model *m = cli_model_find(preset);
+
+	if (!m) {
+		fprintf(stderr, "kvtier " CMD ": model preset %s missing\n", preset);
+		return 1;
+	}
+	memset(d, 0, sizeof(*d));
+	d->model = m->model_id;
+	d->layout.num_layers = m->layers;
+	d->layout.num_kv_heads = m->kv_heads;
+	d->layout.head_dim = m->head_dim;
+	d->layout.dtype = KVT_DTYPE_BF16;
+	d->layout.kv_planes = 2;
+	d->layout.block_size = 16;
+	d->layout.chunk_tokens = 256;
+	d->tp_size = 1;
+	d->pp_size = 1;
+	d->hash_scheme = KVT_HASH_SHA256;
+	return 0;
+}
+
+static uint8_t *bench_buffer(size_t bytes)
+{
+	size_t len = (bytes + BUF_ALIGN - 1) & ~(BUF_ALIGN - 1);
+	void *p = NULL;
+
+	if (posix_memalign(&p, BUF_ALIGN, len))
+		return NULL;
+	memset(p, 0, len);
+	return p;
+}
+
+static void fill_random(uint8_t *p, size_t n, uint64_t x)
+{
+	for (size_t i = 0; i + 8 <= n; i += 8) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		memcpy(p + i, &x, 8);
+	}
+}
+
+/* n puts (bufs == NULL) or gets of keys tag/seq0.., IN_FLIGHT outstanding,
+ * oldest waited for first.  Gets rotate through bufs[IN_FLIGHT]. */
+static int async_run(kvt_store *st, const kvt_ns *ns, uint32_t tag,
+		     uint8_t kind, uint64_t seq0, long n, const uint8_t *src,
+		     uint8_t *const *bufs, size_t bytes, double *secs)
+{
+	kvt_op *ops[IN_FLIGHT] = { 0 };
+	long next = 0, done = 0;
+	int rc = 0;
+	double t0 = cli_now();
+
+	while (done < n) {
+		while (next < n && next - done < IN_FLIGHT) {
+			int slot = (int)(next % IN_FLIGHT);
+			kvt_key k;
+
+			chunk_key(&k, tag, kind, seq0 + (uint64_t)next);
+			rc = bufs ? kvt_get_async(st, ns, &k, bufs[slot], bytes, &ops[slot])
+				  : kvt_put_async(st, ns, &k, src, bytes,
+						  KVT_DUR_CRASH_SAFE, &ops[slot]);
+			if (rc) {
+				ops[slot] = NULL;
+				goto drain;
+			}
+			next++;
+		}
+		{
+			int slot = (int)(done % IN_FLIGHT);
+
+			rc = kvt_op_wait(ops[slot], -1);
+			if (rc == 0 && bufs && kvt_op_bytes(ops[slot]) != bytes)
+				rc = KVT_ETRUNCATED;
+			kvt_op_free(ops[slot]);
+			ops[slot] = NULL;
+			done++;
+			if (rc)
+				goto drain;
+		}
+	}
+	*secs = cli_now() - t0;
+	return 0;
+drain:
+	for (int i = 0; i < IN_FLIGHT; i++)
+		if (ops[i])
+			kvt_op_free(ops[i]);
+	return rc;
+}
+
+static int delete_all(kvt_store *st, const kvt_ns *ns, uint32_t tag,
+		      uint8_t kind, uint64_t seq0, long n)
+{
+	for (long i = 0; i < n; i++) {
+		kvt_key k;
+		int rc;
+
+		chunk_key(&k, tag, kind, seq0 + (uint64_t)i);
+		if ((rc = kvt_delete(st, ns, &k)) && rc != KVT_ENOTFOUND)
+			return rc;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Bandwidth                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static int subject_round(struct bench *b, kvt_store *st, const kvt_ns *ns,
+			 uint32_t tag, uint64_t seq0, struct figure *fw,
+			 struct figure *fr, int r, const uint8_t *src,
+			 uint8_t *const *bufs)
+{
+	size_t bytes = (size_t)fw->chunk_bytes;
+	double ws = 0, rs = 0;
+	int rc;
+
+	(void)b;
+	if ((rc = async_run(st, ns, tag, 'W', seq0, fw->chunks, src, NULL, bytes, &ws)))
+		return cli_fail(CMD, "kvt_put_async (write)", rc);
+	if ((rc = async_run(st, ns, tag, 'W', seq0, fw->chunks, NULL, bufs, bytes, &rs)))
+		return cli_fail(CMD, "kvt_get_async (read)", rc);
+	/* Untimed: the last chunk read is what was put. */
+	if (memcmp(bufs[(fw->chunks - 1) % IN_FLIGHT], src, bytes)) {
+		fprintf(stderr, "kvtier " CMD ": a chunk read back differs from the "
+			"one put\n");
+		return 1;
+	}
+	if ((rc = delete_all(st, ns, tag, 'W', seq0, fw->chunks)))
+		return cli_fail(CMD, "kvt_delete", rc);
+	fw->subj[r] = (double)fw->chunks * (double)bytes / ws / 1e9;
+	fr->subj[r] = (double)fr->chunks * (double)bytes / rs / 1e9;
+	return 0;
+}
+
+static int bound_round(struct bench *b, struct figure *fw, struct figure *fr, int r)
+{
+	uint64_t size = (uint64_t)fw->chunks * fw->chunk_bytes;
+	int rc;
+
+	rc = fio_run(b, OP_WRITE, fw->chunk_bytes, size, &fw->bound[r]);
+	if (!rc)
+		rc = fio_run(b, OP_READ, fw->chunk_bytes, size, &fr->bound[r]);
+	fio_clean(b);
+	return rc;
+}
+
+static int bench_bandwidth(struct bench *b)
+{
+	kvt_ns_desc d[N_SIZES];
+	uint64_t max = 0, need = 0, image[N_SIZES];
+	uint8_t *src = NULL, *bufs[IN_FLIGHT] = { 0 };
+	char dir[1100];
+	kvt_store *st = NULL;
+	int ret = 1, rc;
+
+	for (size_t i = 0; i < N_SIZES; i++) {
+		uint64_t n;
+
+		if (chunk_desc(chunk_models[i], &d[i]))
+			return 1;
+		n = kvt_layout_payload_bytes(&d[i].layout);
+		if (n == 0)
+			return cli_fail(CMD, d[i].model, kvt_layout_check(&d[i].layout));
+		image[i] = n + HEADER_BYTES;
+		if (n > max)
+			max = n;
+		/* About 1.75 GiB per size (quarter with --quick), >= 8. */
+		b->want_chunks[i] = (long)((b->quick ? 448ull << 20 : 1792ull << 20) / n);
+		if (b->want_chunks[i] < MIN_CHUNKS)
+			b->want_chunks[i] = MIN_CHUNKS;
+	}
+
+	/* Sizes run one at a time and clean up after themselves, so the disk
+	 * must hold the largest one once, with 20% to spare. */
+	for (size_t i = 0; i < N_SIZES; i++) {
+		uint64_t room = (uint64_t)((double)b->free_bytes / 1.2);
+		long n = b->want_chunks[i];
+
+		if ((uint64_t)n * image[i] > room) {
+			n = (long)(room / image[i]);
+			b->bw_scaled = 1;
+		}
+		if (n < MIN_CHUNKS) {
+			b->bw_skipped = "not enough free space for 8 chunks of each size "
+					"with 20% to spare";
+			return 0;
+		}
+		b->fig[b->n_fig++] = (struct figure){ .op = OP_WRITE, .model = d[i].model,
+			.chunk_bytes = image[i] - HEADER_BYTES, .chunks = n };
+		b->fig[b->n_fig++] = (struct figure){ .op = OP_READ, .model = d[i].model,
+			.chunk_bytes = image[i] - HEADER_BYTES, .chunks = n };
+		if ((uint64_t)n * image[i] > need)
+			need = (uint64_t)n * image[i];
+	}
+
+	src = bench_buffer((size_t)max);
+	for (int i = 0; i < IN_FLIGHT; i++)
+		bufs[i] = bench_buffer((size_t)max);
+	if (!src || !bufs[IN_FLIGHT - 1]) {
+		cli_fail(CMD, "buffers", KVT_ENOMEM);
+		goto out;
+	}
+	fill_random(src, (size_t)max, 0x9e3779b97f4a7c15ull);
+	if (path_join(dir, sizeof(dir), b->base, "store")) {
+		cli_fail(CMD, "store path", KVT_EINVAL);
+		goto out;
+	}
+	if (open_store(dir, need + (need >> 3) + (64u << 20), &st, 0))
+		goto out;
+
+	for (size_t i = 0; i < N_SIZES; i++) {
+		struct figure *fw = &b->fig[2 * i], *fr = &b->fig[2 * i + 1];
+		kvt_ns ns;
+
+		if ((rc = kvt_ns_init(st, &d[i], &ns))) {
+			cli_fail(CMD, d[i].model, rc);
+			goto out;
+		}
+		/* Warm-up, untimed: the first files of a store create its
+		 * directories, and the first fio run loads fio's pages. */
+		if ((rc = async_run(st, &ns, (uint32_t)i, 'U', 0, IN_FLIGHT, src, NULL,
+				    (size_t)fw->chunk_bytes, &(double){ 0 })) ||
+		    (rc = delete_all(st, &ns, (uint32_t)i, 'U', 0, IN_FLIGHT))) {
+			cli_fail(CMD, "warm-up", rc);
+			goto out;
+		}
+		for (int r = 0; r < b->rounds; r++) {
+			uint64_t seq0 = (uint64_t)r << 32;
+
+			if (r % 2 == 0) {
+				if (bound_round(b, fw, fr, r) ||
+				    subject_round(b, st, &ns, (uint32_t)i, seq0, fw, fr, r,
+						  src, bufs))
+					goto out;
+			} else {
+				if (subject_round(b, st, &ns, (uint32_t)i, seq0, fw, fr, r,
+						  src, bufs) ||
+				    bound_round(b, fw, fr, r))
+					goto out;
+			}
+		}
+	}
+	ret = 0;
+out:
+	kvt_store_close(st);
+	free(src);
+	for (int i = 0; i < IN_FLIGHT; i++)
+		free(bufs[i]);
+	if (path_join(dir, sizeof(dir), b->base, "store") == 0)
+		remove_tree(dir);
+	fio_clean(b);
+	return ret;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Rebuild                                                                   */
+/* ------------------------------------------------------------------------ */
+
+struct scan {
+	uint8_t *buf; /* 4 KiB, aligned for O_DIRECT */
+	long files;
+	uint64_t bytes;
+};
+
+static int ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), m = strlen(suffix);
+	return n >= m && !memcmp(s + n - m, suffix, m);
+}
+
+/* The raw header scan: walk, open, pread 4 KiB, close. */
+static int scan_dir(struct scan *s, const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *e;
+	int bad = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)) && !bad) {
+		char sub[4096];
+
+		if (e->d_name[0] == '.')
+			continue;
+		if (path_join(sub, sizeof(sub), path, e->d_name)) {
+			bad = 1;
+			break;
+		}
+		if (e->d_type == DT_DIR) {
+			bad = scan_dir(s, sub) != 0;
+		} else if ((e->d_type == DT_REG || e->d_type == DT_UNKNOWN) &&
+			   ends_with(e->d_name, ".kvt")) {
+			int fd = open(sub, O_RDONLY | O_DIRECT | O_CLOEXEC);
+			ssize_t n;
+
+			if (fd < 0 && errno == EINVAL)
+				fd = open(sub, O_RDONLY | O_CLOEXEC);
+			if (fd < 0) {
+				bad = 1;
+				break;
+			}
+			n = pread(fd, s->buf, HEADER_BYTES, 0);
+			close(fd);
+			if (n < 0) {
+				bad = 1;
+				break;
+			}
+			s->files++;
+			s->bytes += (uint64_t)n;
+		}
+	}
+	closedir(d);
+	return bad ? -1 : 0;
+}
+
+static int bench_rebuild(struct bench *b)
+{
+	kvt_ns_desc d = {
+		.model = "kvtier/bench-rebuild",
+		.layout = { .num_layers = 1, .num_kv_heads = 1, .head_dim = 16,
+			    .dtype = KVT_DTYPE_F16, .kv_planes = 1, .block_size = 16,
+			    .chunk_tokens = 256 },
+		.tp_size = 1,
+		.pp_size = 1,
+		.hash_scheme = KVT_HASH_SHA256,
+	};
+	uint8_t payload[8192];
+	char dir[1100];
+	struct scan s = { 0 };
+	kvt_store *st = NULL;
+	kvt_ns ns;
+	uint64_t capacity, room;
+	long n = b->rebuild_want;
+	int rc, ret = 1;
+
+	room = (uint64_t)((double)b->free_bytes / 1.2);
+	if ((uint64_t)n * REBUILD_FILE_BYTES > room) {
+		n = (long)(room / REBUILD_FILE_BYTES);
+		b->rebuild_scaled = 1;
+	}
+	if (b->free_inodes && (uint64_t)n + 1000 > b->free_inodes) {
+		n = b->free_inodes > 1000 ? (long)(b->free_inodes - 1000) : 0;
+		b->rebuild_scaled = 1;
+	}
+	if (n < MIN_REBUILD) {
+		b->rebuild_skipped = "not enough free space or inodes for 1000 chunks";
+		return 0;
+	}
+	b->rebuild_n = n;
+	if (kvt_layout_payload_bytes(&d.layout) != sizeof(payload)) {
+		fprintf(stderr, "kvtier " CMD ": rebuild layout is not 8 KiB\n");
+		return 1;
+	}
+	fill_random(payload, sizeof(payload), 0x2545f4914f6cdd1dull);
+	if (path_join(dir, sizeof(dir), b->base, "rebuild"))
+		return cli_fail(CMD, "rebuild path", KVT_EINVAL);
+	capacity = (uint64_t)n * REBUILD_FILE_BYTES + (64u << 20);
+	if (open_store(dir, capacity, &st, 0))
+		goto out;
+	if ((rc = kvt_ns_init(st, &d, &ns))) {
+		cli_fail(CMD, "rebuild namespace", rc);
+		goto out;
+	}
+	if ((rc = async_run(st, &ns, 99, 'R', 0, n, payload, NULL, sizeof(payload),
+			    &(double){ 0 }))) {
+		cli_fail(CMD, "kvt_put_async (rebuild chunks)", rc);
+		goto out;
+	}
+	kvt_store_close(st);
+	st = NULL;
+
+	if (posix_memalign((void **)&s.buf, 4096, HEADER_BYTES)) {
+		cli_fail(CMD, "scan buffer", KVT_ENOMEM);
+		goto out;
+	}
+	for (int r = 0; r < b->rounds; r++) {
+		for (int k = 0; k < 2; k++) {
+			int scan_now = (k == 0) == (r % 2 == 0);
+			double t0 = cli_now();
+
+			if (scan_now) {
+				s.files = 0;
+				s.bytes = 0;
+				if (scan_dir(&s, dir)) {
+					fprintf(stderr, "kvtier " CMD ": raw scan of %s: %s\n",
+						dir, strerror(errno));
+					goto out;
+				}
+				b->scan_s[r] = cli_now() - t0;
+				if (s.files != n) {
+					fprintf(stderr, "kvtier " CMD ": raw scan found %ld "
+						"files, %ld were put\n", s.files, n);
+					goto out;
+				}
+			} else {
+				kvt_tier_stats ts;
+
+				if ((rc = open_store(dir, capacity, &st, 1))) {
+					cli_fail(CMD, "kvt_store_open (rebuild)", rc);
+					goto out;
+				}
+				b->open_s[r] = cli_now() - t0;
+				if ((rc = kvt_store_stats(st, 0, &ts))) {
+					cli_fail(CMD, "kvt_store_stats", rc);
+					goto out;
+				}
+				if (ts.chunks != (uint64_t)n) {
+					fprintf(stderr, "kvtier " CMD ": the reopened store "
+						"holds %llu chunks, %ld were put\n",
+						(unsigned long long)ts.chunks, n);
+					goto out;
+				}
+				kvt_store_close(st);
+				st = NULL;
+			}
+		}
+	}
+	b->scan_files = s.files;
+	b->scan_bytes = s.bytes;
+	ret = 0;
+out:
+	kvt_store_close(st);
+	free(s.buf);
+	remove_tree(dir);
+	return ret;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reports                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static const char *fmt_summary(struct summary s, char *buf, size_t cap)
+{
+	if (s.median >= 100)
+		snprintf(buf, cap, "%.0f [%.0f..%.0f]", s.median, s.min, s.max);
+	else if (s.median >= 1)
+		snprintf(buf, cap, "%.2f [%.2f..%.2f]", s.median, s.min, s.max);
+	else
+		snprintf(buf, cap, "%.3f [%.3f..%.3f]", s.median, s.min, s.max);
+	return buf;
+}
+
+static void print_row(const char *c0, const char *c1, const char *c2,
+		      const char *c3, const char *c4, const char *c5,
+		      const char *c6)
+{
+	char line[256];
+	size_t n;
+
+	snprintf(line, sizeof(line), "  %-7s %-7s %-22s %-22s %-8s %-8s %s", c0, c1,
+		 c2, c3, c4, c5, c6);
+	n = strlen(line);
+	while (n && line[n - 1] == ' ')
+		line[--n] = '\0';
+	puts(line);
+}
+
+static void print_table(const struct bench *b)
+{
+	char buf[64];
+
+	printf("kvtier bench nvme: %d rounds; each figure is the median [min..max]\n"
+	       "over rounds, each ratio the median of the per-round ratios (bound and\n"
+	       "subject alternate within a round).  GB/s = 1e9 payload bytes/s.\n"
+	       "Directory: %s on %s (statfs magic 0x%lx), %s free.\n"
+	       "Bound: %s (%s), io_uring, O_DIRECT, iodepth 16, bs = chunk payload.\n"
+	       "Store: local_cpu false, nvme_queue_depth 16, nvme_io_uring true,\n"
+	       "workers 16, 16 async ops outstanding, puts crash-safe.\n",
+	       b->rounds, b->base, b->fs_type, b->fs_magic,
+	       kvt_fmt_size(b->free_bytes, buf, sizeof(buf)), b->fio, b->fio_version);
+
+	printf("\nsequential write (kvt_put_async) and read (kvt_get_async + verify)\n");
+	if (b->bw_skipped) {
+		printf("  skipped: %s\n", b->bw_skipped);
+	} else {
+		if (b->bw_scaled)
+			printf("  (chunk counts scaled down to fit the free space)\n");
+		print_row("op", "chunk", "fio GB/s", "kvtier GB/s", "ratio", "target", "");
+		for (int i = 0; i < b->n_fig; i++) {
+			const struct figure *f = &b->fig[i];
+			struct summary r = fig_ratio(f, b->rounds);
+			char c1[32], a[48], s[48], rt[24], tg[16];
+
+			snprintf(c1, sizeof(c1), "%lluMiB",
+				 (unsigned long long)(f->chunk_bytes >> 20));
+			snprintf(rt, sizeof(rt), "%.3fx", r.median);
+			snprintf(tg, sizeof(tg), ">=%.2fx", TARGET_VS_FIO);
+			print_row(op_names[f->op], c1,
+				  fmt_summary(summarize(f->bound, b->rounds), a, sizeof(a)),
+				  fmt_summary(summarize(f->subj, b->rounds), s, sizeof(s)),
+				  rt, tg, r.median >= TARGET_VS_FIO ? "PASS" : "BELOW");
+		}
+		printf("  chunks per round:");
+		for (int i = 0; i < b->n_fig; i += 2)
+			printf("%s %ld x %llu MiB", i ? "," : "", b->fig[i].chunks,
+			       (unsigned long long)(b->fig[i].chunk_bytes >> 20));
+		printf("\n");
+	}
+
+	printf("\nindex rebuild: kvt_store_open over the tier's chunks (8 KiB payload)\n");
+	if (b->rebuild_skipped) {
+		printf("  skipped: %s\n", b->rebuild_skipped);
+	} else {
+		struct summary r = rebuild_ratio(b);
+		char a[48], s[48], c[48], rt[24];
+
+		if (b->rebuild_scaled)
+			printf("  (chunk count scaled down to fit the free space)\n");
+		print_row("chunks", "", "raw_scan chunks/s", "open chunks/s", "ratio",
+			  "target", "");
+		snprintf(c, sizeof(c), "%ld", b->rebuild_n);
+		snprintf(rt, sizeof(rt), "%.3fx", r.median);
+		print_row(c, "", fmt_summary(rate_summary(b->scan_s, b->rebuild_n,
+							  b->rounds), a, sizeof(a)),
+			  fmt_summary(rate_summary(b->open_s, b->rebuild_n, b->rounds), s,
+				      sizeof(s)),
+			  rt, "-", "");
+		printf("  open time %s s (median [min..max])\n",
+		       fmt_summary(summarize(b->open_s, b->rounds), a, sizeof(a)));
+	}
+}
+
+static void json_summary(const char *name, struct summary s)
+{
+	printf("\"%s\":{\"median\":%.6g,\"min\":%.6g,\"max\":%.6g}", name, s.median,
+	       s.min, s.max);
+}
+
+/* Paths are printed with the characters JSON needs escaped replaced. */
+static void json_path(const char *name, const char *p)
+{
+	printf("\"%s\":\"", name);
+	for (; *p; p++)
+		putchar((unsigned char)*p < 0x20 || *p == '"' || *p == '\\' ? '_' : *p);
+	putchar('"');
+}
+
+static void print_json(const struct bench *b)
+{
+	printf("{\"bench\":\"nvme\",\"version\":\"%s\",\"rounds\":%d,\"quick\":%s,"
+	       "\"skipped\":%s,\"gbps\":\"1e9 payload bytes/s\",",
+	       KVT_VERSION_STRING, b->rounds, b->quick ? "true" : "false",
+	       b->bw_skipped && b->rebuild_skipped ? "true" : "false");
+	json_path("dir", b->base);
+	printf(",\"fs\":{\"type\":\"%s\",\"magic\":\"0x%lx\",\"free_bytes\":%llu,"
+	       "\"free_inodes\":%llu},",
+	       b->fs_type, b->fs_magic, (unsigned long long)b->free_bytes,
+	       (unsigned long long)b->free_inodes);
+	printf("\"fio\":{");
+	json_path("path", b->fio);
+	printf(",\"version\":\"%s\",\"command\":\"fio --name=kvtier-bound "
+	       "--directory=DIR/fio --ioengine=io_uring --direct=1 --rw=write|read "
+	       "--bs=CHUNK --iodepth=16 --numjobs=1 --size=N*CHUNK "
+	       "--output-format=json --output=DIR/fio.json\"},",
+	       b->fio_version);
+	printf("\"store\":{\"local_cpu\":false,\"nvme_queue_depth\":16,"
+	       "\"nvme_io_uring\":true,\"workers\":16,\"in_flight\":%d,"
+	       "\"durability\":\"crash_safe\"},",
+	       IN_FLIGHT);
+	printf("\"bandwidth_skipped\":");
+	if (b->bw_skipped)
+		printf("\"%s\"", b->bw_skipped);
+	else
+		printf("null");
+	printf(",\"scaled\":%s,\"results\":[", b->bw_scaled ? "true" : "false");
+	for (int i = 0; !b->bw_skipped && i < b->n_fig; i++) {
+		const struct figure *f = &b->fig[i];
+		struct summary r = fig_ratio(f, b->rounds);
+
+		printf("%s{\"op\":\"%s\",\"model\":\"%s\",\"chunk_bytes\":%llu,"
+		       "\"image_bytes\":%llu,\"chunks\":%ld,\"total_bytes\":%llu,",
+		       i ? ",\n" : "\n", op_names[f->op], f->model,
+		       (unsigned long long)f->chunk_bytes,
+		       (unsigned long long)(f->chunk_bytes + HEADER_BYTES), f->chunks,
+		       (unsigned long long)(f->chunk_bytes * (uint64_t)f->chunks));
+		json_summary("fio_gbps", summarize(f->bound, b->rounds));
+		putchar(',');
+		json_summary("subject_gbps", summarize(f->subj, b->rounds));
+		printf(",\"ratio_vs_fio\":%.6g,", r.median);
+		json_summary("ratio_range", r);
+		printf(",\"target\":%.6g,\"better\":\"higher\",\"pass\":%s}",
+		       TARGET_VS_FIO, r.median >= TARGET_VS_FIO ? "true" : "false");
+	}
+	printf("],\n\"rebuild\":");
+	if (b->rebuild_skipped) {
+		printf("{\"skipped\":\"%s\",\"chunks\":0}", b->rebuild_skipped);
+	} else {
+		struct summary r = rebuild_ratio(b);
+
+		printf("{\"skipped\":null,\"scaled\":%s,\"chunks\":%ld,"
+		       "\"payload_bytes\":8192,\"image_bytes\":12288,"
+		       "\"scan_bytes_per_file\":%llu,",
+		       b->rebuild_scaled ? "true" : "false", b->rebuild_n,
+		       (unsigned long long)(b->scan_files
+						    ? b->scan_bytes / (uint64_t)b->scan_files
+						    : 0));
+		json_summary("raw_scan_seconds", summarize(b->scan_s, b->rounds));
+		putchar(',');
+		json_summary("open_seconds", summarize(b->open_s, b->rounds));
+		putchar(',');
+		json_summary("raw_scan_chunks_per_s",
+			     rate_summary(b->scan_s, b->rebuild_n, b->rounds));
+		putchar(',');
+		json_summary("subject_chunks_per_s",
+			     rate_summary(b->open_s, b->rebuild_n, b->rounds));
+		printf(",\"ratio_vs_raw_scan\":%.6g,", r.median);
+		json_summary("ratio_range", r);
+		printf(",\"target\":null,\"better\":\"higher\",\"pass\":null}");
+	}
+	printf("}\n");
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kvtier bench nvme [--json] [--quick] [--dir DIR]\n"
+		"\n"
+		"Measures the NVMe (local_disk) tier alone, each figure as a ratio\n"
+		"against a bound run on the same directory, interleaved round by round.\n"
+		"\n"
+		"  write    kvt_put_async, 16 outstanding           vs fio write  target >= 0.85x\n"
+		"  read     kvt_get_async + verify, 16 outstanding  vs fio read   target >= 0.85x\n"
+		"  rebuild  kvt_store_open over 100,000 chunks      vs raw scan   (no target)\n"
+		"\n"
+		"Chunks are 256 bf16 tokens of K and V per rank of Qwen2.5-7B (14 MiB) and\n"
+		"Llama-3.1-8B (32 MiB), about 1.75 GiB of each per round; the rebuild's\n"
+		"chunks have 8 KiB payloads.  Store: local_cpu false, workers 16,\n"
+		"nvme_queue_depth 16, nvme_io_uring true; puts are crash-safe.\n"
+		"\n"
+		"The bounds, exactly:\n"
+		"  fio       fio --name=kvtier-bound --directory=DIR/fio --ioengine=io_uring\n"
+		"            --direct=1 --rw=write|read --bs=CHUNK --iodepth=16 --numjobs=1\n"
+		"            --size=N*CHUNK --output-format=json --output=DIR/fio.json;\n"
+		"            jobs[0].write|read.bw_bytes.  fio must be on PATH (Debian:\n"
+		"            apt-get install fio).\n"
+		"  raw_scan  readdir walk of the tier's directory, open (O_DIRECT) + pread\n"
+		"            of 4 KiB + close of every *.kvt file, in this process.\n"
+		"\n"
+		"  --dir DIR  run in a fresh directory made under DIR (default /var/tmp);\n"
+		"             it is removed afterwards.  Free space is checked first and\n"
+		"             the chunk counts scaled down to fit, or the part skipped.\n"
+		"  --json     print every figure as one JSON object; ratios are in fields\n"
+		"             named ratio_vs_<bound> (ratio_vs_fio, ratio_vs_raw_scan)\n"
+		"  --quick    2 rounds, a quarter of the bytes, 10,000 rebuild chunks\n"
+		"\n"
+		"Figures are medians [min..max] over rounds.  A figure short of its target\n"
+		"is reported, not an error: the exit code is 0 unless something failed\n"
+		"(1), or on a usage error or fio missing (2).\n");
+}
+
+int bench_nvme(int argc, char **argv)
+{
+	struct bench *b = calloc(1, sizeof(*b));
+	const char *parent = "/var/tmp";
+	int ret = 1;
+
+	if (!b)
+		return cli_fail(CMD, "setup", KVT_ENOMEM);
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json")) {
+			b->json = 1;
+		} else if (!strcmp(argv[i], "--quick")) {
+			b->quick = 1;
+		} else if (!strcmp(argv[i], "--dir") && i + 1 < argc) {
+			parent = argv[++i];
+		} else if (!strncmp(argv[i], "--dir=", 6) && argv[i][6]) {
+			parent = argv[i] + 6;
+		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			usage(stdout);
+			free(b);
+			return 0;
+		} else {
+			fprintf(stderr, "kvtier " CMD ": unknown option \"%s\"%s\n\n",
+				argv[i], strcmp(argv[i], "--dir") ? "" : " (needs a value)");
+			usage(stderr);
+			free(b);
+			return 2;
+		}
+	}
+	b->rounds = b->quick ? 2 : MAX_ROUNDS;
+	b->rebuild_want = b->quick ? 10000 : 100000;
+
+	if (!find_fio(b)) {
+		fprintf(stderr, "kvtier " CMD ": fio not found on PATH; this benchmark's "
+			"bound is fio (Debian/Ubuntu: apt-get install fio)\n");
+		free(b);
+		return 2;
+	}
+	if (snprintf(b->base, sizeof(b->base), "%s/kvtier-bench-nvme.XXXXXX", parent) >=
+	    (int)sizeof(b->base)) {
+		fprintf(stderr, "kvtier " CMD ": --dir path too long\n");
+		free(b);
+		return 2;
+	}
+	if (!mkdtemp(b->base)) {
+		fprintf(stderr, "kvtier " CMD ": cannot create a directory under %s: %s\n",
+			parent, strerror(errno));
+		free(b);
+		return 1;
+	}
+	b->base_made = 1;
+	if (fs_probe(b))
+		goto out;
+	fio_version(b);
+	if (!b->json)
+		fprintf(stderr, "kvtier " CMD ": working in %s (%s)\n", b->base, b->fs_type);
+
+	if (bench_bandwidth(b))
+		goto out;
+	if (fs_probe(b) || bench_rebuild(b))
+		goto out;
+	ret = 0;
+	if (b->json)
+		print_json(b);
+	else
+		print_table(b);
+out:
+	if (b->base_made && remove_tree(b->base))
+		fprintf(stderr, "kvtier " CMD ": could not remove all of %s\n", b->base);
+	free(b);
+	return ret;
+}
