@@ -50,12 +50,12 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "cli/bench.h"
 #include "cli/cli.h"
 
 #define CMD "bench dram"
 #define MAX_ROUNDS 7
 #define MAX_FIGURES 32
-#define HUGE_ALIGN ((size_t)2 << 20)
 
 /* The lookup prompt: 512 chunks of 256 tokens. */
 #define LOOKUP_CHUNK_TOKENS 256u
@@ -125,10 +125,6 @@ struct bench {
 	int n_fig;
 };
 
-struct summary {
-	double median, min, max;
-};
-
 /* A run of `n` ops of one kind: 0 and *secs, a negative kvtier code (the
  * caller reports it), or 1 after printing what went wrong. */
 typedef int (*run_fn)(void *ctx, long n, double *secs);
@@ -136,25 +132,6 @@ typedef int (*run_fn)(void *ctx, long n, double *secs);
 /* ------------------------------------------------------------------------ */
 /* Statistics                                                                */
 /* ------------------------------------------------------------------------ */
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static struct summary summarize(const double *v, int n)
-{
-	double s[MAX_ROUNDS];
-	struct summary r;
-
-	memcpy(s, v, sizeof(*s) * (size_t)n);
-	qsort(s, (size_t)n, sizeof(*s), cmp_double);
-	r.min = s[0];
-	r.max = s[n - 1];
-	r.median = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-	return r;
-}
 
 /* The figure's per-round values as shown: GB/s (1e9 bytes/s) for copies,
  * microseconds per op for the rest. */
@@ -175,7 +152,7 @@ static struct summary fig_summary(const struct figure *f, const double *secs,
 
 	for (int r = 0; r < rounds; r++)
 		v[r] = shown(f, secs[r]);
-	return summarize(v, rounds);
+	return bench_summarize(v, rounds);
 }
 
 /* Ratio per round, oriented as the target is: bandwidth ratios are
@@ -188,7 +165,7 @@ static struct summary fig_ratio(const struct figure *f, int rounds)
 	for (int r = 0; r < rounds; r++)
 		v[r] = f->lower_is_better ? f->subj[r] / f->bound[r]
 					  : f->bound[r] / f->subj[r];
-	return summarize(v, rounds);
+	return bench_summarize(v, rounds);
 }
 
 static int fig_pass(const struct figure *f, double ratio)
@@ -252,15 +229,6 @@ struct chunk_ctx {
 
 /* Keys need not come from a token chain to be stored; a counter makes every
  * put's key fresh without hashing anything. */
-static void chunk_key(kvt_key *k, uint32_t tag, uint8_t kind, uint64_t seq)
-{
-	memset(k, 0, sizeof(*k));
-	k->b[0] = kind;
-	memcpy(k->b + 4, &tag, sizeof(tag));
-	memcpy(k->b + 8, &seq, sizeof(seq));
-	memcpy(k->b + 24, "kvtbench", 8);
-}
-
 static int run_memcpy(void *ctx, long n, double *secs)
 {
 	struct chunk_ctx *c = ctx;
@@ -302,7 +270,7 @@ static int run_put(void *ctx, long n, double *secs)
 				return rc;
 			c->put_live = 0;
 		}
-		chunk_key(&c->put_key, c->tag, 'P', ++c->put_seq);
+		bench_chunk_key(&c->put_key, c->tag, 'P', ++c->put_seq, "kvtbench");
 		t0 = cli_now();
 		rc = kvt_put(c->st, &c->ns, &c->put_key, c->src, c->bytes,
 			     KVT_DUR_CACHED);
@@ -429,29 +397,6 @@ static int open_store(const char *size, const char *page, kvt_store **st)
 }
 
 /* The bf16 K+V layout of a model preset, 256-token chunks. */
-static int chunk_desc(const char *preset, kvt_ns_desc *d)
-{
-	const cli_model *m = cli_model_find(preset);
-
-	if (!m) {
-		fprintf(stderr, "kvtier " CMD ": model preset %s missing\n", preset);
-		return 1;
-	}
-	memset(d, 0, sizeof(*d));
-	d->model = m->model_id;
-	d->layout.num_layers = m->layers;
-	d->layout.num_kv_heads = m->kv_heads;
-	d->layout.head_dim = m->head_dim;
-	d->layout.dtype = KVT_DTYPE_BF16;
-	d->layout.kv_planes = 2;
-	d->layout.block_size = 16;
-	d->layout.chunk_tokens = 256;
-	d->tp_size = 1;
-	d->pp_size = 1;
-	d->hash_scheme = KVT_HASH_SHA256;
-	return 0;
-}
-
 /* One chunk size on one store: get_copy, put and get_zero_copy against
  * memcpy, interleaved over the rounds. */
 static int bench_size(struct bench *b, kvt_store *st, uint32_t page,
@@ -466,7 +411,7 @@ static int bench_size(struct bench *b, kvt_store *st, uint32_t page,
 	if ((rc = kvt_ns_init(st, d, &c.ns)))
 		return cli_fail(CMD, d->model, rc);
 	c.bytes = (size_t)kvt_layout_payload_bytes(&d->layout);
-	chunk_key(&c.get_key, tag, 'G', 0);
+	bench_chunk_key(&c.get_key, tag, 'G', 0, "kvtbench");
 	if ((rc = kvt_put(st, &c.ns, &c.get_key, src, c.bytes, KVT_DUR_CACHED)))
 		return cli_fail(CMD, "kvt_put", rc);
 	if (chunk_check(&c))
@@ -521,20 +466,6 @@ out:
 
 /* A buffer the size of the largest chunk, huge-page advised like the arena
  * and faulted in (written) before anything is timed. */
-static uint8_t *bench_buffer(size_t bytes)
-{
-	size_t len = (bytes + HUGE_ALIGN - 1) & ~(HUGE_ALIGN - 1);
-	void *p = NULL;
-
-	if (posix_memalign(&p, HUGE_ALIGN, len))
-		return NULL;
-#ifdef MADV_HUGEPAGE
-	(void)madvise(p, len, MADV_HUGEPAGE); /* advice: refusal is fine */
-#endif
-	memset(p, 0, len);
-	return p;
-}
-
 static int bench_chunks(struct bench *b)
 {
 	kvt_ns_desc d[N_SIZES];
@@ -544,7 +475,7 @@ static int bench_chunks(struct bench *b)
 
 	for (size_t i = 0; i < N_SIZES; i++) {
 		uint64_t n;
-		if (chunk_desc(chunk_models[i], &d[i]))
+		if (bench_chunk_desc(CMD, chunk_models[i], &d[i]))
 			return 1;
 		n = kvt_layout_payload_bytes(&d[i].layout);
 		if (n == 0)
@@ -763,17 +694,6 @@ static const char *fmt_size(uint64_t n, char *buf, size_t cap)
 	return buf;
 }
 
-static const char *fmt_summary(struct summary s, char *buf, size_t cap)
-{
-	if (s.median >= 100)
-		snprintf(buf, cap, "%.0f [%.0f..%.0f]", s.median, s.min, s.max);
-	else if (s.median >= 1)
-		snprintf(buf, cap, "%.2f [%.2f..%.2f]", s.median, s.min, s.max);
-	else
-		snprintf(buf, cap, "%.3f [%.3f..%.3f]", s.median, s.min, s.max);
-	return buf;
-}
-
 /* One table row; the verdict column may be empty, and a row ends at its
  * last character, not in padding. */
 static void print_row(const char *c0, const char *c1, const char *c2,
@@ -843,20 +763,14 @@ static void print_table(const struct bench *b)
 						     : fmt_size(f->chunk_bytes, c1, sizeof(c1)),
 				  f->op == OP_LOOKUP ? ""
 						     : fmt_size(f->page_bytes, c2, sizeof(c2)),
-				  fmt_summary(fig_summary(f, f->bound, b->rounds), a, sizeof(a)),
-				  fmt_summary(fig_summary(f, f->subj, b->rounds), s, sizeof(s)),
+				  bench_fmt_summary(fig_summary(f, f->bound, b->rounds), a, sizeof(a)),
+				  bench_fmt_summary(fig_summary(f, f->subj, b->rounds), s, sizeof(s)),
 				  rt, tg,
 				  f->target <= 0 ? ""
 				  : fig_pass(f, r.median) ? "PASS"
 				  : f->lower_is_better ? "ABOVE" : "BELOW");
 		}
 	}
-}
-
-static void json_summary(const char *name, struct summary s)
-{
-	printf("\"%s\":{\"median\":%.6g,\"min\":%.6g,\"max\":%.6g}", name, s.median,
-	       s.min, s.max);
 }
 
 /* Names and model ids are the bench's own constants: nothing to escape. */
@@ -879,14 +793,14 @@ static void json_figure(const struct bench *b, const struct figure *f)
 	printf("\"ops_per_run\":{\"bound\":%ld,\"subject\":%ld},", f->n_bound,
 	       f->n_subj);
 	snprintf(name, sizeof(name), "%s_%s", bound, shows_gbps(f) ? "gbps" : "us");
-	json_summary(name, fig_summary(f, f->bound, b->rounds));
+	bench_json_summary(name, fig_summary(f, f->bound, b->rounds));
 	putchar(',');
-	json_summary(shows_gbps(f) ? "subject_gbps" : "subject_us",
+	bench_json_summary(shows_gbps(f) ? "subject_gbps" : "subject_us",
 		     fig_summary(f, f->subj, b->rounds));
 	if (f->op == OP_GET_ZERO_COPY)
 		printf(",\"bytes_copied\":0");
 	printf(",\"ratio_vs_%s\":%.6g,", bound, r.median);
-	json_summary("ratio_range", r);
+	bench_json_summary("ratio_range", r);
 	if (f->target > 0)
 		printf(",\"target\":%.6g,\"better\":\"%s\",\"pass\":%s}", f->target,
 		       f->lower_is_better ? "lower" : "higher",

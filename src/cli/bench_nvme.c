@@ -80,6 +80,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli/bench.h"
 #include "cli/cli.h"
 
 extern char **environ;
@@ -92,7 +93,6 @@ extern char **environ;
 #define MIN_CHUNKS 8
 #define MIN_REBUILD 1000
 #define REBUILD_FILE_BYTES (16u << 10) /* 12 KiB image + inode, dirents */
-#define BUF_ALIGN ((size_t)2 << 20)
 
 static const char *const chunk_models[] = {
 	"qwen2.5-7b",  /* 14 MiB */
@@ -134,32 +134,9 @@ struct bench {
 	uint64_t scan_bytes;
 };
 
-struct summary {
-	double median, min, max;
-};
-
 /* ------------------------------------------------------------------------ */
 /* Statistics (as bench_dram.c)                                              */
 /* ------------------------------------------------------------------------ */
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static struct summary summarize(const double *v, int n)
-{
-	double s[MAX_ROUNDS];
-	struct summary r;
-
-	memcpy(s, v, sizeof(*s) * (size_t)n);
-	qsort(s, (size_t)n, sizeof(*s), cmp_double);
-	r.min = s[0];
-	r.max = s[n - 1];
-	r.median = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-	return r;
-}
 
 static struct summary fig_ratio(const struct figure *f, int rounds)
 {
@@ -167,7 +144,7 @@ static struct summary fig_ratio(const struct figure *f, int rounds)
 
 	for (int r = 0; r < rounds; r++)
 		v[r] = f->subj[r] / f->bound[r];
-	return summarize(v, rounds);
+	return bench_summarize(v, rounds);
 }
 
 /* Rebuild figures in chunks per second. */
@@ -177,7 +154,7 @@ static struct summary rate_summary(const double *secs, long n, int rounds)
 
 	for (int r = 0; r < rounds; r++)
 		v[r] = (double)n / secs[r];
-	return summarize(v, rounds);
+	return bench_summarize(v, rounds);
 }
 
 static struct summary rebuild_ratio(const struct bench *b)
@@ -186,7 +163,7 @@ static struct summary rebuild_ratio(const struct bench *b)
 
 	for (int r = 0; r < b->rounds; r++)
 		v[r] = b->scan_s[r] / b->open_s[r];
-	return summarize(v, b->rounds);
+	return bench_summarize(v, b->rounds);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -487,49 +464,6 @@ static int open_store(const char *dir, uint64_t capacity, kvt_store **st,
 	return 0;
 }
 
-static void chunk_key(kvt_key *k, uint32_t tag, uint8_t kind, uint64_t seq)
-{
-	memset(k, 0, sizeof(*k));
-	k->b[0] = kind;
-	memcpy(k->b + 4, &tag, sizeof(tag));
-	memcpy(k->b + 8, &seq, sizeof(seq));
-	memcpy(k->b + 24, "kvtnvme!", 8);
-}
-
-static int chunk_desc(const char *preset, kvt_ns_desc *d)
-{
-	const cli_model *m = cli_model_find(preset);
-
-	if (!m) {
-		fprintf(stderr, "kvtier " CMD ": model preset %s missing\n", preset);
-		return 1;
-	}
-	memset(d, 0, sizeof(*d));
-	d->model = m->model_id;
-	d->layout.num_layers = m->layers;
-	d->layout.num_kv_heads = m->kv_heads;
-	d->layout.head_dim = m->head_dim;
-	d->layout.dtype = KVT_DTYPE_BF16;
-	d->layout.kv_planes = 2;
-	d->layout.block_size = 16;
-	d->layout.chunk_tokens = 256;
-	d->tp_size = 1;
-	d->pp_size = 1;
-	d->hash_scheme = KVT_HASH_SHA256;
-	return 0;
-}
-
-static uint8_t *bench_buffer(size_t bytes)
-{
-	size_t len = (bytes + BUF_ALIGN - 1) & ~(BUF_ALIGN - 1);
-	void *p = NULL;
-
-	if (posix_memalign(&p, BUF_ALIGN, len))
-		return NULL;
-	memset(p, 0, len);
-	return p;
-}
-
 static void fill_random(uint8_t *p, size_t n, uint64_t x)
 {
 	for (size_t i = 0; i + 8 <= n; i += 8) {
@@ -556,7 +490,7 @@ static int async_run(kvt_store *st, const kvt_ns *ns, uint32_t tag,
 			int slot = (int)(next % IN_FLIGHT);
 			kvt_key k;
 
-			chunk_key(&k, tag, kind, seq0 + (uint64_t)next);
+			bench_chunk_key(&k, tag, kind, seq0 + (uint64_t)next, "kvtnvme!");
 			rc = bufs ? kvt_get_async(st, ns, &k, bufs[slot], bytes, &ops[slot])
 				  : kvt_put_async(st, ns, &k, src, bytes,
 						  KVT_DUR_CRASH_SAFE, &ops[slot]);
@@ -595,7 +529,7 @@ static int delete_all(kvt_store *st, const kvt_ns *ns, uint32_t tag,
 		kvt_key k;
 		int rc;
 
-		chunk_key(&k, tag, kind, seq0 + (uint64_t)i);
+		bench_chunk_key(&k, tag, kind, seq0 + (uint64_t)i, "kvtnvme!");
 		if ((rc = kvt_delete(st, ns, &k)) && rc != KVT_ENOTFOUND)
 			return rc;
 	}
@@ -657,7 +591,7 @@ static int bench_bandwidth(struct bench *b)
 	for (size_t i = 0; i < N_SIZES; i++) {
 		uint64_t n;
 
-		if (chunk_desc(chunk_models[i], &d[i]))
+		if (bench_chunk_desc(CMD, chunk_models[i], &d[i]))
 			return 1;
 		n = kvt_layout_payload_bytes(&d[i].layout);
 		if (n == 0)
@@ -930,17 +864,6 @@ out:
 /* Reports                                                                   */
 /* ------------------------------------------------------------------------ */
 
-static const char *fmt_summary(struct summary s, char *buf, size_t cap)
-{
-	if (s.median >= 100)
-		snprintf(buf, cap, "%.0f [%.0f..%.0f]", s.median, s.min, s.max);
-	else if (s.median >= 1)
-		snprintf(buf, cap, "%.2f [%.2f..%.2f]", s.median, s.min, s.max);
-	else
-		snprintf(buf, cap, "%.3f [%.3f..%.3f]", s.median, s.min, s.max);
-	return buf;
-}
-
 static void print_row(const char *c0, const char *c1, const char *c2,
 		      const char *c3, const char *c4, const char *c5,
 		      const char *c6)
@@ -987,8 +910,8 @@ static void print_table(const struct bench *b)
 			snprintf(rt, sizeof(rt), "%.3fx", r.median);
 			snprintf(tg, sizeof(tg), ">=%.2fx", TARGET_VS_FIO);
 			print_row(op_names[f->op], c1,
-				  fmt_summary(summarize(f->bound, b->rounds), a, sizeof(a)),
-				  fmt_summary(summarize(f->subj, b->rounds), s, sizeof(s)),
+				  bench_fmt_summary(bench_summarize(f->bound, b->rounds), a, sizeof(a)),
+				  bench_fmt_summary(bench_summarize(f->subj, b->rounds), s, sizeof(s)),
 				  rt, tg, r.median >= TARGET_VS_FIO ? "PASS" : "BELOW");
 		}
 		printf("  chunks per round:");
@@ -1011,20 +934,14 @@ static void print_table(const struct bench *b)
 			  "target", "");
 		snprintf(c, sizeof(c), "%ld", b->rebuild_n);
 		snprintf(rt, sizeof(rt), "%.3fx", r.median);
-		print_row(c, "", fmt_summary(rate_summary(b->scan_s, b->rebuild_n,
+		print_row(c, "", bench_fmt_summary(rate_summary(b->scan_s, b->rebuild_n,
 							  b->rounds), a, sizeof(a)),
-			  fmt_summary(rate_summary(b->open_s, b->rebuild_n, b->rounds), s,
+			  bench_fmt_summary(rate_summary(b->open_s, b->rebuild_n, b->rounds), s,
 				      sizeof(s)),
 			  rt, "-", "");
 		printf("  open time %s s (median [min..max])\n",
-		       fmt_summary(summarize(b->open_s, b->rounds), a, sizeof(a)));
+		       bench_fmt_summary(bench_summarize(b->open_s, b->rounds), a, sizeof(a)));
 	}
-}
-
-static void json_summary(const char *name, struct summary s)
-{
-	printf("\"%s\":{\"median\":%.6g,\"min\":%.6g,\"max\":%.6g}", name, s.median,
-	       s.min, s.max);
 }
 
 /* Paths are printed with the characters JSON needs escaped replaced. */
@@ -1074,11 +991,11 @@ static void print_json(const struct bench *b)
 		       (unsigned long long)f->chunk_bytes,
 		       (unsigned long long)(f->chunk_bytes + HEADER_BYTES), f->chunks,
 		       (unsigned long long)(f->chunk_bytes * (uint64_t)f->chunks));
-		json_summary("fio_gbps", summarize(f->bound, b->rounds));
+		bench_json_summary("fio_gbps", bench_summarize(f->bound, b->rounds));
 		putchar(',');
-		json_summary("subject_gbps", summarize(f->subj, b->rounds));
+		bench_json_summary("subject_gbps", bench_summarize(f->subj, b->rounds));
 		printf(",\"ratio_vs_fio\":%.6g,", r.median);
-		json_summary("ratio_range", r);
+		bench_json_summary("ratio_range", r);
 		printf(",\"target\":%.6g,\"better\":\"higher\",\"pass\":%s}",
 		       TARGET_VS_FIO, r.median >= TARGET_VS_FIO ? "true" : "false");
 	}
@@ -1095,17 +1012,17 @@ static void print_json(const struct bench *b)
 		       (unsigned long long)(b->scan_files
 						    ? b->scan_bytes / (uint64_t)b->scan_files
 						    : 0));
-		json_summary("raw_scan_seconds", summarize(b->scan_s, b->rounds));
+		bench_json_summary("raw_scan_seconds", bench_summarize(b->scan_s, b->rounds));
 		putchar(',');
-		json_summary("open_seconds", summarize(b->open_s, b->rounds));
+		bench_json_summary("open_seconds", bench_summarize(b->open_s, b->rounds));
 		putchar(',');
-		json_summary("raw_scan_chunks_per_s",
+		bench_json_summary("raw_scan_chunks_per_s",
 			     rate_summary(b->scan_s, b->rebuild_n, b->rounds));
 		putchar(',');
-		json_summary("subject_chunks_per_s",
+		bench_json_summary("subject_chunks_per_s",
 			     rate_summary(b->open_s, b->rebuild_n, b->rounds));
 		printf(",\"ratio_vs_raw_scan\":%.6g,", r.median);
-		json_summary("ratio_range", r);
+		bench_json_summary("ratio_range", r);
 		printf(",\"target\":null,\"better\":\"higher\",\"pass\":null}");
 	}
 	printf("}\n");

@@ -1,0 +1,99 @@
+/*
+ * bench_common.c — helpers the benchmarks share (bench.h).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "cli/bench.h"
+#include "cli/cli.h"
+
+#define HUGE_ALIGN ((size_t)2 << 20)
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+struct summary bench_summarize(const double *v, int n)
+{
+	double s[BENCH_MAX_ROUNDS];
+	struct summary r = { 0, 0, 0 };
+
+	if (n <= 0)
+		return r;
+	if (n > BENCH_MAX_ROUNDS)
+		n = BENCH_MAX_ROUNDS;
+	memcpy(s, v, sizeof(*s) * (size_t)n);
+	qsort(s, (size_t)n, sizeof(*s), cmp_double);
+	r.min = s[0];
+	r.max = s[n - 1];
+	r.median = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+	return r;
+}
+
+const char *bench_fmt_summary(struct summary s, char *buf, size_t cap)
+{
+	if (s.median >= 100)
+		snprintf(buf, cap, "%.0f [%.0f..%.0f]", s.median, s.min, s.max);
+	else if (s.median >= 1)
+		snprintf(buf, cap, "%.2f [%.2f..%.2f]", s.median, s.min, s.max);
+	else
+		snprintf(buf, cap, "%.3f [%.3f..%.3f]", s.median, s.min, s.max);
+	return buf;
+}
+
+void bench_json_summary(const char *name, struct summary s)
+{
+	printf("\"%s\":{\"median\":%.6g,\"min\":%.6g,\"max\":%.6g}", name, s.median,
+	       s.min, s.max);
+}
+
+void bench_chunk_key(kvt_key *k, uint32_t tag, uint8_t kind, uint64_t seq,
+		     const char magic[8])
+{
+	memset(k, 0, sizeof(*k));
+	k->b[0] = kind;
+	memcpy(k->b + 4, &tag, sizeof(tag));
+	memcpy(k->b + 8, &seq, sizeof(seq));
+	memcpy(k->b + 24, magic, 8);
+}
+
+int bench_chunk_desc(const char *cmd, const char *preset, kvt_ns_desc *d)
+{
+	const cli_model *m = cli_model_find(preset);
+
+	if (!m) {
+		fprintf(stderr, "kvtier %s: model preset %s missing\n", cmd, preset);
+		return 1;
+	}
+	memset(d, 0, sizeof(*d));
+	d->model = m->model_id;
+	d->layout.num_layers = m->layers;
+	d->layout.num_kv_heads = m->kv_heads;
+	d->layout.head_dim = m->head_dim;
+	d->layout.dtype = KVT_DTYPE_BF16;
+	d->layout.kv_planes = 2;
+	d->layout.block_size = 16;
+	d->layout.chunk_tokens = 256;
+	d->tp_size = 1;
+	d->pp_size = 1;
+	d->hash_scheme = KVT_HASH_SHA256;
+	return 0;
+}
+
+uint8_t *bench_buffer(size_t bytes)
+{
+	size_t len = (bytes + HUGE_ALIGN - 1) & ~(HUGE_ALIGN - 1);
+	void *p = NULL;
+
+	if (posix_memalign(&p, HUGE_ALIGN, len))
+		return NULL;
+#ifdef MADV_HUGEPAGE
+	(void)madvise(p, len, MADV_HUGEPAGE); /* advice: refusal is fine */
+#endif
+	memset(p, 0, len);
+	return p;
+}
