@@ -156,8 +156,11 @@ typedef struct kvt_layout {
 	uint32_t dtype;        /* enum kvt_dtype */
 	uint32_t kv_planes;    /* 2 (K and V), or 1 (MLA latent) */
 	uint32_t scale_bytes;  /* per layer, for fp8/int8 scales; else 0 */
-	uint32_t block_size;   /* the engine's KV block, in tokens */
-	uint32_t chunk_tokens; /* tokens per chunk; a multiple of block_size */
+	uint32_t block_size;   /* the engine's KV block, in tokens; 0 in a
+				* kvt_ns_desc: 16 (vLLM's default) when it
+				* divides the chunk, else the chunk */
+	uint32_t chunk_tokens; /* tokens per chunk; a multiple of block_size;
+				* 0 in a kvt_ns_desc: the config's chunk_size */
 } kvt_layout;
 
 #define KVT_MAX_LAYERS 160
@@ -337,8 +340,11 @@ int kvt_put_layers(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		   const void *const *layers, uint32_t n_layers, int durability);
 
 /* Copy a chunk's payload into `buf` (capacity `cap`).  *len gets the payload
- * length.  KVT_ENOTFOUND, KVT_ESMALL (then *len says what is needed), or
- * KVT_ECORRUPT (the chunk failed verification and was dropped: a miss). */
+ * length.  KVT_ENOTFOUND, or KVT_ESMALL (then *len says what is needed).  A
+ * copy that fails verification is never handed out: it is dropped from its
+ * tier, counted (kvt_tier_stats.corrupt) and logged, and the search goes on
+ * in the tiers below; if none holds a good copy the result is KVT_ENOTFOUND,
+ * a miss like any other. */
 int kvt_get(kvt_store *st, const kvt_ns *ns, const kvt_key *key, void *buf,
 	    size_t cap, size_t *len);
 

@@ -149,9 +149,7 @@ int cli_desc(const cli_common *c, kvt_ns_desc *d)
 	d->layout.head_dim = m->head_dim;
 	d->layout.dtype = KVT_DTYPE_BF16;
 	d->layout.kv_planes = 2;
-	/* vLLM's default block size; a chunk that is not a multiple of it
-	 * is its own block. */
-	d->layout.block_size = c->chunk && c->chunk % 16 ? c->chunk : 16;
+	d->layout.block_size = 0; /* the library's default (kvt_config_ns) */
 	d->layout.chunk_tokens = c->chunk;
 	d->tenant = c->tenant;
 	return 0;

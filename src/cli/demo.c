@@ -181,8 +181,22 @@ int cmd_demo(int argc, char **argv)
 		goto out;
 	prompt(ta, A_TOK, SYS, 1);
 	prompt(tb, B_TOK, SYS, 2);
-	na = (size_t)kvt_key_chain(&d.ns, ta, A_TOK, NULL, ka, A_TOK / 64);
-	nb = (size_t)kvt_key_chain(&d.ns, tb, B_TOK, NULL, kb, B_TOK / 64);
+	{
+		/* The key arrays hold prompts of 64-token chunks or larger. */
+		int wa = kvt_key_chain(&d.ns, ta, A_TOK, NULL, ka, A_TOK / 64);
+		int wb = kvt_key_chain(&d.ns, tb, B_TOK, NULL, kb, B_TOK / 64);
+		if (wa < 0 || wb < 0) {
+			rc = cli_fail("demo", "hash", wa < 0 ? wa : wb);
+			goto out;
+		}
+		if (d.ns.layout.chunk_tokens < 64) {
+			fprintf(stderr, "kvtier demo: chunks of %u tokens: the demo needs 64 or more\n",
+				d.ns.layout.chunk_tokens);
+			goto out;
+		}
+		na = (size_t)wa;
+		nb = (size_t)wb;
+	}
 	kvt_store_stats(d.st, 0, &s);
 
 	printf("kvtier demo: %s, %u-token chunks of %s each; tier 0 is %s of %s\n",

@@ -164,6 +164,18 @@ static int check_ns(const kvt_ns *ns)
 	return 0;
 }
 
+static int check_extra(const kvt_extra_keys *x)
+{
+	if (!x)
+		return 0;
+	if (x->n_mm && !x->mm)
+		return kvt_err(KVT_EINVAL, "%zu multimodal hashes but no array", x->n_mm);
+	for (size_t i = 0; i < x->n_mm; i++)
+		if (!x->mm[i].hash)
+			return kvt_err(KVT_EINVAL, "multimodal item %zu has no hash", i);
+	return 0;
+}
+
 static void chunk_key(hasher *h, const kvt_ns *ns, const kvt_key *parent,
 		      const uint32_t *tokens, size_t n,
 		      const kvt_extra_keys *extra, int first, kvt_key *out)
@@ -186,7 +198,7 @@ int kvt_key_chunk(const kvt_ns *ns, const kvt_key *parent,
 	hasher h;
 	int rc;
 
-	if ((rc = check_ns(ns)))
+	if ((rc = check_ns(ns)) || (rc = check_extra(extra)))
 		return rc;
 	if (!out || (!tokens && n_tokens))
 		return kvt_err(KVT_EINVAL, "tokens or output missing");
@@ -207,7 +219,7 @@ int kvt_key_chain(const kvt_ns *ns, const uint32_t *tokens, size_t n_tokens,
 	hasher h;
 	int rc;
 
-	if ((rc = check_ns(ns)))
+	if ((rc = check_ns(ns)) || (rc = check_extra(extra)))
 		return rc;
 	if (!tokens && n_tokens)
 		return kvt_err(KVT_EINVAL, "tokens missing");

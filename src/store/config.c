@@ -190,6 +190,7 @@ static int add_tenant(kvt_config *c, const char *name, const char *hex)
 static int set_tenants(kvt_config *c, const char *v)
 {
 	char *copy = strdup(v), *save = NULL, *item;
+	uint32_t before = c->n_tenants;
 	int rc = 0;
 
 	if (!copy)
@@ -207,6 +208,11 @@ static int set_tenants(kvt_config *c, const char *v)
 	}
 	memset(copy, 0, strlen(v));
 	free(copy);
+	if (rc) { /* all or nothing: forget the tenants this value added */
+		memset(&c->tenants[before], 0,
+		       sizeof(c->tenants[0]) * (c->n_tenants - before));
+		c->n_tenants = before;
+	}
 	return rc;
 }
 
@@ -559,8 +565,10 @@ int kvt_config_ns(const kvt_config *cfg, const kvt_ns_desc *desc, kvt_ns *ns)
 	d = *desc;
 	if (d.layout.chunk_tokens == 0)
 		d.layout.chunk_tokens = cfg->chunk_size;
+	/* An unnamed engine block size is vLLM's default, 16 tokens, when it
+	 * divides the chunk; otherwise the chunk is its own block. */
 	if (d.layout.block_size == 0)
-		d.layout.block_size = d.layout.chunk_tokens;
+		d.layout.block_size = d.layout.chunk_tokens % 16 ? d.layout.chunk_tokens : 16;
 	if (d.hash_scheme == 0)
 		d.hash_scheme = cfg->hash_scheme;
 	if (d.tp_size == 0)

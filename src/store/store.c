@@ -295,6 +295,41 @@ static int tier_durability(kvt_store *st, int i, int want)
 	return i == 0 && st->cfg.local_cpu ? KVT_DUR_CACHED : want;
 }
 
+/* Copy the image a tier already holds into tiers that can give
+ * `durability` and lack it: a put asked to make a cached chunk crash- or
+ * power-safe writes the first version down, never the caller's bytes, so
+ * every tier keeps holding the same version. */
+static int store_harden(kvt_store *st, const kvt_key *key, int holder,
+			int durability)
+{
+	kvt_tier *src = st->tiers[holder];
+	kvt_tier_rbuf *rb;
+	int rc, done = 0, err = 0;
+
+	if ((rc = src->ops->get(src, key, &rb)))
+		return rc == KVT_ENOTFOUND ? kvt_err(KVT_ENOTFOUND, "chunk vanished") : rc;
+	for (int i = st->n_tiers - 1; i >= 0; i--) {
+		kvt_tier *t = st->tiers[i];
+		kvt_tier_wbuf *w;
+		if (tier_durability(st, i, durability) < durability)
+			continue;
+		rc = t->ops->put_begin(t, key, rb->len, &w);
+		if (rc == 0) {
+			image_copy(rb, w);
+			rc = t->ops->put_commit(t, w, durability);
+		}
+		if (rc == 0 || rc == KVT_EEXIST)
+			done = 1;
+		else if (!err)
+			err = rc;
+	}
+	src->ops->release(src, rb);
+	if (done)
+		return kvt_err(KVT_EEXIST, "key already stored; made %s",
+			       durability == KVT_DUR_POWER_SAFE ? "power-safe" : "crash-safe");
+	return err ? err : kvt_err(KVT_ENOTSUP, "no tier can give that durability");
+}
+
 static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		     const void *const *layers, int durability)
 {
@@ -302,7 +337,10 @@ static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	int rc[KVT_MAX_TIERS];
 	kvt_obj_hdr *h;
 	uint64_t len;
-	int first = -1, stored = 0, lost = 0, durable = 0, err = 0;
+	int first = -1, stored = 0, lost = 0, durable = 0, err = 0, holder = -1;
+
+	for (int i = 0; i < KVT_MAX_TIERS; i++)
+		rc[i] = 1; /* not begun */
 
 	if (durability < KVT_DUR_CACHED || durability > KVT_DUR_POWER_SAFE)
 		return kvt_err(KVT_EINVAL, "durability %d unknown", durability);
@@ -312,11 +350,19 @@ static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 			       "%s asked but the store has no disk tier",
 			       durability == KVT_DUR_POWER_SAFE ? "power-safe" : "crash-safe");
 	/* First version wins in every tier: a key held anywhere is not
-	 * written again, or two tiers could serve different bytes for it. */
-	for (int i = 0; i < st->n_tiers; i++)
-		if (st->tiers[i]->ops->exists(st->tiers[i], key) == 1)
+	 * written again, or two tiers could serve different bytes for it.  A
+	 * key held only where the asked durability is not given is written
+	 * down from the copy that exists. */
+	for (int i = 0; i < st->n_tiers; i++) {
+		if (st->tiers[i]->ops->exists(st->tiers[i], key) != 1)
+			continue;
+		if (tier_durability(st, i, durability) >= durability)
 			return kvt_err(KVT_EEXIST, "key already stored in the %s tier",
 				       st->tiers[i]->ops->name);
+		holder = i;
+	}
+	if (holder >= 0)
+		return store_harden(st, key, holder, durability);
 	h = malloc(sizeof(*h));
 	if (!h)
 		return kvt_err(KVT_ENOMEM, "out of memory");
@@ -329,8 +375,17 @@ static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	for (int i = 0; i < st->n_tiers; i++) {
 		kvt_tier *t = st->tiers[i];
 		rc[i] = t->ops->put_begin(t, key, len, &w[i]);
-		if (rc[i] == 0 && first < 0) {
-			kvt_obj_write_iov(h, layers, w[i]->iov, w[i]->n_iov);
+		if (rc[i] == KVT_EEXIST) {
+			lost = 1; /* published by someone else meanwhile */
+		} else if (rc[i] == 0 && first < 0) {
+			int e = kvt_obj_write_iov(h, layers, w[i]->iov, w[i]->n_iov);
+			if (e) {
+				t->ops->put_abort(t, w[i]);
+				rc[i] = e;
+				if (!err)
+					err = e;
+				break;
+			}
 			first = i;
 		} else if (rc[i] == 0) {
 			kvt_tier_rbuf src = { .key = *key, .len = len,
@@ -341,15 +396,27 @@ static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 			err = rc[i];
 		}
 	}
+	if (err && first < 0 && !lost) {
+		/* Nothing reserved anywhere, or the image could not be
+		 * written: give back what was taken. */
+		for (int i = 0; i < st->n_tiers; i++)
+			if (rc[i] == 0 && w[i])
+				st->tiers[i]->ops->put_abort(st->tiers[i], w[i]);
+		free(h);
+		return err;
+	}
 	/* Publish from the bottom up.  The lowest tier is the most widely
 	 * shared, so it arbitrates a race: if another writer published the
-	 * key there first, our image is withdrawn from every tier above. */
+	 * key there first, our image is withdrawn from every tier above.  A
+	 * durable put whose durable tiers all failed is withdrawn from the
+	 * memory tier too: the caller is told it failed, and a retry must not
+	 * find a cached copy and call it stored. */
 	for (int i = st->n_tiers - 1; i >= 0; i--) {
 		kvt_tier *t = st->tiers[i];
 		int want = tier_durability(st, i, durability);
 		if (rc[i] != 0)
 			continue;
-		if (lost) {
+		if (lost || (want < durability && !durable)) {
 			t->ops->put_abort(t, w[i]);
 			continue;
 		}
@@ -360,7 +427,7 @@ static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 				durable = 1;
 		} else if (rc[i] == KVT_EEXIST) {
 			lost = 1;
-		} else if (!err || err == KVT_EEXIST) {
+		} else if (!err) {
 			err = rc[i];
 		}
 	}
@@ -633,14 +700,20 @@ int kvt_exists(kvt_store *st, const kvt_ns *ns, const kvt_key *key)
 
 int kvt_delete(kvt_store *st, const kvt_ns *ns, const kvt_key *key)
 {
-	int rc, found = 0;
+	int rc, found = 0, err = 0;
 
 	kvt_err_clear();
 	if ((rc = check_args(st, ns, key)))
 		return rc;
-	for (int i = 0; i < st->n_tiers; i++)
-		if (st->tiers[i]->ops->del(st->tiers[i], key) == 0)
+	for (int i = 0; i < st->n_tiers; i++) {
+		rc = st->tiers[i]->ops->del(st->tiers[i], key);
+		if (rc == 0)
 			found = 1;
+		else if (rc != KVT_ENOTFOUND && !err)
+			err = rc; /* e.g. unlink refused: the chunk may come back */
+	}
+	if (err)
+		return err;
 	return found ? 0 : kvt_err(KVT_ENOTFOUND, "no chunk under that key");
 }
 
@@ -793,6 +866,8 @@ static int op_submit(kvt_store *st, kvt_op *op, kvt_op **out)
 	pthread_mutex_lock(&st->qlock);
 	if (st->stopping) {
 		pthread_mutex_unlock(&st->qlock);
+		pthread_mutex_destroy(&op->lock);
+		pthread_cond_destroy(&op->cond);
 		free(op);
 		return kvt_err(KVT_ECANCELED, "store is closing");
 	}
@@ -814,6 +889,8 @@ int kvt_get_async(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	int rc;
 
 	kvt_err_clear();
+	if (out)
+		*out = NULL;
 	if ((rc = check_args(st, ns, key)))
 		return rc;
 	if (!out)
@@ -836,6 +913,8 @@ int kvt_put_async(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	int rc;
 
 	kvt_err_clear();
+	if (out)
+		*out = NULL;
 	if ((rc = check_args(st, ns, key)))
 		return rc;
 	if (!out)
