@@ -2,7 +2,8 @@
 # The whole test suite, as CI runs it:
 #   1. a release build (-Werror) and every test,
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build and every test,
-#   3. a bounded libFuzzer run of each fuzz target over its committed corpus.
+#   3. a ThreadSanitizer build and the multi-threaded tests,
+#   4. a bounded libFuzzer run of each fuzz target over its committed corpus.
 # Usage: scripts/test.sh [--quick]   (--quick: step 1 only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,19 +12,17 @@ fuzz_secs=${KVT_FUZZ_SECONDS:-60}
 passed=0
 failed=0
 
-run_ctest() { # build dir, label
-	local log
+run_ctest() { # build dir, label [, test name regex]
+	local log line total fails
 	log=$(mktemp)
-	if (cd "$1" && ctest --output-on-failure -j"$jobs") 2>&1 | tee "$log"; then :; fi
-	local line
+	(cd "$1" && ctest --output-on-failure -j"$jobs" -R "${3:-.}") 2>&1 | tee "$log" || true
 	line=$(grep -E '^[0-9]+% tests passed' "$log" || true)
-	local total fails
 	total=$(sed -nE 's/.* out of ([0-9]+).*/\1/p' <<<"$line")
 	fails=$(sed -nE 's/.*, ([0-9]+) tests failed.*/\1/p' <<<"$line")
-	[ -n "$total" ] || { echo "$2: ctest did not run"; failed=$((failed + 1)); rm -f "$log"; return; }
+	rm -f "$log"
+	[ -n "$total" ] || { echo "$2: ctest did not run"; failed=$((failed + 1)); return; }
 	passed=$((passed + total - fails))
 	failed=$((failed + fails))
-	rm -f "$log"
 }
 
 echo "== release build"
@@ -38,6 +37,12 @@ if [ "${1:-}" != "--quick" ]; then
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 		run_ctest build-asan sanitizers
 
+	echo "== ThreadSanitizer build (the multi-threaded tests)"
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVT_TSAN=ON >/dev/null
+	cmake --build build-tsan -j"$jobs"
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+		run_ctest build-tsan tsan 'test_dram|test_store|test_fsdir|test_nvme'
+
 	echo "== fuzz smoke (${fuzz_secs}s per target)"
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVT_FUZZ=ON \
 		-DKVT_SANITIZE=ON -DBUILD_TESTING=OFF >/dev/null
@@ -49,7 +54,7 @@ if [ "${1:-}" != "--quick" ]; then
 		work=$(mktemp -d)
 		if "$f" -max_total_time="$fuzz_secs" -print_final_stats=0 -artifact_prefix="$work/" \
 			"$work" "$corpus" >"$work/log" 2>&1; then
-			echo "$name: no crash in ${fuzz_secs}s ($(grep -c . "$corpus"/* /dev/null | wc -l) seeds)"
+			echo "$name: no crash in ${fuzz_secs}s ($(ls "$corpus" | wc -l) seeds)"
 			passed=$((passed + 1))
 		else
 			tail -40 "$work/log"
