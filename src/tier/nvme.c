@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -60,6 +61,15 @@
 #define NV_TMP_TRIES 4
 /* Temporaries older than this (seconds) are left over from a crash. */
 #define NV_TMP_GRACE_S (15 * 60)
+/* The I/O buffer pool (see "buffers" below). */
+#define NV_POOL_MIN (1ull << 20)        /* smaller images use posix_memalign */
+#define NV_POOL_GRAIN (2ull << 20)      /* sizes are whole 2 MiB huge pages */
+#define NV_POOL_SPARE 4u                /* free buffers kept: qd + this */
+#define NV_POOL_MAX_CACHED (1ull << 30) /* and at most this many bytes */
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 
 typedef struct nv_ent {
 	kvt_key key;
@@ -70,6 +80,13 @@ typedef struct nv_ent {
 } nv_ent;
 
 typedef struct nv_req nv_req;
+
+/* One pooled I/O buffer: `size` bytes at `base`, 2 MiB aligned. */
+typedef struct nv_pbuf {
+	struct nv_pbuf *next;
+	uint8_t *base;
+	size_t size;
+} nv_pbuf;
 
 /* One submission: a slice of a request's buffer. */
 typedef struct nv_seg {
@@ -103,6 +120,11 @@ typedef struct nvme {
 	uint32_t inflight;
 	int reaping;
 
+	pthread_mutex_t pool_mu; /* guards the free buffers below */
+	nv_pbuf *pool;           /* free buffers, any order */
+	uint32_t pool_n;
+	uint64_t pool_bytes;
+
 	pthread_mutex_t mu; /* guards the index and stats below */
 	nv_ent **buckets;
 	size_t nbuckets;
@@ -116,11 +138,13 @@ typedef struct nv_wbuf {
 	struct iovec iov;
 	uint64_t disk; /* reserved bytes */
 	uint8_t *buf;  /* aligned, disk bytes long */
+	nv_pbuf *pb;   /* buf's pool buffer, NULL if posix_memalign'd */
 } nv_wbuf;
 
 typedef struct nv_rbuf {
 	kvt_tier_rbuf r;
 	struct iovec iov;
+	nv_pbuf *pb; /* as in nv_wbuf */
 } nv_rbuf;
 
 static atomic_uint_fast64_t nv_tmp_seq;
@@ -138,6 +162,144 @@ static void nv_tmp_seed(void)
 static uint64_t nv_round(const nvme *t, uint64_t n)
 {
 	return (n + t->align - 1) & ~(uint64_t)(t->align - 1);
+}
+
+/* --- buffers --------------------------------------------------------------- */
+
+/*
+ * Every put and get needs an aligned buffer as large as the image (14-32
+ * MiB for real chunks).  posix_memalign/free of that much memory is an
+ * mmap/munmap per operation (above glibc's mmap threshold): every 4 KiB
+ * page is faulted in again on first touch, and the mmap lock is contended
+ * across the store's workers; that cost more than the disk write itself.
+ * So images of NV_POOL_MIN bytes and more take their buffer from a per-tier
+ * pool: mmap'd once, 2 MiB aligned with MADV_HUGEPAGE (fewer faults and
+ * cheaper page pinning for O_DIRECT), populated up front, and reused.
+ * Sizes are rounded up to NV_POOL_GRAIN; a request takes the smallest free
+ * buffer that fits, else maps a new one.  The free list is bounded (qd +
+ * NV_POOL_SPARE buffers, NV_POOL_MAX_CACHED bytes): a buffer returned past
+ * either bound unmaps the smallest free buffers, so the pool converges on
+ * the largest images in use and idles at a bounded size.  Buffers are
+ * reused with stale contents: writers fill the whole image and zero the
+ * pad, readers only look at what was read.  If mmap fails the buffer comes
+ * from posix_memalign as before.
+ */
+
+static void nv_pbuf_unmap(nv_pbuf *pb)
+{
+	munmap(pb->base, pb->size);
+	free(pb);
+}
+
+static nv_pbuf *nv_pbuf_map(size_t size)
+{
+	nv_pbuf *pb = malloc(sizeof(*pb));
+	uint8_t *m, *a;
+	size_t head;
+
+	if (!pb)
+		return NULL;
+	/* Over-map by one grain and trim, so the buffer is 2 MiB aligned
+	 * (huge pages; also any direct-I/O alignment up to NV_MAX_ALIGN). */
+	m = mmap(NULL, size + NV_POOL_GRAIN, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED) {
+		free(pb);
+		return NULL;
+	}
+	a = (uint8_t *)(((uintptr_t)m + NV_POOL_GRAIN - 1) &
+			~(uintptr_t)(NV_POOL_GRAIN - 1));
+	head = (size_t)(a - m);
+	if (head)
+		munmap(m, head);
+	if (NV_POOL_GRAIN - head)
+		munmap(a + size, NV_POOL_GRAIN - head);
+	/* Both advisory: without THP we get 4 KiB pages, without
+	 * MADV_POPULATE_WRITE (Linux < 5.14) the first use faults them in. */
+	madvise(a, size, MADV_HUGEPAGE);
+	madvise(a, size, MADV_POPULATE_WRITE);
+	pb->next = NULL;
+	pb->base = a;
+	pb->size = size;
+	return pb;
+}
+
+/* Unmap the smallest free buffers while the free list exceeds its bounds;
+ * returns them chained by `next` (caller holds pool_mu, unmaps after). */
+static nv_pbuf *nv_pool_trim(nvme *t)
+{
+	nv_pbuf *out = NULL;
+
+	while (t->pool && (t->pool_n > t->qd + NV_POOL_SPARE ||
+			   t->pool_bytes > NV_POOL_MAX_CACHED)) {
+		nv_pbuf **p, **min = &t->pool, *v;
+		for (p = &t->pool; *p; p = &(*p)->next)
+			if ((*p)->size < (*min)->size)
+				min = p;
+		v = *min;
+		*min = v->next;
+		t->pool_n--;
+		t->pool_bytes -= v->size;
+		v->next = out;
+		out = v;
+	}
+	return out;
+}
+
+/* An aligned buffer of at least `n` bytes, or NULL; *pb says where it came
+ * from, for nv_buf_put. */
+static uint8_t *nv_buf_get(nvme *t, uint64_t n, nv_pbuf **pb)
+{
+	void *buf = NULL;
+
+	*pb = NULL;
+	if (n >= NV_POOL_MIN && n <= NV_POOL_MAX_CACHED) {
+		size_t size = (size_t)((n + NV_POOL_GRAIN - 1) &
+				       ~(NV_POOL_GRAIN - 1));
+		nv_pbuf **p, **best = NULL;
+
+		pthread_mutex_lock(&t->pool_mu);
+		for (p = &t->pool; *p; p = &(*p)->next)
+			if ((*p)->size >= size &&
+			    (!best || (*p)->size < (*best)->size))
+				best = p;
+		if (best) {
+			*pb = *best;
+			*best = (*pb)->next;
+			t->pool_n--;
+			t->pool_bytes -= (*pb)->size;
+		}
+		pthread_mutex_unlock(&t->pool_mu);
+		if (!*pb)
+			*pb = nv_pbuf_map(size);
+		if (*pb)
+			return (*pb)->base;
+	}
+	if (posix_memalign(&buf, t->align, (size_t)n))
+		return NULL;
+	return buf;
+}
+
+static void nv_buf_put(nvme *t, uint8_t *buf, nv_pbuf *pb)
+{
+	nv_pbuf *extra;
+
+	if (!pb) {
+		free(buf);
+		return;
+	}
+	pthread_mutex_lock(&t->pool_mu);
+	pb->next = t->pool;
+	t->pool = pb;
+	t->pool_n++;
+	t->pool_bytes += pb->size;
+	extra = nv_pool_trim(t);
+	pthread_mutex_unlock(&t->pool_mu);
+	while (extra) {
+		pb = extra;
+		extra = pb->next;
+		nv_pbuf_unmap(pb);
+	}
 }
 
 /* --- names ---------------------------------------------------------------- */
@@ -191,12 +353,20 @@ static void nv_tmp_path(const nvme *t, const char *stem, char out[PATH_MAX])
 
 /* --- index (caller holds t->mu) --------------------------------------------- */
 
+/* Mix the whole key: real keys are hashes, but keys built by hand (tests,
+ * benchmarks: a constant prefix and a counter further on) would otherwise
+ * all share one chain and make every lookup linear in the index size. */
+_Static_assert(KVT_KEY_BYTES % 8 == 0, "nv_bucket reads the key in words");
+
 static size_t nv_bucket(size_t nbuckets, const kvt_key *k)
 {
-	uint64_t h;
+	uint64_t w[KVT_KEY_BYTES / 8], h = 0;
+	size_t i;
 
-	memcpy(&h, k->b, sizeof(h)); /* keys are uniformly random */
-	return (size_t)(h & (nbuckets - 1));
+	memcpy(w, k->b, sizeof(w));
+	for (i = 0; i < KVT_KEY_BYTES / 8; i++)
+		h = (h ^ w[i]) * 0x9e3779b97f4a7c15ull;
+	return (size_t)((h ^ (h >> 32)) & (nbuckets - 1));
 }
 
 static nv_ent *nv_find(const nvme *t, const kvt_key *k)
@@ -498,7 +668,9 @@ static int nv_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len,
 		return rc;
 
 	w = calloc(1, sizeof(*w));
-	if (!w || posix_memalign(&buf, t->align, (size_t)disk)) {
+	if (w)
+		buf = nv_buf_get(t, disk, &w->pb);
+	if (!buf) {
 		free(w);
 		pthread_mutex_lock(&t->mu);
 		t->reserved -= disk;
@@ -524,7 +696,7 @@ static void nv_wbuf_free(nvme *t, nv_wbuf *w)
 	pthread_mutex_lock(&t->mu);
 	t->reserved -= w->disk;
 	pthread_mutex_unlock(&t->mu);
-	free(w->buf);
+	nv_buf_put(t, w->buf, w->pb);
 	free(w);
 }
 
@@ -779,7 +951,9 @@ static int nv_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 	want = nv_round(t, size);
 	r = calloc(1, sizeof(*r));
 	h = malloc(sizeof(*h));
-	if (!r || !h || posix_memalign(&buf, t->align, (size_t)want)) {
+	if (r && h)
+		buf = nv_buf_get(t, want, &r->pb);
+	if (!buf) {
 		t->io->close(t->io, fd);
 		free(r);
 		free(h);
@@ -790,7 +964,7 @@ static int nv_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 	if (rc) {
 		/* The medium failed this file: drop it, so the store treats it
 		 * as a miss and refetches from below. */
-		free(buf);
+		nv_buf_put(t, buf, r->pb);
 		free(r);
 		free(h);
 		nv_drop(t, key, gen, path, 0);
@@ -833,7 +1007,8 @@ static int nv_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 	return 0;
 
 bad:
-	free(buf);
+	if (buf)
+		nv_buf_put(t, buf, r->pb);
 	free(r);
 	free(h);
 	nv_drop(t, key, gen, path, 1);
@@ -847,7 +1022,7 @@ static void nv_release(kvt_tier *tt, kvt_tier_rbuf *rr)
 
 	if (!r)
 		return;
-	free(r->iov.iov_base);
+	nv_buf_put((nvme *)tt, r->iov.iov_base, r->pb);
 	free(r);
 	atomic_fetch_sub(&((nvme *)tt)->borrowed, 1);
 }
@@ -956,10 +1131,16 @@ static void nv_free(nvme *t)
 	}
 	if (t->uring)
 		io_uring_queue_exit(&t->ring);
+	while (t->pool) {
+		nv_pbuf *pb = t->pool;
+		t->pool = pb->next;
+		nv_pbuf_unmap(pb);
+	}
 	free(t->buckets);
 	free(t->root);
 	pthread_cond_destroy(&t->ring_cv);
 	pthread_mutex_destroy(&t->ring_mu);
+	pthread_mutex_destroy(&t->pool_mu);
 	pthread_mutex_destroy(&t->mu);
 	free(t);
 }
@@ -1295,6 +1476,7 @@ int kvt_nvme_open(const kvt_nvme_opts *o, kvt_tier **out)
 	}
 	pthread_mutex_init(&t->mu, NULL);
 	pthread_mutex_init(&t->ring_mu, NULL);
+	pthread_mutex_init(&t->pool_mu, NULL);
 	pthread_cond_init(&t->ring_cv, NULL);
 	memcpy(t->root, o->path, len);
 	t->root[len] = '\0';
