@@ -436,13 +436,24 @@ static void test_delete_borrowed(void)
 	make_key(8, &k);
 	CHECK_EQ(put_seed(t, &k, 2 * PS, 8), 0);
 	CHECK_EQ(t->ops->get(t, &k, &r), 0);
-	t->ops->corrupt(t, &k);
+	t->ops->corrupt(t, r);
 	CHECK_EQ(t->ops->exists(t, &k), 0);
 	CHECK(rbuf_matches(r, 2 * PS, 8));
 	t->ops->release(t, r);
-	t->ops->corrupt(t, &k); /* gone already: not counted twice */
 	tier_stats(t, &st);
 	CHECK_EQ(st.corrupt, 1);
+	/* A copy found bad after a good one replaced it under the same key
+	 * drops only itself: the good one stays. */
+	CHECK_EQ(put_seed(t, &k, 2 * PS, 81), 0);
+	CHECK_EQ(t->ops->get(t, &k, &r), 0);
+	CHECK_EQ(t->ops->del(t, &k), 0);
+	CHECK_EQ(put_seed(t, &k, 2 * PS, 82), 0);
+	t->ops->corrupt(t, r);
+	t->ops->release(t, r);
+	CHECK_EQ(t->ops->exists(t, &k), 1);
+	CHECK_EQ(t->ops->get(t, &k, &r), 0);
+	CHECK(rbuf_matches(r, 2 * PS, 82));
+	t->ops->release(t, r);
 	t->ops->close(t);
 }
 

@@ -562,11 +562,30 @@ static void test_corrupt_after_open(void)
 	/* The store found a bad payload: corrupt() drops it for good. */
 	CHECK_EQ(put_one(t, &k, 9, KVT_DUR_CRASH_SAFE, NULL), 0);
 	fprintf(stderr, "(expect a warning: failed verification)\n");
-	t->ops->corrupt(t, &k);
+	{
+		kvt_tier_rbuf *rb;
+		CHECK_EQ(t->ops->get(t, &k, &rb), 0);
+		t->ops->corrupt(t, rb);
+		t->ops->release(t, rb);
+	}
 	CHECK_EQ(t->ops->exists(t, &k), 0);
 	CHECK(!file_exists(final_path(dir, &k)));
 	t->ops->stats(t, &st);
 	CHECK_EQ(st.corrupt, 3);
+
+	/* A bad copy read before a good one replaced it drops only itself. */
+	CHECK_EQ(put_one(t, &k, 10, KVT_DUR_CRASH_SAFE, NULL), 0);
+	{
+		kvt_tier_rbuf *rb;
+		CHECK_EQ(t->ops->get(t, &k, &rb), 0);
+		CHECK_EQ(t->ops->del(t, &k), 0);
+		CHECK_EQ(put_one(t, &k, 11, KVT_DUR_CRASH_SAFE, NULL), 0);
+		fprintf(stderr, "(expect a warning: failed verification)\n");
+		t->ops->corrupt(t, rb);
+		t->ops->release(t, rb);
+	}
+	CHECK_EQ(t->ops->exists(t, &k), 1);
+	CHECK(file_exists(final_path(dir, &k)));
 
 	t->ops->close(t);
 	free(img);

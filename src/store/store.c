@@ -531,9 +531,9 @@ static int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 			kvt_key_hex(key, hex);
 			kvt_log(KVT_LOG_WARN, "%s tier: dropping %s: %s (%s)",
 				t->ops->name, hex, kvt_strerror(rc), kvt_errmsg());
-			t->ops->release(t, rb);
 			if (rc != KVT_ENOMEM)
-				t->ops->corrupt(t, key);
+				t->ops->corrupt(t, rb);
+			t->ops->release(t, rb);
 			free(ref);
 			continue;
 		}
@@ -564,17 +564,18 @@ static void promote(kvt_store *st, const kvt_ref *ref)
 	t->ops->put_commit(t, w, KVT_DUR_CACHED);
 }
 
-static void drop_corrupt(kvt_store *st, kvt_ref *ref, const kvt_key *key)
+/* Drop the borrowed copy that failed verification (exactly that one: a
+ * good copy published since stays), then let go of it. */
+static void drop_corrupt(kvt_ref *ref, const kvt_key *key)
 {
 	char hex[65];
 	kvt_tier *t = ref->tier;
 
-	(void)st;
 	kvt_key_hex(key, hex);
 	kvt_log(KVT_LOG_WARN, "%s tier: chunk %s failed verification: %s",
 		t->ops->name, hex, kvt_errmsg());
+	t->ops->corrupt(t, ref->rb);
 	ref_free(ref);
-	t->ops->corrupt(t, key);
 }
 
 int kvt_get(kvt_store *st, const kvt_ns *ns, const kvt_key *key, void *buf,
@@ -599,7 +600,7 @@ int kvt_get(kvt_store *st, const kvt_ns *ns, const kvt_key *key, void *buf,
 		rc = kvt_obj_read_iov(&ref->hdr, ref->rb->iov, ref->rb->n_iov, buf,
 				      cap, st->verify[tier]);
 		if (rc == KVT_ECORRUPT) {
-			drop_corrupt(st, ref, key);
+			drop_corrupt(ref, key);
 			continue; /* a lower tier may hold a good copy */
 		}
 		if (rc == 0 && tier > 0)
@@ -629,7 +630,7 @@ int kvt_get_layer(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		rc = kvt_obj_read_layer_iov(&ref->hdr, ref->rb->iov, ref->rb->n_iov,
 					    layer, buf, cap);
 		if (rc == KVT_ECORRUPT) {
-			drop_corrupt(st, ref, key);
+			drop_corrupt(ref, key);
 			continue;
 		}
 		ref_free(ref);
@@ -655,7 +656,7 @@ int kvt_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		rc = kvt_obj_verify_iov(&(*ref)->hdr, (*ref)->rb->iov, (*ref)->rb->n_iov);
 		if (rc == 0)
 			return 0;
-		drop_corrupt(st, *ref, key);
+		drop_corrupt(*ref, key);
 	}
 }
 
@@ -1075,6 +1076,8 @@ static void verify_one(struct verify_ctx *c, const kvt_key *key)
 			rc = kvt_obj_verify_iov(h, rb->iov, rb->n_iov);
 		if (rc == 0)
 			c->res->bytes += h->payload_len;
+		else if (c->drop)
+			c->t->ops->corrupt(c->t, rb);
 		c->t->ops->release(c->t, rb);
 	}
 	c->res->checked++;
@@ -1082,8 +1085,6 @@ static void verify_one(struct verify_ctx *c, const kvt_key *key)
 		c->res->bad++;
 		if (c->bad_fn)
 			c->bad_fn(c->arg, key, rc, kvt_errmsg());
-		if (c->drop)
-			c->t->ops->corrupt(c->t, key);
 	}
 	free(h);
 }

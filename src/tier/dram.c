@@ -634,9 +634,20 @@ static int dram_del(kvt_tier *tt, const kvt_key *key)
 	return dram_drop_key(dram_of(tt), key, 0);
 }
 
-static void dram_corrupt(kvt_tier *tt, const kvt_key *key)
+static void dram_corrupt(kvt_tier *tt, kvt_tier_rbuf *r)
 {
-	(void)dram_drop_key(dram_of(tt), key, 1);
+	struct dram_tier *t = dram_of(tt);
+	struct dram_entry *e = entry_of_r(r);
+	struct dram_shard *s = e->shard;
+	uint64_t h = key_hash(&r->key);
+
+	/* The caller holds a reference, so e is not freed here: only unlinked
+	 * from the index if it is still the entry under its key. */
+	pthread_mutex_lock(&s->lock);
+	if (index_find(t, s, h, &r->key) == e)
+		(void)entry_drop(t, s, e);
+	CNT_ADD(s, corrupt, 1);
+	pthread_mutex_unlock(&s->lock);
 }
 
 struct dram_iter_item {

@@ -91,6 +91,8 @@ typedef struct fsdir_wbuf {
 typedef struct fsdir_rbuf {
 	kvt_tier_rbuf r;
 	struct iovec iov;
+	uint64_t gen;       /* the index entry it was read through */
+	struct stat st;     /* the file it was read from */
 } fsdir_rbuf;
 
 /* Temporary names must differ between every writer of one directory, and
@@ -643,21 +645,29 @@ static void fsdir_drop_bad(fsdir *t, const kvt_key *key, uint64_t gen,
 {
 	fsdir_ent *e;
 	struct stat now;
+	int newer = 0;
 
 	pthread_mutex_lock(&t->mu);
 	e = fsdir_find(t, key);
-	if (e && e->gen == gen)
+	if (e && e->gen == gen) {
 		fsdir_remove(t, e);
-	else
+	} else {
+		newer = e != NULL; /* this node published another since */
 		e = NULL;
+	}
 	if (corrupt)
 		t->st.corrupt++;
 	else
 		t->st.misses++;
 	pthread_mutex_unlock(&t->mu);
 	free(e);
-	if (read_st && !t->io->stat(t->io, path, &now) &&
-	    now.st_ino == read_st->st_ino && now.st_dev == read_st->st_dev)
+	/* Another node may have replaced the file too: unlink only the file
+	 * that was read.  Inode numbers are reused at once, so the change
+	 * time must match as well. */
+	if (!newer && read_st && !t->io->stat(t->io, path, &now) &&
+	    now.st_ino == read_st->st_ino && now.st_dev == read_st->st_dev &&
+	    now.st_ctim.tv_sec == read_st->st_ctim.tv_sec &&
+	    now.st_ctim.tv_nsec == read_st->st_ctim.tv_nsec)
 		t->io->unlink(t->io, path);
 }
 
@@ -760,8 +770,10 @@ static int fsdir_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 		e->len = size;
 	}
 	pthread_mutex_unlock(&t->mu);
-	if (touch)
-		t->io->touch(t->io, path); /* a hint only; failure is harmless */
+	/* A hint only; failure is harmless.  The file's change time moves
+	 * with it: keep the identity a later corrupt() compares current. */
+	if (touch && t->io->touch(t->io, path) == 0)
+		(void)t->io->stat(t->io, path, &st);
 
 	r->r.key = *key;
 	r->r.len = size;
@@ -769,6 +781,8 @@ static int fsdir_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 	r->iov.iov_len = (size_t)size;
 	r->r.iov = &r->iov;
 	r->r.n_iov = 1;
+	r->gen = gen;
+	r->st = st;
 	atomic_fetch_add(&t->borrowed, 1);
 	*out = &r->r;
 	return 0;
@@ -840,14 +854,15 @@ static int fsdir_del(kvt_tier *tt, const kvt_key *key)
 	return urc;
 }
 
-static void fsdir_corrupt(kvt_tier *tt, const kvt_key *key)
+static void fsdir_corrupt(kvt_tier *tt, kvt_tier_rbuf *rb)
 {
-	char hex[FSDIR_HEX + 1];
-	int urc = 0;
+	fsdir *t = (fsdir *)tt;
+	fsdir_rbuf *r = (fsdir_rbuf *)rb;
+	char path[PATH_MAX];
 
-	fsdir_hex(key, hex);
-	fsdir_forget((fsdir *)tt, key, 1, &urc);
-	kvt_log(KVT_LOG_WARN, "fsdir: dropping %s: failed verification", hex);
+	fsdir_final_path(t, &rb->key, path);
+	fsdir_drop_bad(t, &rb->key, r->gen, path, &r->st, 1);
+	kvt_log(KVT_LOG_WARN, "fsdir: dropping %s: failed verification", path);
 }
 
 typedef struct fsdir_item {

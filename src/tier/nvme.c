@@ -145,6 +145,7 @@ typedef struct nv_rbuf {
 	kvt_tier_rbuf r;
 	struct iovec iov;
 	nv_pbuf *pb; /* as in nv_wbuf */
+	uint64_t gen; /* the index entry it was read through */
 } nv_rbuf;
 
 static atomic_uint_fast64_t nv_tmp_seq;
@@ -1002,6 +1003,7 @@ static int nv_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 	r->iov.iov_len = (size_t)size;
 	r->r.iov = &r->iov;
 	r->r.n_iov = 1;
+	r->gen = gen;
 	atomic_fetch_add(&t->borrowed, 1);
 	*out = &r->r;
 	return 0;
@@ -1068,13 +1070,14 @@ static int nv_del(kvt_tier *tt, const kvt_key *key)
 	return nv_forget((nvme *)tt, key, 0);
 }
 
-static void nv_corrupt(kvt_tier *tt, const kvt_key *key)
+static void nv_corrupt(kvt_tier *tt, kvt_tier_rbuf *rb)
 {
-	char hex[NV_HEX + 1];
+	nvme *t = (nvme *)tt;
+	char path[PATH_MAX];
 
-	nv_hex(key, hex);
-	nv_forget((nvme *)tt, key, 1);
-	kvt_log(KVT_LOG_WARN, "nvme: dropping %s: failed verification", hex);
+	nv_final_path(t, &rb->key, path);
+	nv_drop(t, &rb->key, ((nv_rbuf *)rb)->gen, path, 1);
+	kvt_log(KVT_LOG_WARN, "nvme: dropping %s: failed verification", path);
 }
 
 typedef struct nv_item {

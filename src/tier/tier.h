@@ -74,9 +74,10 @@ struct kvt_tier_ops {
 		       int (*fn)(void *arg, const kvt_key *key, uint64_t len),
 		       void *arg);
 	void (*stats)(kvt_tier *t, kvt_tier_stats *out);
-	/* Record that a borrowed image failed verification: drop it and
-	 * count it, so it is never served again. */
-	void (*corrupt)(kvt_tier *t, const kvt_key *key);
+	/* A borrowed image failed verification: drop exactly that object
+	 * (not a good one another writer published under the key since) and
+	 * count it, so it is never served again.  Called before release. */
+	void (*corrupt)(kvt_tier *t, kvt_tier_rbuf *r);
 	void (*close)(kvt_tier *t);
 };
 
