@@ -449,6 +449,10 @@ typedef struct kvt_tier_stats {
 	uint64_t evictions, evicted_bytes;
 	uint64_t corrupt;         /* objects dropped because they failed checks */
 	uint64_t borrowed;        /* references outstanding now */
+	uint64_t write_errors;    /* puts that failed with an I/O error */
+	uint32_t writes_off;      /* 1 while the store admits no writes to the
+				   * tier after repeated I/O errors (it keeps
+				   * serving reads) */
 } kvt_tier_stats;
 
 /* Number of tiers of the store. */

@@ -483,6 +483,75 @@ static void two_tiers(void)
 	rm_tree(dir);
 }
 
+/* The disk tier's directory disappears under a running store: the store
+ * keeps serving from memory, a chunk that was only on disk is a miss, puts
+ * that need the disk fail with a reason, and after a few I/O errors in a
+ * row the store stops sending writes to that tier. */
+static void disk_vanishes(void)
+{
+	char dir[] = "/tmp/kvt-gone-XXXXXX";
+	kvt_store *st;
+	kvt_ns_desc d = desc(NULL);
+	kvt_ns ns;
+	kvt_key k[24];
+	kvt_tier_stats s1;
+	size_t per, len;
+	uint8_t *p, *q;
+	int in_dram = -1;
+
+	if (!mkdtemp(dir)) {
+		test_failures++;
+		return;
+	}
+	st = open_store(dir, "2MiB");
+	if (!st) {
+		test_failures++;
+		return;
+	}
+	CHECK_EQ(kvt_ns_init(st, &d, &ns), 0);
+	per = kvt_layout_payload_bytes(&ns.layout);
+	p = malloc(per);
+	q = malloc(per);
+	chain(&ns, 9, 24 * 64, k);
+	for (int i = 0; i < 16; i++) {
+		test_fill(p, per, 900 + (uint64_t)i);
+		CHECK_EQ(kvt_put(st, &ns, &k[i], p, per, KVT_DUR_CRASH_SAFE), 0);
+	}
+	{
+		uint8_t tiers[16];
+		kvt_lookup_result r = { .tier = tiers };
+		CHECK_EQ(kvt_lookup(st, &ns, k, 16, &r), 16);
+		CHECK_EQ(tiers[0], 1); /* the oldest only on disk */
+		for (int i = 15; i >= 0; i--)
+			if (tiers[i] == 0)
+				in_dram = i;
+	}
+	CHECK(in_dram > 0);
+	CHECK_EQ(rm_tree(dir), 0);
+
+	/* Disk-only chunk: a miss, not a crash or an error. */
+	CHECK_EQ(kvt_get(st, &ns, &k[0], q, per, &len), KVT_ENOTFOUND);
+	/* Memory still serves. */
+	CHECK_EQ(kvt_get(st, &ns, &k[15], q, per, &len), 0);
+	test_fill(p, per, 915);
+	CHECK(!memcmp(p, q, per));
+	/* A crash-safe put needs the disk: it fails and says which tier. */
+	CHECK(kvt_put(st, &ns, &k[16], p, per, KVT_DUR_CRASH_SAFE) < 0);
+	CHECK(strstr(kvt_errmsg(), "nvme") != NULL);
+	/* Cached puts go on in memory; the disk's errors add up until the
+	 * store stops trying it. */
+	for (int i = 17; i < 24; i++)
+		CHECK_EQ(kvt_put(st, &ns, &k[i], p, per, KVT_DUR_CACHED), 0);
+	CHECK_EQ(kvt_store_stats(st, 1, &s1), 0);
+	CHECK(s1.write_errors >= 3);
+	CHECK_EQ(s1.writes_off, 1);
+	CHECK(s1.write_errors < 8); /* not every put paid the dead disk */
+	CHECK_EQ(kvt_get(st, &ns, &k[23], q, per, &len), 0);
+	kvt_store_close(st);
+	free(p);
+	free(q);
+}
+
 static void bad_configs(void)
 {
 	kvt_config *c = kvt_config_new();
@@ -508,6 +577,7 @@ int main(void)
 	two_tiers();
 	racing_writers();
 	failed_durable_put();
+	disk_vanishes();
 	bad_configs();
 	TEST_DONE();
 }

@@ -28,11 +28,24 @@
 
 #define KVT_MAX_TIERS 8
 
+/* A tier whose writes fail this many times in a row (I/O errors, not a
+ * full tier) is given no writes for a while: a dead disk must not make every
+ * put pay its error, and reads from it keep being tried. */
+#define TIER_FAIL_STREAK 3
+#define TIER_WRITES_OFF_NS (30ll * 1000000000ll)
+
+struct tier_health {
+	atomic_int streak;           /* consecutive write I/O errors */
+	atomic_llong off_until;      /* CLOCK_MONOTONIC ns; 0 = writes on */
+	atomic_ullong errors;        /* total write I/O errors */
+};
+
 struct kvt_store {
 	kvt_config cfg;
 	kvt_tier *tiers[KVT_MAX_TIERS];
 	int n_tiers;
 	int verify[KVT_MAX_TIERS]; /* verify payload checksums on read */
+	struct tier_health health[KVT_MAX_TIERS];
 
 	/* Async worker pool: a FIFO of ops, a fixed set of threads. */
 	pthread_mutex_t qlock;
@@ -288,6 +301,40 @@ static int check_args(kvt_store *st, const kvt_ns *ns, const kvt_key *key)
 	return 0;
 }
 
+static long long mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+static int writes_off(kvt_store *st, int i)
+{
+	long long until = atomic_load(&st->health[i].off_until);
+	return until && mono_ns() < until;
+}
+
+/* Count a put's outcome in tier i's health: an I/O error (a negated errno)
+ * lengthens the streak; anything else that reached the medium ends it. */
+static void tier_note_write(kvt_store *st, int i, int rc)
+{
+	struct tier_health *hl = &st->health[i];
+
+	if (rc < 0 && rc > KVT_ERR_BASE) {
+		atomic_fetch_add(&hl->errors, 1);
+		if (atomic_fetch_add(&hl->streak, 1) + 1 == TIER_FAIL_STREAK) {
+			atomic_store(&hl->off_until, mono_ns() + TIER_WRITES_OFF_NS);
+			kvt_log(KVT_LOG_ERROR,
+				"%s tier: %d writes failed in a row (last: %s); no writes for %lld s, reads go on",
+				st->tiers[i]->ops->name, TIER_FAIL_STREAK, kvt_strerror(rc),
+				TIER_WRITES_OFF_NS / 1000000000ll);
+		}
+	} else if (rc == 0 || rc == KVT_EEXIST) {
+		atomic_store(&hl->streak, 0);
+		atomic_store(&hl->off_until, 0);
+	}
+}
+
 /* Durability each tier is asked for: memory gives "cached" only, so a
  * stronger level is the disk tiers' to give. */
 static int tier_durability(kvt_store *st, int i, int want)
@@ -313,6 +360,12 @@ static int store_harden(kvt_store *st, const kvt_key *key, int holder,
 		kvt_tier_wbuf *w;
 		if (tier_durability(st, i, durability) < durability)
 			continue;
+		if (writes_off(st, i)) {
+			if (!err)
+				err = kvt_err(-EIO, "%s tier admits no writes after repeated errors",
+					      t->ops->name);
+			continue;
+		}
 		rc = t->ops->put_begin(t, key, rb->len, &w);
 		if (rc == 0) {
 			image_copy(rb, w);
@@ -374,7 +427,16 @@ static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 
 	for (int i = 0; i < st->n_tiers; i++) {
 		kvt_tier *t = st->tiers[i];
+		if (writes_off(st, i)) {
+			rc[i] = kvt_err(-EIO, "%s tier admits no writes after repeated errors",
+					t->ops->name);
+			if (!err)
+				err = rc[i];
+			continue;
+		}
 		rc[i] = t->ops->put_begin(t, key, len, &w[i]);
+		if (rc[i] != 0) /* success is judged at commit */
+			tier_note_write(st, i, rc[i]);
 		if (rc[i] == KVT_EEXIST) {
 			lost = 1; /* published by someone else meanwhile */
 		} else if (rc[i] == 0 && first < 0) {
@@ -421,6 +483,7 @@ static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 			continue;
 		}
 		rc[i] = t->ops->put_commit(t, w[i], want);
+		tier_note_write(st, i, rc[i]);
 		if (rc[i] == 0) {
 			stored++;
 			if (want >= durability)
@@ -996,6 +1059,8 @@ int kvt_store_stats(kvt_store *st, int tier, kvt_tier_stats *out)
 		return kvt_err(KVT_EINVAL, "tier %d of %d", tier, st ? st->n_tiers : 0);
 	memset(out, 0, sizeof(*out));
 	st->tiers[tier]->ops->stats(st->tiers[tier], out);
+	out->write_errors = atomic_load(&st->health[tier].errors);
+	out->writes_off = (uint32_t)writes_off(st, tier);
 	return 0;
 }
 

@@ -493,11 +493,17 @@ static int fsdir_write_tmp(fsdir *t, fsdir_wbuf *w, int durability,
 		fsdir_tmp_path(t, &w->w.key, tmp);
 		fd = io->open(io, tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
 		if (fd == -ENOENT) {
-			/* Someone removed tmp/ (a clean-up script): recreate. */
+			/* Someone removed tmp/ (a clean-up script): recreate
+			 * it, but never the root: a root that vanished is an
+			 * unmounted file system, and recreating it would put
+			 * the cache on the one underneath. */
 			char dir[PATH_MAX];
 			snprintf(dir, sizeof(dir), "%s/tmp", t->root);
-			rc = kvt_io_mkdirs(io, dir, 0755);
-			if (rc)
+			rc = io->mkdir(io, dir, 0755);
+			if (rc == -ENOENT)
+				return kvt_err(rc, "fsdir: directory %s has disappeared "
+					       "(unmounted?); not recreating it", t->root);
+			if (rc && rc != -EEXIST)
 				return kvt_err(rc, "fsdir: mkdir %s: %s", dir,
 					       kvt_strerror(rc));
 			continue;

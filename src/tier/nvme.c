@@ -722,11 +722,18 @@ static int nv_write_tmp(nvme *t, nv_wbuf *w, int durability,
 	for (i = 0; i < NV_TMP_TRIES; i++) {
 		nv_tmp_path(t, hex, tmp);
 		fd = nv_open_file(t, tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
-		if (fd == -ENOENT) { /* tmp/ removed by someone: recreate */
+		if (fd == -ENOENT) {
+			/* tmp/ removed by someone: recreate it, but never the
+			 * root.  A root that vanished is an unmounted or lost
+			 * device; recreating it would spill the cache onto
+			 * whatever file system is underneath. */
 			char dir[PATH_MAX];
 			snprintf(dir, sizeof(dir), "%s/tmp", t->root);
-			rc = kvt_io_mkdirs(io, dir, 0755);
-			if (rc)
+			rc = io->mkdir(io, dir, 0755);
+			if (rc == -ENOENT)
+				return kvt_err(rc, "nvme: directory %s has disappeared "
+					       "(unmounted?); not recreating it", t->root);
+			if (rc && rc != -EEXIST)
 				return kvt_err(rc, "nvme: mkdir %s: %s", dir,
 					       kvt_strerror(rc));
 			continue;
