@@ -21,6 +21,7 @@
  * put_begin), so temporaries never push the directory past it.
  */
 #include "tier/fsdir.h"
+#include "tier/fanout.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -69,11 +70,7 @@ typedef struct fsdir {
 	uint64_t capacity;
 	int verify_on_open;
 	atomic_uint_fast64_t borrowed;
-	/* Directories whose entry in their parent this process has fsynced:
-	 * the root, <root>/k0 and <root>/k0/k1.  A power-safe put makes its
-	 * path durable once, whoever created the directories and whatever an
-	 * earlier, weaker put skipped. */
-	atomic_uchar dur_root, dur_k0[256], dur_k1[65536];
+	kvt_fanout durable; /* directories of the tree made durable */
 
 	pthread_mutex_t mu; /* guards everything below */
 	fsdir_ent **buckets;
@@ -413,41 +410,6 @@ static int fsdir_mkdir_level(fsdir *t, const char *dir, int durability)
 	return 0;
 }
 
-/* Make the directories on the way to `fin` durable: fsync each one's parent
- * the first time this process needs it (root in its parent, k0 in root, k1
- * in k0).  Marks are set only after a successful fsync. */
-static int fsdir_path_durable(fsdir *t, const kvt_key *key, const char *fin)
-{
-	size_t rl = strlen(t->root);
-	unsigned k0 = key->b[0], k01 = (unsigned)key->b[0] << 8 | key->b[1];
-	char dir[PATH_MAX];
-	int rc;
-
-	if (!atomic_load(&t->dur_root)) {
-		if ((rc = kvt_io_fsync_parent(t->io, t->root)))
-			return kvt_err(rc, "fsdir: fsync parent of %s: %s", t->root,
-				       kvt_strerror(rc));
-		atomic_store(&t->dur_root, 1);
-	}
-	if (!atomic_load(&t->dur_k0[k0])) {
-		memcpy(dir, fin, rl + 3); /* "<root>/k0" */
-		dir[rl + 3] = '\0';
-		if ((rc = kvt_io_fsync_parent(t->io, dir)))
-			return kvt_err(rc, "fsdir: fsync parent of %s: %s", dir,
-				       kvt_strerror(rc));
-		atomic_store(&t->dur_k0[k0], 1);
-	}
-	if (!atomic_load(&t->dur_k1[k01])) {
-		memcpy(dir, fin, rl + 6); /* "<root>/k0/k1" */
-		dir[rl + 6] = '\0';
-		if ((rc = kvt_io_fsync_parent(t->io, dir)))
-			return kvt_err(rc, "fsdir: fsync parent of %s: %s", dir,
-				       kvt_strerror(rc));
-		atomic_store(&t->dur_k1[k01], 1);
-	}
-	return 0;
-}
-
 /* link(tmp, fin), creating the fan-out directories on first use.  They are
  * made lazily (65536 of them up front would be a slow open on a shared file
  * system), and another node's GC may remove an empty one between our mkdir
@@ -599,7 +561,7 @@ static int fsdir_put_commit(kvt_tier *tt, kvt_tier_wbuf *ww, int durability)
 	if (rc)
 		goto out;
 	if (durability == KVT_DUR_POWER_SAFE)
-		rc = fsdir_path_durable(t, &w->w.key, fin);
+		rc = kvt_fanout_durable(&t->durable, t->io, t->root, &w->w.key, fin);
 	if (rc) {
 		t->io->unlink(t->io, fin);
 		goto out;

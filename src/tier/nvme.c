@@ -29,6 +29,7 @@
  * a system call; files of evicted entries are unlinked after it is dropped.
  */
 #include "tier/nvme.h"
+#include "tier/fanout.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -113,6 +114,7 @@ typedef struct nvme {
 	int direct;    /* files opened with O_DIRECT */
 	int uring;     /* ring below is live */
 	atomic_uint_fast64_t borrowed;
+	kvt_fanout durable; /* directories of the tree made durable */
 
 	pthread_mutex_t ring_mu; /* guards the SQ, inflight, reaping */
 	pthread_cond_t ring_cv;
@@ -848,7 +850,9 @@ static int nv_put_commit(kvt_tier *tt, kvt_tier_wbuf *ww, int durability)
 	if (rc)
 		goto out;
 	if (durability == KVT_DUR_POWER_SAFE) {
-		rc = kvt_io_fsync_parent(t->io, fin);
+		rc = kvt_fanout_durable(&t->durable, t->io, t->root, &w->w.key, fin);
+		if (!rc)
+			rc = kvt_io_fsync_parent(t->io, fin);
 		if (rc) {
 			/* Published but maybe not durable: report it and
 			 * withdraw the name, so nothing weaker than asked is
