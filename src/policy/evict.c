@@ -1,0 +1,630 @@
+/*
+ * evict.c — LRU and S3-FIFO over one shared core.
+ *
+ * The core is an id → node hash table (open addressing, linear probing,
+ * backward-shift deletion so there are no tombstones to degrade probes) over
+ * a slab of nodes linked into intrusive doubly linked lists by index.  Each
+ * policy is a small vtable over that core: what a hit does, where an insert
+ * goes, how to make room, where an unpinned object returns.
+ *
+ * Indices instead of pointers: the slab grows with realloc, and 32-bit links
+ * halve the node size (a capacity planner holds millions of them).
+ */
+#include "policy/evict.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+
+#define NIL UINT32_MAX
+
+enum queue {
+	Q_FREE = 0, /* on the slab's free list */
+	Q_PINNED,   /* resident, on no list: cannot be a victim */
+	Q_LRU,
+	Q_SMALL,
+	Q_MAIN,
+	Q_GHOST,    /* S3-FIFO: id only, not resident */
+};
+
+struct node {
+	uint64_t id;
+	uint64_t size;
+	uint32_t prev, next;
+	uint32_t pins;
+	uint8_t q;
+	uint8_t freq;
+};
+
+struct list {
+	uint32_t head, tail; /* head = newest */
+	uint64_t units;
+	uint64_t n;
+};
+
+struct evict_ops {
+	const char *name;
+	void (*hit)(kvt_evict *e, uint32_t x);
+	/* Place a new resident node; `was_ghost` says the id was in G. */
+	void (*place)(kvt_evict *e, uint32_t x, int was_ghost);
+	/* Evict one object (report it); 0, or -1 when nothing is evictable. */
+	int (*evict_one)(kvt_evict *e);
+	void (*unpinned)(kvt_evict *e, uint32_t x);
+	int (*peek)(const kvt_evict *e, uint64_t *id);
+};
+
+struct kvt_evict {
+	const struct evict_ops *ops;
+	uint64_t capacity;
+	uint64_t used;        /* resident units, pinned included */
+	uint64_t pinned;      /* units of pinned objects */
+	uint64_t resident;    /* resident objects */
+	kvt_evict_victim_fn on_victim;
+	void *victim_arg;
+
+	uint32_t *slots;      /* node index or NIL */
+	uint64_t mask;        /* slots - 1 (power of two) */
+	uint64_t in_table;    /* nodes in the table (ghosts included) */
+
+	struct node *nodes;
+	uint32_t nodes_cap;
+	uint32_t free_head;
+
+	struct list lru;      /* LRU */
+	struct list small, main, ghost; /* S3-FIFO */
+	uint64_t small_cap;   /* S3-FIFO: units S may hold before it must give */
+	uint64_t ghost_cap;   /* S3-FIFO: units of ids G remembers */
+	uint32_t promote;     /* S3-FIFO: hits in S to move to M */
+};
+
+/* ---- hashing and the table --------------------------------------------- */
+
+/* splitmix64's finaliser: trace ids are small sequential integers and key
+ * prefixes may share high bits; both must spread over all slots. */
+static uint64_t mix64(uint64_t x)
+{
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebull;
+	x ^= x >> 31;
+	return x;
+}
+
+static uint32_t table_find(const kvt_evict *e, uint64_t id)
+{
+	uint64_t i = mix64(id) & e->mask;
+	for (;;) {
+		uint32_t s = e->slots[i];
+		if (s == NIL || e->nodes[s].id == id)
+			return s;
+		i = (i + 1) & e->mask;
+	}
+}
+
+static void table_put_raw(uint32_t *slots, uint64_t mask, const struct node *nodes, uint32_t x)
+{
+	uint64_t i = mix64(nodes[x].id) & mask;
+	while (slots[i] != NIL)
+		i = (i + 1) & mask;
+	slots[i] = x;
+}
+
+static int table_grow(kvt_evict *e, uint64_t nslots)
+{
+	uint32_t *s = malloc(nslots * sizeof(*s));
+	if (!s)
+		return KVT_ENOMEM;
+	memset(s, 0xff, nslots * sizeof(*s));
+	if (e->slots) {
+		for (uint64_t i = 0; i <= e->mask; i++)
+			if (e->slots[i] != NIL)
+				table_put_raw(s, nslots - 1, e->nodes, e->slots[i]);
+		free(e->slots);
+	}
+	e->slots = s;
+	e->mask = nslots - 1;
+	return 0;
+}
+
+/* Make room for one more node in both the table (load <= 1/2 keeps linear
+ * probes short) and the slab, before anything changes, so that an insert
+ * that runs out of memory leaves the policy exactly as it was. */
+static int reserve_one(kvt_evict *e)
+{
+	if ((e->in_table + 1) * 2 > e->mask + 1) {
+		int rc = table_grow(e, (e->mask + 1) * 2);
+		if (rc)
+			return rc;
+	}
+	if (e->free_head == NIL) {
+		uint64_t ncap = e->nodes_cap ? (uint64_t)e->nodes_cap * 2 : 64;
+		if (ncap >= NIL)
+			ncap = NIL - 1;
+		if (ncap <= e->nodes_cap)
+			return KVT_ENOMEM;
+		struct node *n = realloc(e->nodes, ncap * sizeof(*n));
+		if (!n)
+			return KVT_ENOMEM;
+		for (uint64_t i = e->nodes_cap; i < ncap; i++) {
+			n[i].q = Q_FREE;
+			n[i].next = i + 1 < ncap ? (uint32_t)(i + 1) : NIL;
+		}
+		e->free_head = e->nodes_cap;
+		e->nodes = n;
+		e->nodes_cap = (uint32_t)ncap;
+	}
+	return 0;
+}
+
+/* Needs reserve_one() first. */
+static uint32_t node_new(kvt_evict *e, uint64_t id, uint64_t size)
+{
+	uint32_t x = e->free_head;
+	struct node *n = &e->nodes[x];
+	e->free_head = n->next;
+	n->id = id;
+	n->size = size;
+	n->prev = n->next = NIL;
+	n->pins = 0;
+	n->freq = 0;
+	n->q = Q_FREE;
+	table_put_raw(e->slots, e->mask, e->nodes, x);
+	e->in_table++;
+	return x;
+}
+
+/* Remove from the table with backward shift: later members of the probe run
+ * move up into the hole if their home slot allows it. */
+static void node_free(kvt_evict *e, uint32_t x)
+{
+	uint64_t i = mix64(e->nodes[x].id) & e->mask;
+	while (e->slots[i] != x)
+		i = (i + 1) & e->mask;
+	uint64_t hole = i;
+	for (;;) {
+		i = (i + 1) & e->mask;
+		uint32_t s = e->slots[i];
+		if (s == NIL)
+			break;
+		uint64_t home = mix64(e->nodes[s].id) & e->mask;
+		/* s may fill the hole only if its home is not in (hole, i]. */
+		if (((i - home) & e->mask) >= ((i - hole) & e->mask)) {
+			e->slots[hole] = s;
+			hole = i;
+		}
+	}
+	e->slots[hole] = NIL;
+	e->in_table--;
+	e->nodes[x].q = Q_FREE;
+	e->nodes[x].next = e->free_head;
+	e->free_head = x;
+}
+
+/* ---- lists --------------------------------------------------------------- */
+
+static void list_push_head(kvt_evict *e, struct list *l, uint32_t x, uint8_t q)
+{
+	struct node *n = &e->nodes[x];
+	n->prev = NIL;
+	n->next = l->head;
+	if (l->head != NIL)
+		e->nodes[l->head].prev = x;
+	else
+		l->tail = x;
+	l->head = x;
+	l->units += n->size;
+	l->n++;
+	n->q = q;
+}
+
+static void list_unlink(kvt_evict *e, struct list *l, uint32_t x)
+{
+	struct node *n = &e->nodes[x];
+	if (n->prev != NIL)
+		e->nodes[n->prev].next = n->next;
+	else
+		l->head = n->next;
+	if (n->next != NIL)
+		e->nodes[n->next].prev = n->prev;
+	else
+		l->tail = n->prev;
+	l->units -= n->size;
+	l->n--;
+	n->prev = n->next = NIL;
+}
+
+static struct list *list_of(kvt_evict *e, uint8_t q)
+{
+	switch (q) {
+	case Q_LRU: return &e->lru;
+	case Q_SMALL: return &e->small;
+	case Q_MAIN: return &e->main;
+	case Q_GHOST: return &e->ghost;
+	default: return NULL;
+	}
+}
+
+/* A resident object leaves: account, report, free. */
+static void evict_node(kvt_evict *e, uint32_t x)
+{
+	uint64_t id = e->nodes[x].id, size = e->nodes[x].size;
+	e->used -= size;
+	e->resident--;
+	node_free(e, x);
+	if (e->on_victim)
+		e->on_victim(e->victim_arg, id, size);
+}
+
+/* ---- LRU ----------------------------------------------------------------- */
+
+static void lru_hit(kvt_evict *e, uint32_t x)
+{
+	if (e->nodes[x].q != Q_LRU)
+		return; /* pinned: off the list until unpinned */
+	list_unlink(e, &e->lru, x);
+	list_push_head(e, &e->lru, x, Q_LRU);
+}
+
+static void lru_place(kvt_evict *e, uint32_t x, int was_ghost)
+{
+	(void)was_ghost;
+	list_push_head(e, &e->lru, x, Q_LRU);
+}
+
+/* Back from a pin: it was just in use, so most recent. */
+static void lru_unpinned(kvt_evict *e, uint32_t x)
+{
+	list_push_head(e, &e->lru, x, Q_LRU);
+}
+
+static int lru_evict_one(kvt_evict *e)
+{
+	uint32_t x = e->lru.tail;
+	if (x == NIL)
+		return -1;
+	list_unlink(e, &e->lru, x);
+	evict_node(e, x);
+	return 0;
+}
+
+static int lru_peek(const kvt_evict *e, uint64_t *id)
+{
+	if (e->lru.tail == NIL)
+		return KVT_ENOTFOUND;
+	*id = e->nodes[e->lru.tail].id;
+	return 0;
+}
+
+static const struct evict_ops lru_ops = {
+	.name = "lru",
+	.hit = lru_hit,
+	.place = lru_place,
+	.evict_one = lru_evict_one,
+	.unpinned = lru_unpinned,
+	.peek = lru_peek,
+};
+
+/* ---- S3-FIFO ------------------------------------------------------------- */
+
+static void s3_hit(kvt_evict *e, uint32_t x)
+{
+	struct node *n = &e->nodes[x];
+	if (n->freq < 3)
+		n->freq++;
+}
+
+/* Forget the oldest ghosts until G fits its share; G only remembers ids. */
+static void s3_trim_ghost(kvt_evict *e)
+{
+	while (e->ghost.units > e->ghost_cap && e->ghost.tail != NIL) {
+		uint32_t g = e->ghost.tail;
+		list_unlink(e, &e->ghost, g);
+		node_free(e, g);
+	}
+}
+
+static void s3_place(kvt_evict *e, uint32_t x, int was_ghost)
+{
+	e->nodes[x].freq = 0;
+	if (was_ghost)
+		list_push_head(e, &e->main, x, Q_MAIN);
+	else
+		list_push_head(e, &e->small, x, Q_SMALL);
+}
+
+/* Evict from M: objects hit since their last pass get another round with
+ * one frequency less; the first with none left goes.  Terminates within
+ * 4 passes because every reinsertion lowers a frequency <= 3. */
+static int s3_evict_main(kvt_evict *e)
+{
+	for (;;) {
+		uint32_t x = e->main.tail;
+		if (x == NIL)
+			return -1;
+		list_unlink(e, &e->main, x);
+		if (e->nodes[x].freq > 0) {
+			e->nodes[x].freq--;
+			list_push_head(e, &e->main, x, Q_MAIN);
+			continue;
+		}
+		evict_node(e, x);
+		return 0;
+	}
+}
+
+/* Evict from S: hit objects move to M (reset: M's counter measures reuse
+ * from here on), the first unhit one leaves and leaves its id in G.
+ * Returns -1 if S emptied without evicting. */
+static int s3_evict_small(kvt_evict *e)
+{
+	for (;;) {
+		uint32_t x = e->small.tail;
+		if (x == NIL)
+			return -1;
+		list_unlink(e, &e->small, x);
+		struct node *n = &e->nodes[x];
+		if (n->freq >= e->promote) {
+			n->freq = 0;
+			list_push_head(e, &e->main, x, Q_MAIN);
+			continue;
+		}
+		uint64_t id = n->id, size = n->size;
+		e->used -= size;
+		e->resident--;
+		/* The node stays in the table as a ghost: same id, no bytes. */
+		n->freq = 0;
+		list_push_head(e, &e->ghost, x, Q_GHOST);
+		s3_trim_ghost(e);
+		if (e->on_victim)
+			e->on_victim(e->victim_arg, id, size);
+		return 0;
+	}
+}
+
+static int s3_evict_one(kvt_evict *e)
+{
+	if (e->small.units >= e->small_cap || e->main.tail == NIL) {
+		if (s3_evict_small(e) == 0)
+			return 0;
+	}
+	return s3_evict_main(e);
+}
+
+static void s3_unpinned(kvt_evict *e, uint32_t x)
+{
+	/* It was in use long enough to be pinned: it has earned M. */
+	list_push_head(e, &e->main, x, Q_MAIN);
+}
+
+static int s3_peek(const kvt_evict *e, uint64_t *id)
+{
+	uint32_t x;
+	if ((e->small.units >= e->small_cap || e->main.tail == NIL) && e->small.tail != NIL)
+		x = e->small.tail;
+	else
+		x = e->main.tail;
+	if (x == NIL)
+		return KVT_ENOTFOUND;
+	*id = e->nodes[x].id;
+	return 0;
+}
+
+static const struct evict_ops s3_ops = {
+	.name = "s3fifo",
+	.hit = s3_hit,
+	.place = s3_place,
+	.evict_one = s3_evict_one,
+	.unpinned = s3_unpinned,
+	.peek = s3_peek,
+};
+
+/* ---- the interface ------------------------------------------------------- */
+
+static void list_init(struct list *l)
+{
+	l->head = l->tail = NIL;
+	l->units = 0;
+	l->n = 0;
+}
+
+int kvt_evict_create(const struct kvt_evict_conf *conf, kvt_evict **out)
+{
+	*out = NULL;
+	if (!conf || conf->capacity == 0)
+		return kvt_err(KVT_EINVAL, "eviction policy capacity must be > 0");
+	const struct evict_ops *ops;
+	if (conf->kind == KVT_EVICT_LRU)
+		ops = &lru_ops;
+	else if (conf->kind == KVT_EVICT_S3FIFO)
+		ops = &s3_ops;
+	else
+		return kvt_err(KVT_EINVAL, "unknown eviction policy kind %d", (int)conf->kind);
+	uint32_t pct = conf->small_pct ? conf->small_pct : 10;
+	if (pct > 90)
+		return kvt_err(KVT_EINVAL, "S3-FIFO small_pct %u outside 1..90", pct);
+
+	kvt_evict *e = calloc(1, sizeof(*e));
+	if (!e)
+		return KVT_ENOMEM;
+	e->ops = ops;
+	e->capacity = conf->capacity;
+	e->on_victim = conf->on_victim;
+	e->victim_arg = conf->victim_arg;
+	e->free_head = NIL;
+	list_init(&e->lru);
+	list_init(&e->small);
+	list_init(&e->main);
+	list_init(&e->ghost);
+	/* Rounded up so a tiny cache still has a one-unit S. */
+	e->small_cap = (conf->capacity * pct + 99) / 100;
+	e->ghost_cap = conf->capacity - (conf->capacity * pct) / 100;
+	e->promote = conf->s3_promote ? conf->s3_promote : 1;
+
+	/* Ghosts live in the table too: up to about twice the objects. */
+	uint64_t want = 64;
+	uint64_t hint = conf->expected_objects;
+	if (hint > (1ull << 30))
+		hint = 1ull << 30;
+	while (want < hint * 4)
+		want *= 2;
+	if (table_grow(e, want)) {
+		free(e);
+		return KVT_ENOMEM;
+	}
+	*out = e;
+	return 0;
+}
+
+void kvt_evict_destroy(kvt_evict *e)
+{
+	if (!e)
+		return;
+	free(e->slots);
+	free(e->nodes);
+	free(e);
+}
+
+const char *kvt_evict_name(const kvt_evict *e)
+{
+	return e->ops->name;
+}
+
+static uint32_t find_resident(const kvt_evict *e, uint64_t id)
+{
+	uint32_t x = table_find(e, id);
+	if (x == NIL || e->nodes[x].q == Q_GHOST)
+		return NIL;
+	return x;
+}
+
+int kvt_evict_lookup(kvt_evict *e, uint64_t id)
+{
+	uint32_t x = find_resident(e, id);
+	if (x == NIL)
+		return 0;
+	e->ops->hit(e, x);
+	return 1;
+}
+
+int kvt_evict_insert(kvt_evict *e, uint64_t id, uint64_t size)
+{
+	if (size == 0 || size > e->capacity)
+		return KVT_ETOOBIG;
+	uint32_t x = table_find(e, id);
+	int was_ghost = 0;
+	if (x != NIL) {
+		if (e->nodes[x].q != Q_GHOST)
+			return KVT_EEXIST;
+		was_ghost = 1;
+	}
+	/* Refuse before evicting anything: evicting every unpinned object
+	 * frees exactly used - pinned. */
+	if (e->pinned + size > e->capacity)
+		return KVT_EFULL;
+	/* Reserve even for a ghost: eviction may trim it from G, and an
+	 * out-of-memory after victims were reported would lose them for no
+	 * insert. */
+	int rc = reserve_one(e);
+	if (rc)
+		return rc;
+	while (e->used + size > e->capacity)
+		if (e->ops->evict_one(e) < 0)
+			return KVT_EFULL; /* unreachable given the check above */
+	if (was_ghost) {
+		/* Eviction may have trimmed G, and with it this very ghost. */
+		x = table_find(e, id);
+		if (x != NIL) {
+			list_unlink(e, &e->ghost, x);
+			e->nodes[x].size = size;
+		} else {
+			was_ghost = 0;
+		}
+	}
+	if (!was_ghost)
+		x = node_new(e, id, size);
+	e->used += size;
+	e->resident++;
+	e->ops->place(e, x, was_ghost);
+	return 0;
+}
+
+int kvt_evict_access(kvt_evict *e, uint64_t id, uint64_t size)
+{
+	if (kvt_evict_lookup(e, id))
+		return 1;
+	return kvt_evict_insert(e, id, size);
+}
+
+int kvt_evict_remove(kvt_evict *e, uint64_t id)
+{
+	uint32_t x = find_resident(e, id);
+	if (x == NIL)
+		return KVT_ENOTFOUND;
+	struct node *n = &e->nodes[x];
+	struct list *l = list_of(e, n->q);
+	if (l)
+		list_unlink(e, l, x);
+	if (n->pins)
+		e->pinned -= n->size;
+	e->used -= n->size;
+	e->resident--;
+	node_free(e, x);
+	return 0;
+}
+
+int kvt_evict_pin(kvt_evict *e, uint64_t id)
+{
+	uint32_t x = find_resident(e, id);
+	if (x == NIL)
+		return KVT_ENOTFOUND;
+	struct node *n = &e->nodes[x];
+	if (n->pins++ == 0) {
+		list_unlink(e, list_of(e, n->q), x);
+		n->q = Q_PINNED;
+		e->pinned += n->size;
+	}
+	return 0;
+}
+
+int kvt_evict_unpin(kvt_evict *e, uint64_t id)
+{
+	uint32_t x = find_resident(e, id);
+	if (x == NIL)
+		return KVT_ENOTFOUND;
+	struct node *n = &e->nodes[x];
+	if (n->pins == 0)
+		return KVT_EINVAL;
+	if (--n->pins == 0) {
+		e->pinned -= n->size;
+		e->ops->unpinned(e, x);
+		/* Capacity was respected while pinned, so nothing to evict. */
+	}
+	return 0;
+}
+
+int kvt_evict_contains(const kvt_evict *e, uint64_t id)
+{
+	return find_resident(e, id) != NIL;
+}
+
+uint64_t kvt_evict_used(const kvt_evict *e)
+{
+	return e->used;
+}
+
+uint64_t kvt_evict_capacity(const kvt_evict *e)
+{
+	return e->capacity;
+}
+
+uint64_t kvt_evict_count(const kvt_evict *e)
+{
+	return e->resident;
+}
+
+int kvt_evict_peek_victim(const kvt_evict *e, uint64_t *id)
+{
+	return e->ops->peek(e, id);
+}

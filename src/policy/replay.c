@@ -1,0 +1,299 @@
+/*
+ * replay.c — the trace parser and the reference replay.
+ */
+#include "policy/replay.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+
+/* ---- parsing -------------------------------------------------------------- */
+
+struct idmap {
+	uint64_t *keys;
+	uint32_t *vals;  /* dense id + 1; 0 = empty */
+	uint64_t mask;
+	uint64_t n;
+};
+
+static uint64_t mix64(uint64_t x)
+{
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebull;
+	x ^= x >> 31;
+	return x;
+}
+
+static int idmap_grow(struct idmap *m)
+{
+	uint64_t nsl = m->keys ? (m->mask + 1) * 2 : 1024;
+	uint64_t *k = malloc(nsl * sizeof(*k));
+	uint32_t *v = calloc(nsl, sizeof(*v));
+	if (!k || !v) {
+		free(k);
+		free(v);
+		return KVT_ENOMEM;
+	}
+	for (uint64_t i = 0; m->keys && i <= m->mask; i++) {
+		if (!m->vals[i])
+			continue;
+		uint64_t j = mix64(m->keys[i]) & (nsl - 1);
+		while (v[j])
+			j = (j + 1) & (nsl - 1);
+		k[j] = m->keys[i];
+		v[j] = m->vals[i];
+	}
+	free(m->keys);
+	free(m->vals);
+	m->keys = k;
+	m->vals = v;
+	m->mask = nsl - 1;
+	return 0;
+}
+
+/* Dense id of `key`, assigning the next one on first sight (*fresh = 1). */
+static int idmap_get(struct idmap *m, uint64_t key, uint32_t *out, int *fresh)
+{
+	if (!m->keys || (m->n + 1) * 2 > m->mask + 1) {
+		int rc = idmap_grow(m);
+		if (rc)
+			return rc;
+	}
+	uint64_t j = mix64(key) & m->mask;
+	while (m->vals[j]) {
+		if (m->keys[j] == key) {
+			*out = m->vals[j] - 1;
+			*fresh = 0;
+			return 0;
+		}
+		j = (j + 1) & m->mask;
+	}
+	if (m->n >= UINT32_MAX - 1)
+		return KVT_ENOMEM;
+	m->keys[j] = key;
+	m->vals[j] = (uint32_t)++m->n;
+	*out = (uint32_t)(m->n - 1);
+	*fresh = 1;
+	return 0;
+}
+
+/* Append to a growable array of elem-sized items. */
+static int push(void **arr, uint64_t *cap, uint64_t n, size_t elem, const void *v)
+{
+	if (n == *cap) {
+		uint64_t nc = *cap ? *cap * 2 : 1024;
+		void *p = realloc(*arr, nc * elem);
+		if (!p)
+			return KVT_ENOMEM;
+		*arr = p;
+		*cap = nc;
+	}
+	memcpy((char *)*arr + n * elem, v, elem);
+	return 0;
+}
+
+static const char *find_in(const char *p, const char *end, const char *needle)
+{
+	size_t nl = strlen(needle);
+	for (; p + nl <= end; p++)
+		if (*p == needle[0] && memcmp(p, needle, nl) == 0)
+			return p;
+	return NULL;
+}
+
+int kvt_trace_parse_jsonl(const char *buf, size_t len, struct kvt_trace *t)
+{
+	memset(t, 0, sizeof(*t));
+	struct idmap m = {0};
+	uint64_t off_cap = 0, ids_cap = 0, pos_cap = 0;
+	const char *p = buf, *end = buf + len;
+	uint64_t line = 0, zero = 0;
+	int rc = push((void **)&t->off, &off_cap, 0, sizeof(uint64_t), &zero);
+	while (!rc && p < end) {
+		const char *eol = memchr(p, '\n', (size_t)(end - p));
+		if (!eol)
+			eol = end;
+		line++;
+		const char *h = find_in(p, eol, "\"hash_ids\"");
+		if (h) {
+			const char *q = h + 10;
+			while (q < eol && (*q == ' ' || *q == ':' || *q == '\t'))
+				q++;
+			if (q >= eol || *q != '[') {
+				rc = kvt_err(KVT_EMALFORMED, "trace line %llu: hash_ids is not an array",
+					     (unsigned long long)line);
+				break;
+			}
+			q++;
+			uint32_t pos = 0;
+			for (;;) {
+				while (q < eol && (*q == ' ' || *q == ','))
+					q++;
+				if (q < eol && *q == ']')
+					break;
+				if (q >= eol || *q < '0' || *q > '9') {
+					rc = kvt_err(KVT_EMALFORMED,
+						     "trace line %llu: hash_ids holds a non-integer",
+						     (unsigned long long)line);
+					break;
+				}
+				uint64_t v = 0;
+				while (q < eol && *q >= '0' && *q <= '9')
+					v = v * 10 + (uint64_t)(*q++ - '0');
+				uint32_t d;
+				int fresh;
+				rc = idmap_get(&m, v, &d, &fresh);
+				if (!rc)
+					rc = push((void **)&t->ids, &ids_cap, t->nblocks++,
+						  sizeof(uint32_t), &d);
+				/* Prefix hashes: an id's position never changes, so the
+				 * first one seen is the one. */
+				if (!rc && fresh)
+					rc = push((void **)&t->pos, &pos_cap, d, sizeof(uint32_t), &pos);
+				if (rc)
+					break;
+				pos++;
+			}
+			if (!rc) {
+				t->nreq++;
+				rc = push((void **)&t->off, &off_cap, t->nreq, sizeof(uint64_t),
+					  &t->nblocks);
+			}
+		}
+		p = eol + 1;
+	}
+	t->nids = m.n;
+	free(m.keys);
+	free(m.vals);
+	if (rc)
+		kvt_trace_free(t);
+	return rc;
+}
+
+void kvt_trace_free(struct kvt_trace *t)
+{
+	if (!t)
+		return;
+	free(t->off);
+	free(t->ids);
+	free(t->pos);
+	memset(t, 0, sizeof(*t));
+}
+
+/* ---- replay --------------------------------------------------------------- */
+
+struct sim {
+	const struct kvt_trace *t;
+	const struct kvt_replay_conf *c;
+	struct kvt_replay_result *r;
+	kvt_evict *ev[2];
+	kvt_admit *ad[2];
+	int err;
+};
+
+/* Offer a block to tier `k`: its filter, then its policy. */
+static void offer(struct sim *s, unsigned k, uint32_t id)
+{
+	if (s->ad[k]) {
+		struct kvt_admit_query q = {.id = id, .pos = s->t->pos[id]};
+		if (kvt_evict_used(s->ev[k]) + 1 > kvt_evict_capacity(s->ev[k]))
+			q.has_victim = kvt_evict_peek_victim(s->ev[k], &q.victim) == 0;
+		if (!kvt_admit_check(s->ad[k], &q)) {
+			s->r->rejects[k]++;
+			return;
+		}
+	}
+	int rc = kvt_evict_insert(s->ev[k], id, 1);
+	if (rc == 0)
+		s->r->inserts[k]++;
+	else if (rc != KVT_EEXIST && !s->err)
+		s->err = rc;
+}
+
+/* T0's victims: demoted into T1 (exclusive), or rewritten there if T1 lost
+ * its copy (inclusive). */
+static void t0_victim(void *arg, uint64_t id, uint64_t size)
+{
+	struct sim *s = arg;
+	(void)size;
+	if (s->c->ntiers < 2)
+		return;
+	if (kvt_evict_contains(s->ev[1], id))
+		return;
+	uint64_t before = s->r->inserts[1];
+	offer(s, 1, (uint32_t)id);
+	if (s->r->inserts[1] != before)
+		s->r->demotions++;
+}
+
+int kvt_replay_run(const struct kvt_trace *t, const struct kvt_replay_conf *c,
+		   struct kvt_replay_result *r)
+{
+	memset(r, 0, sizeof(*r));
+	if (c->ntiers < 1 || c->ntiers > 2)
+		return kvt_err(KVT_EINVAL, "replay: %u tiers (1 or 2)", c->ntiers);
+	struct sim s = {.t = t, .c = c, .r = r};
+	int rc = 0;
+	for (unsigned k = 0; k < c->ntiers && !rc; k++) {
+		struct kvt_evict_conf ec = {
+			.kind = c->tier[k].kind,
+			.capacity = c->tier[k].capacity,
+			/* An "unbounded" capacity must not size the table. */
+			.expected_objects = c->tier[k].capacity < t->nids ? c->tier[k].capacity
+									  : t->nids,
+			.on_victim = k == 0 ? t0_victim : NULL,
+			.victim_arg = &s,
+		};
+		rc = kvt_evict_create(&ec, &s.ev[k]);
+		if (!rc && c->tier[k].admit.rules)
+			rc = kvt_admit_create(&c->tier[k].admit, &s.ad[k]);
+	}
+	int excl = c->mode == KVT_REPLAY_EXCLUSIVE;
+	for (uint64_t q = 0; !rc && q < t->nreq; q++) {
+		const uint32_t *b = t->ids + t->off[q];
+		uint64_t n = t->off[q + 1] - t->off[q];
+		for (uint64_t i = 0; i < n; i++) {
+			int in0 = kvt_evict_contains(s.ev[0], b[i]);
+			int in1 = !in0 && c->ntiers > 1 && kvt_evict_contains(s.ev[1], b[i]);
+			if (!in0 && !in1)
+				break;
+			r->hit_blocks++;
+			r->hit_tier[in0 ? 0 : 1]++;
+		}
+		for (unsigned k = 0; k < c->ntiers; k++)
+			for (uint64_t i = 0; s.ad[k] && i < n; i++)
+				kvt_admit_record(s.ad[k], b[i]);
+		for (uint64_t i = 0; i < n && !s.err; i++) {
+			uint32_t id = b[i];
+			if (kvt_evict_lookup(s.ev[0], id))
+				continue;
+			if (c->ntiers > 1 && kvt_evict_lookup(s.ev[1], id)) {
+				/* Promote: take it out of T1 first when exclusive, so
+				 * T0's victims may take its place there. */
+				if (excl)
+					kvt_evict_remove(s.ev[1], id);
+				uint64_t before = r->inserts[0];
+				offer(&s, 0, id);
+				if (r->inserts[0] != before)
+					r->promotions++;
+				else if (excl)
+					offer(&s, 1, id); /* T0 refused: keep it below */
+				continue;
+			}
+			uint64_t before = r->inserts[0];
+			offer(&s, 0, id);
+			if (c->ntiers > 1 && (!excl || r->inserts[0] == before))
+				offer(&s, 1, id);
+		}
+		r->blocks += n;
+		rc = s.err;
+	}
+	for (unsigned k = 0; k < 2; k++) {
+		kvt_evict_destroy(s.ev[k]);
+		kvt_admit_destroy(s.ad[k]);
+	}
+	return rc;
+}

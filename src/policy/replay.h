@@ -1,0 +1,91 @@
+/*
+ * replay.h — replay a prefix-cache trace through the policies.
+ *
+ * The one definition of "what would this cache have hit", shared by the
+ * tests, tools/policy_compare and (later) the capacity planner, so that they
+ * can never disagree.  Pure: the caller reads the file; this parses bytes in
+ * memory and simulates.
+ *
+ * Semantics of one request (a list of block ids in prompt order):
+ *  1. Its hit is the number of leading blocks present in some tier: a block
+ *     counts only when every earlier block of the same prompt also hits.
+ *  2. Then every block is accessed in prompt order: a present block is
+ *     refreshed (a lookup in the tier that has it), a missing one is offered
+ *     to the top tier (through its admission filter), evicting as the policy
+ *     says.  Every block is recorded as one sighting in every tier's filter
+ *     before any decision about the request is made.
+ *
+ * With one tier, LRU and no admission rule this is exactly the reference
+ * replay of the capacity-planning issue.
+ *
+ * Two tiers (T0 small and fast over T1 large and slow):
+ *  - KVT_REPLAY_EXCLUSIVE: a block lives in at most one tier.  T0's victims
+ *    are demoted into T1 (through T1's filter; rejected ones are dropped); a
+ *    hit in T1 promotes the block into T0 and removes it from T1.  A block
+ *    T0 refuses is offered to T1 directly.
+ *  - KVT_REPLAY_INCLUSIVE: write-through.  A new block goes to T0 and, if
+ *    T1's filter admits it, to T1 as well; a T1 hit is copied into T0 (and
+ *    refreshed in T1); a T0 victim is written to T1 only if T1 no longer
+ *    holds it.  T1 sees only the accesses that reach it.
+ * Insertions per tier are the proxy for bytes written to that tier.
+ */
+#ifndef KVT_POLICY_REPLAY_H
+#define KVT_POLICY_REPLAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "policy/admit.h"
+#include "policy/evict.h"
+
+/* A parsed trace.  Block ids are renumbered densely in order of first
+ * appearance (equality is all the replay needs), so per-block side tables
+ * are plain arrays. */
+struct kvt_trace {
+	uint64_t nreq;
+	uint64_t nblocks;   /* total block references */
+	uint64_t nids;      /* distinct blocks */
+	uint64_t *off;      /* nreq + 1 offsets into ids */
+	uint32_t *ids;      /* dense block ids */
+	uint32_t *pos;      /* nids: position of each block in its prompt */
+};
+
+/* Parse JSON Lines, taking each line's "hash_ids": [..] array and ignoring
+ * the rest.  Lines without hash_ids are skipped; a malformed array is
+ * KVT_EMALFORMED naming its line.  0 or an error; on success the caller owns
+ * *t and frees it with kvt_trace_free. */
+int kvt_trace_parse_jsonl(const char *buf, size_t len, struct kvt_trace *t);
+void kvt_trace_free(struct kvt_trace *t);
+
+enum kvt_replay_mode {
+	KVT_REPLAY_EXCLUSIVE = 0,
+	KVT_REPLAY_INCLUSIVE = 1,
+};
+
+struct kvt_replay_tier {
+	enum kvt_evict_kind kind;
+	uint64_t capacity;            /* blocks */
+	struct kvt_admit_conf admit;  /* rules = 0: admit everything */
+};
+
+struct kvt_replay_conf {
+	unsigned ntiers;              /* 1 or 2 */
+	enum kvt_replay_mode mode;
+	struct kvt_replay_tier tier[2];
+};
+
+struct kvt_replay_result {
+	uint64_t blocks;          /* block references replayed */
+	uint64_t hit_blocks;      /* prefix hits, any tier */
+	uint64_t hit_tier[2];     /* ... of which found in T0 / T1 */
+	uint64_t inserts[2];      /* blocks written into T0 / T1 */
+	uint64_t rejects[2];      /* blocks a tier's filter refused */
+	uint64_t demotions;       /* T0 victims written to T1 */
+	uint64_t promotions;      /* T1 hits copied or moved to T0 */
+};
+
+/* 0, KVT_EINVAL (bad configuration) or KVT_ENOMEM. */
+int kvt_replay_run(const struct kvt_trace *t, const struct kvt_replay_conf *c,
+		   struct kvt_replay_result *r);
+
+#endif
