@@ -223,7 +223,7 @@ typedef struct walk {
 
 static void walk_root(const char *root, walk *w)
 {
-	char p1[PATH_MAX], p2[PATH_MAX + 8];
+	char p1[PATH_MAX], p2[PATH_MAX + 264]; /* room for any d_name */
 	DIR *d0, *d1, *d2;
 	struct dirent *e0, *e1, *e2;
 
