@@ -423,6 +423,15 @@ int kvt_get_async(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 int kvt_put_async(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		  const void *payload, size_t len, int durability, kvt_op **op);
 
+/* Load the leading chunks of `keys` into the first tier before a request
+ * needs them, most urgent work first (background copies never delay it).
+ * The op completes when every chunk found is in the first tier, when the
+ * prefix ends (a chunk in no tier), or at `deadline_ms` from now, whichever
+ * comes first; its result is the number of leading chunks now in the first
+ * tier (a partial hit: the engine recomputes the rest).  `keys` is copied. */
+int kvt_prefetch(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
+		 size_t n_keys, int deadline_ms, kvt_op **op);
+
 /* KVT_EAGAIN while in flight; otherwise the op's result code. */
 int kvt_op_poll(kvt_op *op);
 
@@ -435,6 +444,11 @@ uint64_t kvt_op_bytes(const kvt_op *op);
 
 /* Free a completed op.  Freeing an op still in flight waits for it first. */
 void kvt_op_free(kvt_op *op);
+
+/* Pin (`pin` nonzero) or unpin a chunk in every tier that holds it: a
+ * pinned chunk is never chosen for eviction (a shared system prompt).  Pins
+ * nest.  KVT_ENOTFOUND if no tier holds it. */
+int kvt_pin(kvt_store *st, const kvt_ns *ns, const kvt_key *key, int pin);
 
 /* --- statistics ---------------------------------------------------------- */
 
@@ -449,6 +463,11 @@ typedef struct kvt_tier_stats {
 	uint64_t evictions, evicted_bytes;
 	uint64_t corrupt;         /* objects dropped because they failed checks */
 	uint64_t borrowed;        /* references outstanding now */
+	uint64_t promotions;      /* chunks copied from this tier up to the first */
+	uint64_t demotions;       /* chunks this tier took from the tier above */
+	uint64_t admit_rejects;   /* chunks its admission policy turned away */
+	uint64_t policy_evictions;/* of `evictions`, those its policy chose */
+	uint64_t pinned;          /* pins held now */
 	uint64_t write_errors;    /* puts that failed with an I/O error */
 	uint32_t writes_off;      /* 1 while the store admits no writes to the
 				   * tier after repeated I/O errors (it keeps

@@ -41,6 +41,10 @@ kvt_config *kvt_config_new(void)
 	c->max_shared_fs_size = 64 * GiB;
 	c->hash_scheme = KVT_HASH_SHA256;
 	c->workers = 4;
+	for (int i = 0; i < 3; i++) {
+		c->tier[i].eviction = 1; /* LRU: docs/POLICIES.md */
+		c->tier[i].write = KVT_WRITE_THROUGH;
+	}
 	return c;
 }
 
@@ -328,6 +332,117 @@ static int set_workers(kvt_config *c, const char *v)
 	return parse_u32(v, 1, 256, &c->workers);
 }
 
+/* --- the hierarchy: one setter per tier and knob, generated ------------- */
+
+static int parse_eviction(const char *v, uint32_t *out)
+{
+	if (!strcasecmp(v, "lru"))
+		*out = 1;
+	else if (!strcasecmp(v, "s3fifo") || !strcasecmp(v, "s3-fifo"))
+		*out = 2;
+	else
+		return kvt_err(KVT_ECONFIG, "\"%s\": eviction must be lru or s3fifo", v);
+	return 0;
+}
+
+/* always | never | tinylfu | seen:N (admit on the N-th sighting, 2..15) */
+static int parse_admission(const char *v, struct kvt_tier_conf *t)
+{
+	uint32_t n;
+
+	t->admit_seen = 0;
+	if (!strcasecmp(v, "always")) {
+		t->admit_rules = 0;
+	} else if (!strcasecmp(v, "never")) {
+		t->admit_rules = 1u << 0;
+	} else if (!strcasecmp(v, "tinylfu")) {
+		t->admit_rules = 1u << 2;
+	} else if (!strncasecmp(v, "seen:", 5)) {
+		if (parse_u32(v + 5, 2, 15, &n))
+			return kvt_err(KVT_ECONFIG,
+				       "\"%s\": seen:N needs N from 2 to 15", v);
+		t->admit_rules = 1u << 1;
+		t->admit_seen = n;
+	} else {
+		return kvt_err(KVT_ECONFIG,
+			       "\"%s\": admission must be always, never, tinylfu or seen:N", v);
+	}
+	return 0;
+}
+
+static int parse_write(const char *v, uint32_t *out)
+{
+	if (!strcasecmp(v, "through") || !strcasecmp(v, "write-through"))
+		*out = KVT_WRITE_THROUGH;
+	else if (!strcasecmp(v, "back") || !strcasecmp(v, "write-back"))
+		*out = KVT_WRITE_BACK;
+	else if (!strcasecmp(v, "none"))
+		*out = KVT_WRITE_NONE;
+	else
+		return kvt_err(KVT_ECONFIG, "\"%s\": write must be through, back or none", v);
+	return 0;
+}
+
+/* A duration: "3600", "90s", "30m", "24h", "7d". */
+static int parse_duration(const char *v, uint64_t *out)
+{
+	char *end;
+	double n;
+	uint64_t mult = 1;
+
+	errno = 0;
+	n = strtod(v, &end);
+	if (end == v || errno || n < 0 || !isfinite(n))
+		return kvt_err(KVT_ECONFIG, "\"%s\" is not a duration (e.g. 3600, 90s, 30m, 24h, 7d)", v);
+	if (!strcmp(end, "") || !strcmp(end, "s"))
+		mult = 1;
+	else if (!strcmp(end, "m"))
+		mult = 60;
+	else if (!strcmp(end, "h"))
+		mult = 3600;
+	else if (!strcmp(end, "d"))
+		mult = 86400;
+	else
+		return kvt_err(KVT_ECONFIG, "\"%s\": unknown duration unit \"%s\" (s, m, h, d)", v, end);
+	*out = (uint64_t)(n * (double)mult);
+	return 0;
+}
+
+static int set_ttl(kvt_config *c, const char *v)
+{
+	return parse_duration(v, &c->ttl_s);
+}
+
+#define TIER_SETTERS(NAME, IDX)                                              \
+	static int set_##NAME##_eviction(kvt_config *c, const char *v)       \
+	{                                                                    \
+		return parse_eviction(v, &c->tier[IDX].eviction);            \
+	}                                                                    \
+	static int set_##NAME##_admission(kvt_config *c, const char *v)      \
+	{                                                                    \
+		return parse_admission(v, &c->tier[IDX]);                   \
+	}                                                                    \
+	static int set_##NAME##_write(kvt_config *c, const char *v)          \
+	{                                                                    \
+		return parse_write(v, &c->tier[IDX].write);                  \
+	}                                                                    \
+	static int set_##NAME##_background_bandwidth(kvt_config *c, const char *v) \
+	{                                                                    \
+		return kvt_parse_size(v, 1, &c->tier[IDX].background_bps);   \
+	}
+TIER_SETTERS(dram, KVT_CT_DRAM)
+TIER_SETTERS(nvme, KVT_CT_NVME)
+TIER_SETTERS(shared_fs, KVT_CT_SHARED)
+#undef TIER_SETTERS
+
+#define TIER_KEYS(NAME)                                                      \
+	{ #NAME "_eviction", set_##NAME##_eviction, "lru or s3fifo" },        \
+	{ #NAME "_admission", set_##NAME##_admission,                         \
+	  "always, never, tinylfu or seen:N" },                              \
+	{ #NAME "_write", set_##NAME##_write, "through, back or none" },      \
+	{ #NAME "_background_bandwidth", set_##NAME##_background_bandwidth,   \
+	  "bytes per second, e.g. 500MB; 0 = unlimited" }
+
 static const struct config_key {
 	const char *name;
 	setter_fn set;
@@ -350,6 +465,10 @@ static const struct config_key {
 	{ "hash", set_hash, "sha256 or xxh3" },
 	{ "workers", set_workers, "1..256" },
 	{ "tenants", set_tenants, "name=hexsecret,..." },
+	{ "ttl", set_ttl, "a duration: 3600, 90s, 30m, 24h, 7d; 0 = none" },
+	TIER_KEYS(dram),
+	TIER_KEYS(nvme),
+	TIER_KEYS(shared_fs),
 };
 #define N_KEYS (sizeof(config_keys) / sizeof(config_keys[0]))
 

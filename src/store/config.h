@@ -20,6 +20,9 @@
 #define KVT_SECRET_MAX 64
 #define KVT_PATH_MAX 1024
 
+enum { KVT_CT_DRAM = 0, KVT_CT_NVME = 1, KVT_CT_SHARED = 2 };
+enum { KVT_WRITE_THROUGH = 0, KVT_WRITE_BACK = 1, KVT_WRITE_NONE = 2 };
+
 typedef struct kvt_tenant {
 	char name[KVT_TENANT_NAME_MAX];
 	uint8_t secret[KVT_SECRET_MAX];
@@ -43,6 +46,19 @@ struct kvt_config {
 	uint64_t max_shared_fs_size;
 	uint32_t hash_scheme;         /* enum kvt_hash_scheme */
 	uint32_t workers;             /* async worker threads */
+
+	/* The hierarchy, per tier (index KVT_CT_DRAM, KVT_CT_NVME,
+	 * KVT_CT_SHARED): eviction policy, admission, how puts reach it
+	 * (lower tiers only) and the bandwidth background copies may use. */
+	struct kvt_tier_conf {
+		uint32_t eviction;    /* kvt_evict_kind: 1 lru, 2 s3fifo */
+		uint32_t admit_rules; /* kvt_admit_rule flags; 0 = always */
+		uint32_t admit_seen;  /* with KVT_ADMIT_SEEN */
+		uint32_t write;       /* KVT_WRITE_* */
+		uint64_t background_bps; /* bytes/s for write-through and
+					  * demotion; 0 = unlimited */
+	} tier[3];
+	uint64_t ttl_s;               /* chunks older than this are misses; 0 = none */
 	uint32_t n_tenants;
 	kvt_tenant tenants[KVT_MAX_TENANTS];
 };

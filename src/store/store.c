@@ -22,6 +22,7 @@
 #include "format/object.h"
 #include "key/key.h"
 #include "store/config.h"
+#include "store/hier.h"
 #include "tier/dram.h"
 #include "tier/fsdir.h"
 #include "tier/nvme.h"
@@ -40,27 +41,47 @@ struct tier_health {
 	atomic_ullong errors;        /* total write I/O errors */
 };
 
+/* Work for the pool, in three classes served in order: what a caller is
+ * waiting for (async ops, prefetch), promotions (the next request's hits),
+ * and background copies (write-through, demotion), which may also use at
+ * most all workers but one, so a deadline-bound load always finds a thread. */
+enum { PRIO_URGENT = 0, PRIO_PROMOTE = 1, PRIO_BACKGROUND = 2, N_PRIO = 3 };
+
+struct job {
+	struct job *next;
+	void (*run)(kvt_store *st, struct job *j);
+};
+
 struct kvt_store {
 	kvt_config cfg;
 	kvt_tier *tiers[KVT_MAX_TIERS];
 	int n_tiers;
+	int kind[KVT_MAX_TIERS];   /* KVT_CT_*: which configuration applies */
 	int verify[KVT_MAX_TIERS]; /* verify payload checksums on read */
 	struct tier_health health[KVT_MAX_TIERS];
+	kvt_hier *hier;
 
-	/* Async worker pool: a FIFO of ops, a fixed set of threads. */
+	/* Worker pool: FIFOs per priority, a fixed set of threads. */
 	pthread_mutex_t qlock;
 	pthread_cond_t qcond;
-	kvt_op *qhead, *qtail;
+	struct job *qhead[N_PRIO], *qtail[N_PRIO];
+	uint32_t queued_bg, running_bg, max_bg;
+	uint64_t queued_bg_bytes, max_bg_bytes; /* images held by queued copies */
 	int stopping;
 	pthread_t *workers;
 	uint32_t n_workers;
+
+	/* Keys with a promotion queued or running: one transfer per key. */
+	pthread_mutex_t flight_mu;
+	kvt_key *flight;
+	size_t n_flight, cap_flight;
 };
 
-enum op_kind { OP_GET = 1, OP_PUT = 2 };
+enum op_kind { OP_GET = 1, OP_PUT = 2, OP_PREFETCH = 3 };
 
 struct kvt_op {
+	struct job job; /* first: the pool runs ops like any job */
 	kvt_store *st;
-	kvt_op *next;
 	int kind;
 	kvt_ns ns;
 	kvt_key key;
@@ -68,6 +89,9 @@ struct kvt_op {
 	const void *payload;
 	size_t len;
 	int durability;
+	kvt_key *keys;      /* prefetch: the chain, owned */
+	size_t n_keys;
+	int64_t deadline_ns;
 
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -158,11 +182,63 @@ static void image_copy(const kvt_tier_rbuf *src, kvt_tier_wbuf *dst)
 /* --- open / close ------------------------------------------------------------ */
 
 static void *worker_main(void *arg);
+static int job_submit(kvt_store *st, struct job *j, int prio);
 
-static int add_tier(kvt_store *st, kvt_tier *t, int verify)
+static int add_tier(kvt_store *st, kvt_tier *t, int verify, int kind)
 {
 	st->verify[st->n_tiers] = verify;
+	st->kind[st->n_tiers] = kind;
 	st->tiers[st->n_tiers++] = t;
+	return 0;
+}
+
+static void evict_victims(kvt_store *st, int tier, kvt_key *v, size_t n);
+
+/* Teach the policies what the tiers already hold (a warm restart). */
+static int warm_one(void *arg, const kvt_key *key, uint64_t len)
+{
+	void **a = arg;
+	kvt_store *st = a[0];
+	int tier = *(int *)a[1];
+	kvt_key *v;
+	size_t n;
+
+	hier_insert(st->hier, tier, key, len, &v, &n);
+	free(v); /* over the policy's share: dropped after the walk */
+	return 0;
+}
+
+static int hier_setup(kvt_store *st)
+{
+	struct hier_tier_conf hc[KVT_MAX_TIERS];
+	int rc;
+
+	for (int i = 0; i < st->n_tiers; i++) {
+		const struct kvt_tier_conf *c = &st->cfg.tier[st->kind[i]];
+		kvt_tier_stats ts;
+
+		memset(&ts, 0, sizeof(ts));
+		st->tiers[i]->ops->stats(st->tiers[i], &ts);
+		hc[i] = (struct hier_tier_conf){
+			.eviction = c->eviction,
+			.admit_rules = c->admit_rules,
+			.admit_seen = c->admit_seen,
+			.write = c->write,
+			.background_bps = c->background_bps,
+			/* 3% headroom: writes in flight hold space the policy
+			 * does not see yet, and the tier's own LRU must not be
+			 * the one that decides. */
+			.capacity = ts.capacity_bytes / 100 * 97,
+			.round = st->kind[i] == KVT_CT_DRAM ? st->cfg.dram_page_size
+			       : st->kind[i] == KVT_CT_NVME ? 4096 : 1,
+		};
+	}
+	if ((rc = hier_open(st->n_tiers, hc, &st->hier)))
+		return rc;
+	for (int i = 0; i < st->n_tiers; i++) {
+		void *a[2] = { st, &i };
+		st->tiers[i]->ops->iterate(st->tiers[i], warm_one, a);
+	}
 	return 0;
 }
 
@@ -197,6 +273,8 @@ kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 	st->cfg = *cfg;
 	pthread_mutex_init(&st->qlock, NULL);
 	pthread_cond_init(&st->qcond, NULL);
+	pthread_mutex_init(&st->flight_mu, NULL);
+	st->max_bg = cfg->workers > 1 ? cfg->workers - 1 : 1;
 
 	if (cfg->local_cpu) {
 		kvt_dram_opts o = {
@@ -211,7 +289,7 @@ kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 			kvt_err_prefix(rc, "DRAM tier: ");
 			goto fail;
 		}
-		add_tier(st, t, cfg->verify_dram_reads);
+		add_tier(st, t, cfg->verify_dram_reads, KVT_CT_DRAM);
 	}
 	if (cfg->local_disk[0]) {
 		kvt_nvme_opts o = {
@@ -226,7 +304,7 @@ kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 			goto fail;
 		}
 		/* A disk can tear or rot: always verify what it hands back. */
-		add_tier(st, t, 1);
+		add_tier(st, t, 1, KVT_CT_NVME);
 	}
 	if (cfg->shared_fs[0]) {
 		kvt_fsdir_opts o = {
@@ -238,9 +316,17 @@ kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 			kvt_err_prefix(rc, "shared file system tier %s: ", cfg->shared_fs);
 			goto fail;
 		}
-		add_tier(st, t, 1);
+		add_tier(st, t, 1, KVT_CT_SHARED);
 	}
 
+	if ((rc = hier_setup(st)))
+		goto fail;
+	{
+		kvt_tier_stats ts = { 0 };
+		if (st->n_tiers)
+			st->tiers[0]->ops->stats(st->tiers[0], &ts);
+		st->max_bg_bytes = ts.capacity_bytes / 4;
+	}
 	st->workers = calloc(cfg->workers, sizeof(pthread_t));
 	if (!st->workers) {
 		rc = kvt_err(KVT_ENOMEM, "out of memory");
@@ -277,6 +363,9 @@ void kvt_store_close(kvt_store *st)
 	free(st->workers);
 	for (int i = 0; i < st->n_tiers; i++)
 		st->tiers[i]->ops->close(st->tiers[i]);
+	hier_close(st->hier);
+	free(st->flight);
+	pthread_mutex_destroy(&st->flight_mu);
 	pthread_mutex_destroy(&st->qlock);
 	pthread_cond_destroy(&st->qcond);
 	memset(st->cfg.tenants, 0, sizeof(st->cfg.tenants));
@@ -358,7 +447,8 @@ static int store_harden(kvt_store *st, const kvt_key *key, int holder,
 	for (int i = st->n_tiers - 1; i >= 0; i--) {
 		kvt_tier *t = st->tiers[i];
 		kvt_tier_wbuf *w;
-		if (tier_durability(st, i, durability) < durability)
+		if (tier_durability(st, i, durability) < durability ||
+		    hier_write_mode(st->hier, i) == KVT_WRITE_NONE)
 			continue;
 		if (writes_off(st, i)) {
 			if (!err)
@@ -383,8 +473,44 @@ static int store_harden(kvt_store *st, const kvt_key *key, int holder,
 	return err ? err : kvt_err(KVT_ENOTSUP, "no tier can give that durability");
 }
 
+/* Which tiers a put writes itself (the rest get the chunk by write-through
+ * in the background, by demotion, or never): a cached put writes the first
+ * tier and lets the lower write-through tiers follow asynchronously; a
+ * crash- or power-safe put writes every tier that takes puts, now. */
+static unsigned put_mask(kvt_store *st, int durability, int *async_through)
+{
+	unsigned mask = 0;
+
+	*async_through = 0;
+	for (int i = 0; i < st->n_tiers; i++) {
+		int w = hier_write_mode(st->hier, i);
+		if (w == KVT_WRITE_NONE)
+			continue;
+		if (durability > KVT_DUR_CACHED) {
+			mask |= 1u << i; /* write-back tiers too: asked for now */
+		} else if (!mask) {
+			mask |= 1u << i; /* the first tier that takes puts */
+		} else if (w == KVT_WRITE_THROUGH) {
+			*async_through = 1;
+		}
+	}
+	return mask;
+}
+
+static void after_insert(kvt_store *st, int tier, const kvt_key *key,
+			 uint64_t len)
+{
+	kvt_key *v;
+	size_t n;
+
+	hier_insert(st->hier, tier, key, len, &v, &n);
+	if (n)
+		evict_victims(st, tier, v, n);
+	free(v);
+}
+
 static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
-		     const void *const *layers, int durability)
+		     const void *const *layers, int durability, unsigned mask)
 {
 	kvt_tier_wbuf *w[KVT_MAX_TIERS] = { 0 };
 	int rc[KVT_MAX_TIERS];
@@ -427,6 +553,8 @@ static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 
 	for (int i = 0; i < st->n_tiers; i++) {
 		kvt_tier *t = st->tiers[i];
+		if (!(mask & (1u << i)))
+			continue;
 		if (writes_off(st, i)) {
 			rc[i] = kvt_err(-EIO, "%s tier admits no writes after repeated errors",
 					t->ops->name);
@@ -485,6 +613,7 @@ static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		rc[i] = t->ops->put_commit(t, w[i], want);
 		tier_note_write(st, i, rc[i]);
 		if (rc[i] == 0) {
+			after_insert(st, i, key, len);
 			stored++;
 			if (want >= durability)
 				durable = 1;
@@ -504,6 +633,217 @@ static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	return err;
 }
 
+/* --- moving chunks between tiers ------------------------------------------------ */
+
+/* One copy of a chunk's image from tier `src` to tier `dst`, run by a worker
+ * (or inline when the background queue is long: back-pressure instead of
+ * unbounded memory).  The image is borrowed from `src` when the job is made,
+ * so it stays readable even if `src` drops the chunk meanwhile. */
+enum { MOVE_DEMOTE = 1, MOVE_THROUGH = 2, MOVE_PROMOTE = 3 };
+
+struct move_job {
+	struct job job;
+	int kind;
+	int src;
+	kvt_key key;
+	kvt_tier_rbuf *rb;
+	uint64_t held; /* bytes counted in queued_bg_bytes */
+};
+
+#define MAX_QUEUED_BG 64
+
+static int flight_enter(kvt_store *st, const kvt_key *key)
+{
+	int ok = 1;
+
+	pthread_mutex_lock(&st->flight_mu);
+	for (size_t i = 0; i < st->n_flight; i++)
+		if (!memcmp(&st->flight[i], key, sizeof(*key)))
+			ok = 0;
+	if (ok && st->n_flight == st->cap_flight) {
+		size_t nc = st->cap_flight ? st->cap_flight * 2 : 16;
+		kvt_key *nf = realloc(st->flight, nc * sizeof(*nf));
+		if (nf) {
+			st->flight = nf;
+			st->cap_flight = nc;
+		} else {
+			ok = 0;
+		}
+	}
+	if (ok)
+		st->flight[st->n_flight++] = *key;
+	pthread_mutex_unlock(&st->flight_mu);
+	return ok;
+}
+
+static void flight_leave(kvt_store *st, const kvt_key *key)
+{
+	pthread_mutex_lock(&st->flight_mu);
+	for (size_t i = 0; i < st->n_flight; i++)
+		if (!memcmp(&st->flight[i], key, sizeof(*key))) {
+			st->flight[i] = st->flight[--st->n_flight];
+			break;
+		}
+	pthread_mutex_unlock(&st->flight_mu);
+}
+
+/* Copy the borrowed image into tier `dst`.  0, KVT_EEXIST or an error. */
+static int copy_into(kvt_store *st, int dst, const kvt_tier_rbuf *rb,
+		     int durability)
+{
+	kvt_tier *t = st->tiers[dst];
+	kvt_tier_wbuf *w;
+	int rc;
+
+	if (writes_off(st, dst))
+		return -EIO;
+	rc = t->ops->put_begin(t, &rb->key, rb->len, &w);
+	if (rc == 0) {
+		image_copy(rb, w);
+		rc = t->ops->put_commit(t, w, durability);
+	}
+	if (rc != KVT_EEXIST)
+		tier_note_write(st, dst, rc);
+	if (rc == 0)
+		after_insert(st, dst, &rb->key, rb->len);
+	return rc;
+}
+
+static void move_run(kvt_store *st, struct job *j)
+{
+	struct move_job *m = (struct move_job *)j;
+	kvt_tier *src = st->tiers[m->src];
+
+	if (m->kind == MOVE_PROMOTE) {
+		if (copy_into(st, 0, m->rb, KVT_DUR_CACHED) == 0)
+			hier_count(st->hier, m->src, HIER_PROMOTION);
+		flight_leave(st, &m->key);
+	} else if (m->kind == MOVE_DEMOTE) {
+		/* The first write-back tier below takes the victim. */
+		for (int d = m->src + 1; d < st->n_tiers; d++) {
+			if (hier_write_mode(st->hier, d) != KVT_WRITE_BACK)
+				continue;
+			if (!st->tiers[d]->ops->exists(st->tiers[d], &m->key) &&
+			    hier_admit(st->hier, d, &m->key)) {
+				hier_throttle(st->hier, d, m->rb->len);
+				if (copy_into(st, d, m->rb, KVT_DUR_CACHED) == 0)
+					hier_count(st->hier, d, HIER_DEMOTION);
+			}
+			break;
+		}
+	} else { /* MOVE_THROUGH: every write-through tier below the first */
+		for (int d = m->src + 1; d < st->n_tiers; d++) {
+			int rc;
+			if (hier_write_mode(st->hier, d) != KVT_WRITE_THROUGH ||
+			    !hier_admit(st->hier, d, &m->key))
+				continue;
+			hier_throttle(st->hier, d, m->rb->len);
+			rc = copy_into(st, d, m->rb, KVT_DUR_CACHED);
+			if (rc == KVT_EEXIST) {
+				/* Another writer (another node, on a shared tier)
+				 * published first: its version wins, so ours
+				 * leaves the tiers above and later reads load
+				 * the winner. */
+				for (int u = 0; u < d; u++) {
+					st->tiers[u]->ops->del(st->tiers[u], &m->key);
+					hier_remove(st->hier, u, &m->key);
+				}
+				break;
+			}
+		}
+	}
+	src->ops->release(src, m->rb);
+	if (m->held) {
+		pthread_mutex_lock(&st->qlock);
+		st->queued_bg_bytes -= m->held;
+		pthread_mutex_unlock(&st->qlock);
+	}
+	free(m);
+}
+
+/* Queue a move of `key` out of tier `src`; inline when the background
+ * queue is full (demotions and write-through must not pile up unbounded). */
+static void move_submit(kvt_store *st, int kind, int src, const kvt_key *key)
+{
+	struct move_job *m;
+	kvt_tier *t = st->tiers[src];
+	int prio = kind == MOVE_PROMOTE ? PRIO_PROMOTE : PRIO_BACKGROUND;
+
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return;
+	if (t->ops->get(t, key, &m->rb)) { /* gone already */
+		free(m);
+		return;
+	}
+	m->job.run = move_run;
+	m->kind = kind;
+	m->src = src;
+	m->key = *key;
+	/* Back-pressure: queued copies hold their images (DRAM pages among
+	 * them), so beyond a count or a share of the first tier the copy is
+	 * made here, by the writer that is producing faster than the tiers
+	 * below absorb. */
+	if (prio == PRIO_BACKGROUND) {
+		int inline_now;
+		pthread_mutex_lock(&st->qlock);
+		inline_now = st->queued_bg >= MAX_QUEUED_BG ||
+			     st->queued_bg_bytes + m->rb->len > st->max_bg_bytes;
+		if (!inline_now)
+			st->queued_bg_bytes += m->rb->len;
+		pthread_mutex_unlock(&st->qlock);
+		if (inline_now) {
+			move_run(st, &m->job);
+			return;
+		}
+		m->held = m->rb->len;
+	}
+	if (job_submit(st, &m->job, prio)) {
+		if (m->held) {
+			pthread_mutex_lock(&st->qlock);
+			st->queued_bg_bytes -= m->held;
+			pthread_mutex_unlock(&st->qlock);
+			m->held = 0;
+		}
+		move_run(st, &m->job);
+	}
+}
+
+/* Victims the policy of `tier` chose: a write-back tier below gets a copy,
+ * then the chunk leaves `tier`.  (A write-through tier below has it
+ * already.) */
+static void evict_victims(kvt_store *st, int tier, kvt_key *v, size_t n)
+{
+	kvt_tier *t = st->tiers[tier];
+
+	for (size_t i = 0; i < n; i++) {
+		int back = 0;
+		for (int d = tier + 1; d < st->n_tiers; d++)
+			if (hier_write_mode(st->hier, d) == KVT_WRITE_BACK)
+				back = 1;
+		if (back)
+			move_submit(st, MOVE_DEMOTE, tier, &v[i]);
+		t->ops->del(t, &v[i]);
+	}
+}
+
+static int put_chunk(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+		     const void *const *layers, int durability)
+{
+	int async_through, rc, first = -1;
+	unsigned mask = put_mask(st, durability, &async_through);
+
+	if (!mask)
+		return kvt_err(KVT_ENOTSUP, "no tier takes puts (every tier's write is none)");
+	rc = store_put(st, ns, key, layers, durability, mask);
+	for (int i = 0; i < st->n_tiers && first < 0; i++)
+		if (mask & (1u << i))
+			first = i;
+	if (rc == 0 && async_through)
+		move_submit(st, MOVE_THROUGH, first, key);
+	return rc;
+}
+
 int kvt_put_layers(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		   const void *const *layers, uint32_t n_layers, int durability)
 {
@@ -518,7 +858,7 @@ int kvt_put_layers(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	for (uint32_t i = 0; i < n_layers; i++)
 		if (!layers[i])
 			return kvt_err(KVT_EINVAL, "layer %u missing", i);
-	return store_put(st, ns, key, layers, durability);
+	return put_chunk(st, ns, key, layers, durability);
 }
 
 int kvt_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
@@ -541,13 +881,23 @@ int kvt_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	per = kvt_layout_layer_bytes(&ns->layout);
 	for (uint32_t i = 0; i < ns->layout.num_layers; i++)
 		layers[i] = (const char *)payload + i * per;
-	return store_put(st, ns, key, layers, durability);
+	return put_chunk(st, ns, key, layers, durability);
 }
 
 /* --- get ------------------------------------------------------------------------ */
 
 /* Borrow `key` from the first tier that holds a valid copy.  Bad copies are
  * dropped from their tier (counted there) and the search goes on. */
+static int expired(const kvt_store *st, const kvt_obj_hdr *h)
+{
+	struct timespec now;
+
+	if (!st->cfg.ttl_s)
+		return 0;
+	clock_gettime(CLOCK_REALTIME, &now);
+	return (uint64_t)now.tv_sec > h->created_ns / 1000000000ull + st->cfg.ttl_s;
+}
+
 static int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 			kvt_ref **out, int *tier_out)
 {
@@ -572,6 +922,7 @@ static int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		ref->st = st;
 		ref->tier = t;
 		ref->rb = rb;
+		ref->iov = NULL;
 		rc = image_header(rb, &ref->hdr);
 		if (rc == 0)
 			rc = kvt_obj_hdr_expect(&ref->hdr, ns, key);
@@ -585,8 +936,18 @@ static int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		if (rc == KVT_EMISMATCH) {
 			/* Another namespace's chunk under this key: not ours to
 			 * read, and not ours to drop either. */
+			free(ref->iov);
 			t->ops->release(t, rb);
 			free(ref);
+			continue;
+		}
+		if (rc == 0 && expired(st, &ref->hdr)) {
+			/* Past its TTL: a miss, and gone from this tier. */
+			free(ref->iov);
+			t->ops->release(t, rb);
+			free(ref);
+			t->ops->del(t, key);
+			hier_remove(st->hier, i, key);
 			continue;
 		}
 		if (rc) {
@@ -594,12 +955,15 @@ static int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 			kvt_key_hex(key, hex);
 			kvt_log(KVT_LOG_WARN, "%s tier: dropping %s: %s (%s)",
 				t->ops->name, hex, kvt_strerror(rc), kvt_errmsg());
-			if (rc != KVT_ENOMEM)
+			if (rc != KVT_ENOMEM) {
 				t->ops->corrupt(t, rb);
+				hier_remove(st->hier, i, key);
+			}
 			t->ops->release(t, rb);
 			free(ref);
 			continue;
 		}
+		hier_hit(st->hier, i, key);
 		*out = ref;
 		*tier_out = i;
 		return 0;
@@ -614,17 +978,13 @@ static void ref_free(kvt_ref *ref)
 	free(ref);
 }
 
-/* Copy a lower tier's image into the first tier so the next read is a
- * memory hit.  Best effort: a full first tier simply keeps missing. */
-static void promote(kvt_store *st, const kvt_ref *ref)
+/* A hit in a lower tier: copy it up to the first tier without making the
+ * reader wait, once per key however many readers ask at the same time. */
+static void promote(kvt_store *st, int tier, const kvt_key *key)
 {
-	kvt_tier *t = st->tiers[0];
-	kvt_tier_wbuf *w;
-
-	if (t->ops->put_begin(t, &ref->rb->key, ref->rb->len, &w))
+	if (tier == 0 || !flight_enter(st, key))
 		return;
-	image_copy(ref->rb, w);
-	t->ops->put_commit(t, w, KVT_DUR_CACHED);
+	move_submit(st, MOVE_PROMOTE, tier, key);
 }
 
 /* Drop the borrowed copy that failed verification (exactly that one: a
@@ -638,6 +998,9 @@ static void drop_corrupt(kvt_ref *ref, const kvt_key *key)
 	kvt_log(KVT_LOG_WARN, "%s tier: chunk %s failed verification: %s",
 		t->ops->name, hex, kvt_errmsg());
 	t->ops->corrupt(t, ref->rb);
+	for (int i = 0; i < ref->st->n_tiers; i++)
+		if (ref->st->tiers[i] == t)
+			hier_remove(ref->st->hier, i, key);
 	ref_free(ref);
 }
 
@@ -666,9 +1029,9 @@ int kvt_get(kvt_store *st, const kvt_ns *ns, const kvt_key *key, void *buf,
 			drop_corrupt(ref, key);
 			continue; /* a lower tier may hold a good copy */
 		}
-		if (rc == 0 && tier > 0)
-			promote(st, ref);
 		ref_free(ref);
+		if (rc == 0)
+			promote(st, tier, key);
 		return rc;
 	}
 }
@@ -771,6 +1134,8 @@ int kvt_delete(kvt_store *st, const kvt_ns *ns, const kvt_key *key)
 		return rc;
 	for (int i = 0; i < st->n_tiers; i++) {
 		rc = st->tiers[i]->ops->del(st->tiers[i], key);
+		if (rc == 0 || rc == KVT_ENOTFOUND)
+			hier_remove(st->hier, i, key);
 		if (rc == 0)
 			found = 1;
 		else if (rc != KVT_ENOTFOUND && !err)
@@ -794,9 +1159,11 @@ int kvt_lookup(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
 	(void)rc;
 	for (size_t k = 0; k < n_keys; k++) {
 		int found = -1;
-		for (int i = 0; i < st->n_tiers && found < 0; i++)
-			if (st->tiers[i]->ops->exists(st->tiers[i], &keys[k]) == 1)
+		for (int i = 0; i < st->n_tiers; i++) {
+			hier_seen(st->hier, i, &keys[k]); /* admission counts sightings */
+			if (found < 0 && st->tiers[i]->ops->exists(st->tiers[i], &keys[k]) == 1)
 				found = i;
+		}
 		if (found < 0)
 			break;
 		if (res && res->tier)
@@ -880,18 +1247,24 @@ int kvt_get_batch(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
 
 /* --- async --------------------------------------------------------------------- */
 
-static void op_run(kvt_op *op)
+static int prefetch_run(kvt_store *st, kvt_op *op);
+
+static void op_run(kvt_store *st, struct job *j)
 {
+	kvt_op *op = (kvt_op *)j;
 	size_t len = 0;
 	int rc;
 
+	(void)st;
 	if (op->kind == OP_GET) {
 		rc = kvt_get(op->st, &op->ns, &op->key, op->buf, op->len, &len);
 		op->bytes = rc == 0 ? len : 0;
-	} else {
+	} else if (op->kind == OP_PUT) {
 		rc = kvt_put(op->st, &op->ns, &op->key, op->payload, op->len,
 			     op->durability);
 		op->bytes = rc == 0 ? op->len : 0;
+	} else {
+		rc = prefetch_run(op->st, op);
 	}
 	pthread_mutex_lock(&op->lock);
 	op->rc = rc;
@@ -900,48 +1273,95 @@ static void op_run(kvt_op *op)
 	pthread_mutex_unlock(&op->lock);
 }
 
+/* Take the next job a worker may run: the most urgent class first; the
+ * background class only while fewer than max_bg of them run. */
+static struct job *job_take(kvt_store *st, int *prio)
+{
+	for (int p = 0; p < N_PRIO; p++) {
+		struct job *j = st->qhead[p];
+		if (!j || (p == PRIO_BACKGROUND && st->running_bg >= st->max_bg))
+			continue;
+		st->qhead[p] = j->next;
+		if (!st->qhead[p])
+			st->qtail[p] = NULL;
+		if (p == PRIO_BACKGROUND) {
+			st->queued_bg--;
+			st->running_bg++;
+		}
+		*prio = p;
+		return j;
+	}
+	return NULL;
+}
+
+static int queues_empty(const kvt_store *st)
+{
+	for (int p = 0; p < N_PRIO; p++)
+		if (st->qhead[p])
+			return 0;
+	return 1;
+}
+
 static void *worker_main(void *arg)
 {
 	kvt_store *st = arg;
 
 	for (;;) {
-		kvt_op *op;
+		struct job *j;
+		int prio = 0;
 		pthread_mutex_lock(&st->qlock);
-		while (!st->qhead && !st->stopping)
+		while (!(j = job_take(st, &prio)) && !(st->stopping && queues_empty(st)))
 			pthread_cond_wait(&st->qcond, &st->qlock);
-		op = st->qhead;
-		if (!op) { /* stopping and drained */
-			pthread_mutex_unlock(&st->qlock);
-			return NULL;
-		}
-		st->qhead = op->next;
-		if (!st->qhead)
-			st->qtail = NULL;
 		pthread_mutex_unlock(&st->qlock);
-		op_run(op);
+		if (!j) /* stopping and drained */
+			return NULL;
+		j->run(st, j);
+		if (prio == PRIO_BACKGROUND) {
+			pthread_mutex_lock(&st->qlock);
+			st->running_bg--;
+			pthread_cond_broadcast(&st->qcond);
+			pthread_mutex_unlock(&st->qlock);
+		}
 	}
+}
+
+/* Queue a job.  KVT_ECANCELED once the store is closing (the job is not
+ * taken; the caller still owns it). */
+static int job_submit(kvt_store *st, struct job *j, int prio)
+{
+	j->next = NULL;
+	pthread_mutex_lock(&st->qlock);
+	if (st->stopping) {
+		pthread_mutex_unlock(&st->qlock);
+		return kvt_err(KVT_ECANCELED, "store is closing");
+	}
+	if (st->qtail[prio])
+		st->qtail[prio]->next = j;
+	else
+		st->qhead[prio] = j;
+	st->qtail[prio] = j;
+	if (prio == PRIO_BACKGROUND)
+		st->queued_bg++;
+	pthread_cond_signal(&st->qcond);
+	pthread_mutex_unlock(&st->qlock);
+	return 0;
 }
 
 static int op_submit(kvt_store *st, kvt_op *op, kvt_op **out)
 {
+	int rc;
+
 	pthread_mutex_init(&op->lock, NULL);
 	pthread_cond_init(&op->cond, NULL);
 	op->st = st;
-	pthread_mutex_lock(&st->qlock);
-	if (st->stopping) {
-		pthread_mutex_unlock(&st->qlock);
+	op->job.run = op_run;
+	if ((rc = job_submit(st, &op->job, PRIO_URGENT))) {
 		pthread_mutex_destroy(&op->lock);
 		pthread_cond_destroy(&op->cond);
+		free(op->keys);
 		free(op);
-		return kvt_err(KVT_ECANCELED, "store is closing");
+		return rc;
 	}
-	if (st->qtail)
-		st->qtail->next = op;
-	else
-		st->qhead = op;
-	st->qtail = op;
-	pthread_cond_signal(&st->qcond);
-	pthread_mutex_unlock(&st->qlock);
 	*out = op;
 	return 0;
 }
@@ -995,6 +1415,91 @@ int kvt_put_async(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	return op_submit(st, op, out);
 }
 
+/* Prefetch, run by a worker: walk the chain; a chunk already in the first
+ * tier counts; one in a lower tier is read (verified) and copied up now; the
+ * first chunk in no tier ends the prefix.  The deadline is checked between
+ * chunks: a load in progress finishes, the next does not start. */
+static int prefetch_run(kvt_store *st, kvt_op *op)
+{
+	size_t i;
+
+	for (i = 0; i < op->n_keys; i++) {
+		const kvt_key *k = &op->keys[i];
+		kvt_ref *ref;
+		int tier;
+
+		if (st->tiers[0]->ops->exists(st->tiers[0], k) == 1)
+			continue;
+		if (mono_ns() > op->deadline_ns)
+			break;
+		if (store_borrow(st, &op->ns, k, &ref, &tier))
+			break;
+		if (tier > 0 && st->verify[tier] &&
+		    kvt_obj_verify_iov(&ref->hdr, ref->rb->iov, ref->rb->n_iov)) {
+			drop_corrupt(ref, k);
+			break;
+		}
+		if (tier > 0) {
+			int rc = copy_into(st, 0, ref->rb, KVT_DUR_CACHED);
+			if (rc == 0)
+				hier_count(st->hier, tier, HIER_PROMOTION);
+			op->bytes += ref->hdr.payload_len;
+			ref_free(ref);
+			if (rc && rc != KVT_EEXIST)
+				break;
+		} else {
+			ref_free(ref);
+		}
+	}
+	return (int)i;
+}
+
+int kvt_prefetch(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
+		 size_t n_keys, int deadline_ms, kvt_op **out)
+{
+	kvt_op *op;
+
+	kvt_err_clear();
+	if (out)
+		*out = NULL;
+	if (!st || !ns || (!keys && n_keys) || !out)
+		return kvt_err(KVT_EINVAL, "store, namespace, keys or op output missing");
+	if (n_keys > (size_t)INT32_MAX)
+		return kvt_err(KVT_EINVAL, "%zu keys", n_keys);
+	op = calloc(1, sizeof(*op));
+	if (!op || !(op->keys = malloc((n_keys ? n_keys : 1) * sizeof(kvt_key)))) {
+		free(op);
+		return kvt_err(KVT_ENOMEM, "out of memory");
+	}
+	memcpy(op->keys, keys, n_keys * sizeof(kvt_key));
+	op->n_keys = n_keys;
+	op->kind = OP_PREFETCH;
+	op->ns = *ns;
+	op->deadline_ns = mono_ns() + (int64_t)(deadline_ms < 0 ? 0 : deadline_ms) * 1000000;
+	return op_submit(st, op, out);
+}
+
+int kvt_pin(kvt_store *st, const kvt_ns *ns, const kvt_key *key, int pin)
+{
+	int rc, held = 0, err = 0;
+
+	kvt_err_clear();
+	if ((rc = check_args(st, ns, key)))
+		return rc;
+	for (int i = 0; i < st->n_tiers; i++) {
+		if (st->tiers[i]->ops->exists(st->tiers[i], key) != 1)
+			continue;
+		held = 1;
+		rc = hier_pin(st->hier, i, key, pin);
+		if (rc && !err)
+			err = rc;
+	}
+	if (!held)
+		return kvt_err(KVT_ENOTFOUND, "no chunk under that key to %s",
+			       pin ? "pin" : "unpin");
+	return err;
+}
+
 int kvt_op_poll(kvt_op *op)
 {
 	int rc;
@@ -1043,6 +1548,7 @@ void kvt_op_free(kvt_op *op)
 	kvt_op_wait(op, -1);
 	pthread_mutex_destroy(&op->lock);
 	pthread_cond_destroy(&op->cond);
+	free(op->keys);
 	free(op);
 }
 
@@ -1059,6 +1565,16 @@ int kvt_store_stats(kvt_store *st, int tier, kvt_tier_stats *out)
 		return kvt_err(KVT_EINVAL, "tier %d of %d", tier, st ? st->n_tiers : 0);
 	memset(out, 0, sizeof(*out));
 	st->tiers[tier]->ops->stats(st->tiers[tier], out);
+	{
+		struct hier_counters hc;
+		hier_counters(st->hier, tier, &hc);
+		out->promotions = hc.promotions;
+		out->demotions = hc.demotions;
+		out->admit_rejects = hc.admit_rejects;
+		out->policy_evictions = hc.policy_evictions;
+		out->evictions += hc.policy_evictions; /* the tier's own + the policy's */
+		out->pinned = hc.pinned;
+	}
 	out->write_errors = atomic_load(&st->health[tier].errors);
 	out->writes_off = (uint32_t)writes_off(st, tier);
 	return 0;

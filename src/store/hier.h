@@ -1,0 +1,66 @@
+/*
+ * hier.h — the store's per-tier policy state: which chunks a tier should
+ * hold (eviction), which it should take at all (admission), how puts reach
+ * it (write-through, write-back, none), pins, and the bandwidth background
+ * copies may use.
+ *
+ * The decisions come from the pure policy modules (src/policy/): the same
+ * code the capacity planner runs.  This layer adds what they leave out on
+ * purpose: locking, the map from a policy id back to the chunk's key, and
+ * counters.  It knows nothing about tiers' media; the store acts on what it
+ * decides.
+ */
+#ifndef KVT_HIER_H
+#define KVT_HIER_H
+
+#include <stdint.h>
+
+#include "kvtier.h"
+
+typedef struct kvt_hier kvt_hier;
+
+struct hier_tier_conf {
+	uint32_t eviction;       /* 1 lru, 2 s3fifo; 0 = leave it to the tier */
+	uint32_t admit_rules;    /* kvt_admit_rule flags; 0 = always */
+	uint32_t admit_seen;
+	uint32_t write;          /* KVT_WRITE_* */
+	uint64_t background_bps; /* 0 = unlimited */
+	uint64_t capacity;       /* bytes the policy may fill */
+	uint64_t round;          /* accounting unit (a DRAM page, a disk block) */
+};
+
+struct hier_counters {
+	uint64_t promotions, demotions, admit_rejects, policy_evictions, pinned;
+};
+
+int hier_open(int n_tiers, const struct hier_tier_conf *conf, kvt_hier **out);
+void hier_close(kvt_hier *h);
+
+int hier_write_mode(const kvt_hier *h, int tier);
+
+/* A lookup saw `key` (admission counts sightings, hit or miss). */
+void hier_seen(kvt_hier *h, int tier, const kvt_key *key);
+/* May a chunk enter `tier`?  Counts a rejection. */
+int hier_admit(kvt_hier *h, int tier, const kvt_key *key);
+/* A read hit in `tier`: recency/frequency bookkeeping. */
+void hier_hit(kvt_hier *h, int tier, const kvt_key *key);
+/* `key` (bytes long) is now in `tier`.  Victims the policy chose to make
+ * room are returned in *victims (malloc'd, *n of them; free it), in eviction
+ * order: the caller demotes or drops them. */
+int hier_insert(kvt_hier *h, int tier, const kvt_key *key, uint64_t bytes,
+		kvt_key **victims, size_t *n);
+/* `key` left `tier` (deleted, corrupt, evicted by the tier itself). */
+void hier_remove(kvt_hier *h, int tier, const kvt_key *key);
+/* Pin or unpin `key` in `tier`: a pinned chunk is never a victim.
+ * KVT_ENOTFOUND if the policy does not hold it. */
+int hier_pin(kvt_hier *h, int tier, const kvt_key *key, int pin);
+
+/* Background copies into `tier` take `bytes` of its bandwidth budget: wait
+ * until the token bucket allows it. */
+void hier_throttle(kvt_hier *h, int tier, uint64_t bytes);
+
+void hier_count(kvt_hier *h, int tier, int what);
+enum { HIER_PROMOTION = 0, HIER_DEMOTION = 1 };
+void hier_counters(kvt_hier *h, int tier, struct hier_counters *out);
+
+#endif
