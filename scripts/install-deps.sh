@@ -6,18 +6,36 @@ set -euo pipefail
 pkgs=(
   build-essential cmake pkg-config clang libclang-rt-dev
   libssl-dev libxxhash-dev libyaml-dev liburing-dev libcurl4-openssl-dev libzstd-dev
-  fio python3 python3-cbor2
+  fio python3 python3-cbor2 nodejs npm awscli gnuplot-nox chromium
 )
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#pkgs[@]} packages present"
-  exit 0
-fi
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-echo "install-deps: installing ${missing[*]}"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# A machine image may bring its own node and npm (newer than Debian's):
+# use those rather than install Debian's over them.
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  filtered=()
+  for p in "${missing[@]}"; do
+    case "$p" in nodejs|npm) ;; *) filtered+=("$p") ;; esac
+  done
+  missing=("${filtered[@]}")
+fi
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all Debian packages present"
+else
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The S3 tests' server: an S3-compatible server that checks SigV4
+# signatures (tests/s3/package.json), from the npm registry.
+here=$(cd "$(dirname "$0")/.." && pwd)
+if [ ! -d "$here/tests/s3/node_modules/@20minutes/s3rver" ] ||
+   [ "$here/tests/s3/package-lock.json" -nt "$here/tests/s3/node_modules" ]; then
+  echo "install-deps: npm ci in tests/s3"
+  npm ci --prefix "$here/tests/s3" --no-audit --no-fund --loglevel=error
+fi

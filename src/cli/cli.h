@@ -73,5 +73,6 @@ int cmd_bench(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int bench_dram(int argc, char **argv);
 int bench_nvme(int argc, char **argv);
+int bench_s3(int argc, char **argv);
 
 #endif

@@ -41,10 +41,19 @@ kvt_config *kvt_config_new(void)
 	c->max_shared_fs_size = 64 * GiB;
 	c->hash_scheme = KVT_HASH_SHA256;
 	c->workers = 4;
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 4; i++) {
 		c->tier[i].eviction = 1; /* LRU: docs/POLICIES.md */
 		c->tier[i].write = KVT_WRITE_THROUGH;
 	}
+	/* S3 is paid per request: write what has been asked for twice
+	 * (docs/POLICIES.md), and let its listing, not an LRU, decide. */
+	c->tier[KVT_CT_S3].eviction = 0;
+	c->tier[KVT_CT_S3].admit_rules = 1u << 1;
+	c->tier[KVT_CT_S3].admit_seen = 2;
+	c->s3_path_style = 1;
+	c->s3_max_parallel = 16;
+	c->s3_part_size = 8 * MiB;
+	c->s3_timeout_ms = 30000;
 	return c;
 }
 
@@ -305,6 +314,66 @@ static int set_max_shared_fs_size(kvt_config *c, const char *v)
 {
 	return set_size(v, GiB, 1 * MiB, &c->max_shared_fs_size);
 }
+/* LMCache's remote_url: "s3://bucket/prefix" (other schemes are not
+ * kvtier's; "" or null turns the tier off). */
+static int set_remote_url(kvt_config *c, const char *v)
+{
+	const char *b, *slash;
+	size_t bl;
+
+	if (!*v || !strcasecmp(v, "null") || !strcasecmp(v, "none")) {
+		c->s3_bucket[0] = c->s3_prefix[0] = '\0';
+		return 0;
+	}
+	if (strncmp(v, "s3://", 5))
+		return kvt_err(KVT_ECONFIG, "\"%s\": remote_url must be s3://bucket[/prefix]", v);
+	b = v + 5;
+	slash = strchr(b, '/');
+	bl = slash ? (size_t)(slash - b) : strlen(b);
+	if (bl == 0 || bl >= sizeof(c->s3_bucket))
+		return kvt_err(KVT_ECONFIG, "\"%s\": bucket name must be 1..255 bytes", v);
+	memcpy(c->s3_bucket, b, bl);
+	c->s3_bucket[bl] = '\0';
+	snprintf(c->s3_prefix, sizeof(c->s3_prefix), "%s", slash ? slash + 1 : "");
+	return 0;
+}
+#define STR_SETTER(NAME, FIELD)                                              \
+	static int set_##NAME(kvt_config *c, const char *v)                  \
+	{                                                                    \
+		if (strlen(v) >= sizeof(c->FIELD))                           \
+			return kvt_err(KVT_ECONFIG, "longer than %zu bytes",     \
+				       sizeof(c->FIELD) - 1);                \
+		snprintf(c->FIELD, sizeof(c->FIELD), "%s", v);               \
+		return 0;                                                    \
+	}
+STR_SETTER(s3_endpoint, s3_endpoint)
+STR_SETTER(s3_region, s3_region)
+#undef STR_SETTER
+static int set_s3_path_style(kvt_config *c, const char *v)
+{
+	return parse_bool(v, &c->s3_path_style);
+}
+static int set_max_remote_size(kvt_config *c, const char *v)
+{
+	return set_size(v, GiB, 0, &c->max_remote_size);
+}
+static int set_s3_max_parallel(kvt_config *c, const char *v)
+{
+	return parse_u32(v, 1, 1024, &c->s3_max_parallel);
+}
+static int set_s3_part_size(kvt_config *c, const char *v)
+{
+	return set_size(v, 1, 5 * MiB, &c->s3_part_size);
+}
+static int set_s3_timeout_ms(kvt_config *c, const char *v)
+{
+	return parse_u32(v, 1, 3600000, &c->s3_timeout_ms);
+}
+static int set_s3_refresh_s(kvt_config *c, const char *v)
+{
+	return parse_u32(v, 0, 86400, &c->s3_refresh_s);
+}
+
 static int set_nvme_queue_depth(kvt_config *c, const char *v)
 {
 	return parse_u32(v, 1, 4096, &c->nvme_queue_depth);
@@ -433,6 +502,7 @@ static int set_ttl(kvt_config *c, const char *v)
 TIER_SETTERS(dram, KVT_CT_DRAM)
 TIER_SETTERS(nvme, KVT_CT_NVME)
 TIER_SETTERS(shared_fs, KVT_CT_SHARED)
+TIER_SETTERS(s3, KVT_CT_S3)
 #undef TIER_SETTERS
 
 #define TIER_KEYS(NAME)                                                      \
@@ -469,6 +539,16 @@ static const struct config_key {
 	TIER_KEYS(dram),
 	TIER_KEYS(nvme),
 	TIER_KEYS(shared_fs),
+	TIER_KEYS(s3),
+	{ "remote_url", set_remote_url, "s3://bucket[/prefix]" },
+	{ "max_remote_size", set_max_remote_size, "a size; bare numbers are GiB; 0 = unbounded" },
+	{ "s3_endpoint", set_s3_endpoint, "a URL, e.g. http://127.0.0.1:9000" },
+	{ "s3_region", set_s3_region, "an AWS region, e.g. us-east-1" },
+	{ "s3_path_style", set_s3_path_style, "true or false" },
+	{ "s3_max_parallel", set_s3_max_parallel, "1..1024" },
+	{ "s3_part_size", set_s3_part_size, "a size of at least 5MiB" },
+	{ "s3_timeout_ms", set_s3_timeout_ms, "1..3600000" },
+	{ "s3_refresh_s", set_s3_refresh_s, "0..86400" },
 };
 #define N_KEYS (sizeof(config_keys) / sizeof(config_keys[0]))
 

@@ -20,7 +20,7 @@
 #define KVT_SECRET_MAX 64
 #define KVT_PATH_MAX 1024
 
-enum { KVT_CT_DRAM = 0, KVT_CT_NVME = 1, KVT_CT_SHARED = 2 };
+enum { KVT_CT_DRAM = 0, KVT_CT_NVME = 1, KVT_CT_SHARED = 2, KVT_CT_S3 = 3 };
 enum { KVT_WRITE_THROUGH = 0, KVT_WRITE_BACK = 1, KVT_WRITE_NONE = 2 };
 
 typedef struct kvt_tenant {
@@ -44,6 +44,17 @@ struct kvt_config {
 	int nvme_io_uring;            /* 0: pread/pwrite even where io_uring works */
 	char shared_fs[KVT_PATH_MAX]; /* shared file system directory, "" = off */
 	uint64_t max_shared_fs_size;
+	/* S3: remote_url "s3://bucket/prefix" (LMCache's key), "" = off */
+	char s3_bucket[256];
+	char s3_prefix[512];
+	char s3_endpoint[512];        /* "" = AWS for the region */
+	char s3_region[64];           /* "" = from the environment / ~/.aws */
+	int s3_path_style;
+	uint64_t max_remote_size;     /* 0 = unbounded */
+	uint32_t s3_max_parallel;
+	uint64_t s3_part_size;
+	uint32_t s3_timeout_ms;
+	uint32_t s3_refresh_s;
 	uint32_t hash_scheme;         /* enum kvt_hash_scheme */
 	uint32_t workers;             /* async worker threads */
 
@@ -57,7 +68,7 @@ struct kvt_config {
 		uint32_t write;       /* KVT_WRITE_* */
 		uint64_t background_bps; /* bytes/s for write-through and
 					  * demotion; 0 = unlimited */
-	} tier[3];
+	} tier[4];
 	uint64_t ttl_s;               /* chunks older than this are misses; 0 = none */
 	uint32_t n_tenants;
 	kvt_tenant tenants[KVT_MAX_TENANTS];

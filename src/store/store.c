@@ -26,6 +26,7 @@
 #include "tier/dram.h"
 #include "tier/fsdir.h"
 #include "tier/nvme.h"
+#include "tier/s3.h"
 
 #define KVT_MAX_TIERS 8
 
@@ -231,6 +232,7 @@ static int hier_setup(kvt_store *st)
 			.capacity = ts.capacity_bytes / 100 * 97,
 			.round = st->kind[i] == KVT_CT_DRAM ? st->cfg.dram_page_size
 			       : st->kind[i] == KVT_CT_NVME ? 4096 : 1,
+			/* an unbounded tier (S3 by default) has no policy */
 		};
 	}
 	if ((rc = hier_open(st->n_tiers, hc, &st->hier)))
@@ -317,6 +319,26 @@ kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 			goto fail;
 		}
 		add_tier(st, t, 1, KVT_CT_SHARED);
+	}
+	if (cfg->s3_bucket[0]) {
+		kvt_s3_opts o = {
+			.endpoint = cfg->s3_endpoint[0] ? cfg->s3_endpoint : NULL,
+			.region = cfg->s3_region[0] ? cfg->s3_region : NULL,
+			.bucket = cfg->s3_bucket,
+			.prefix = cfg->s3_prefix,
+			.path_style = cfg->s3_path_style,
+			.capacity = cfg->max_remote_size,
+			.max_parallel = cfg->s3_max_parallel,
+			.part_bytes = cfg->s3_part_size,
+			.timeout_ms = (int)cfg->s3_timeout_ms,
+			.refresh_s = (int)cfg->s3_refresh_s,
+		};
+		kvt_tier *t;
+		if ((rc = kvt_s3_open(&o, &t))) {
+			kvt_err_prefix(rc, "S3 tier s3://%s/%s: ", cfg->s3_bucket, cfg->s3_prefix);
+			goto fail;
+		}
+		add_tier(st, t, 1, KVT_CT_S3);
 	}
 
 	if ((rc = hier_setup(st)))
@@ -524,7 +546,7 @@ static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	if (durability < KVT_DUR_CACHED || durability > KVT_DUR_POWER_SAFE)
 		return kvt_err(KVT_EINVAL, "durability %d unknown", durability);
 	if (durability > KVT_DUR_CACHED && !st->cfg.local_disk[0] &&
-	    !st->cfg.shared_fs[0])
+	    !st->cfg.shared_fs[0] && !st->cfg.s3_bucket[0])
 		return kvt_err(KVT_ENOTSUP,
 			       "%s asked but the store has no disk tier",
 			       durability == KVT_DUR_POWER_SAFE ? "power-safe" : "crash-safe");

@@ -1,0 +1,312 @@
+/*
+ * bench_s3.c — `kvtier bench s3`: S3 tier PUT and GET throughput for 14 and
+ * 32 MiB chunks (Qwen2.5-7B and Llama-3.1-8B 256-token bf16 chunks) against
+ * two bounds measured in the same run on the same server:
+ *
+ *   curl:   one curl process moving the same N objects one after another
+ *           over one reused connection, same signing mode:
+ *             curl -sS --aws-sigv4 aws:amz:REGION:s3 --user AK:SK
+ *                  -H "x-amz-content-sha256: UNSIGNED-PAYLOAD"
+ *                  -T f1 URL1 -T f2 URL2 ...        (upload)
+ *                  URL1 -o /dev/null URL2 -o /dev/null ...   (download)
+ *   awscli: aws s3 cp --recursive DIR s3://BUCKET/PFX/ --endpoint-url EP
+ *           and back into a fresh directory.
+ *
+ * kvtier moves the N objects one after another too (each large one as
+ * parallel parts / ranges).  Rounds interleave subject and bounds; medians.
+ * Without --endpoint the bench starts tests/s3/server.js (s3rver, SigV4
+ * checked; $KVT_SRC or the current directory locates it).
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/bench.h"
+#include "cli/cli.h"
+#include "format/object.h"
+#include "tier/s3.h"
+
+#define S3B_AK "kvtier-test"
+#define S3B_SK "kvtier-test-secret"
+
+static double s3b_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int s3b_sh(const char *cmd)
+{
+	int rc = system(cmd);
+
+	if (rc != 0)
+		fprintf(stderr, "kvtier bench s3: failed (%d): %.300s\n", rc, cmd);
+	return rc;
+}
+
+static pid_t s3b_server(const char *dir, char *ep, size_t cap, int *keep_fd)
+{
+	const char *src = getenv("KVT_SRC");
+	char script[1024], line[128];
+	int in[2], outp[2], port = 0;
+	pid_t pid;
+	FILE *f;
+
+	snprintf(script, sizeof(script), "%s/tests/s3/server.js", src ? src : ".");
+	if (access(script, R_OK)) {
+		fprintf(stderr, "kvtier bench s3: %s not found (set KVT_SRC or --endpoint)\n", script);
+		return -1;
+	}
+	if (pipe(in) || pipe(outp))
+		return -1;
+	pid = fork();
+	if (pid == 0) {
+		dup2(in[0], 0);
+		dup2(outp[1], 1);
+		close(in[1]);
+		close(outp[0]);
+		execlp("node", "node", script, dir, "kvt", (char *)NULL);
+		_exit(127);
+	}
+	close(in[0]);
+	close(outp[1]);
+	*keep_fd = in[1];
+	f = fdopen(outp[0], "r");
+	if (!f || !fgets(line, sizeof(line), f) || sscanf(line, "PORT %*d %d", &port) != 1) {
+		fprintf(stderr, "kvtier bench s3: the S3 server did not start\n");
+		return -1;
+	}
+	/* The bench talks to s3rver directly, not through the fault proxy. */
+	snprintf(ep, cap, "http://127.0.0.1:%d", port);
+	return pid;
+}
+
+int bench_s3(int argc, char **argv)
+{
+	static const struct { const char *name; uint32_t layers, heads; } shapes[2] = {
+		{ "14MiB", 28, 4 }, { "32MiB", 32, 8 },
+	};
+	int json = 0, quick = 0, rounds, nobj, i, s, r, keep_fd = -1, rc = 0;
+	const char *endpoint = NULL;
+	char ep[256], dir[] = "/tmp/kvt_bench_s3_XXXXXX", sdir[512], cmd[16384];
+	double kp[2][BENCH_MAX_ROUNDS], kg[2][BENCH_MAX_ROUNDS];
+	double cp[2][BENCH_MAX_ROUNDS], cg[2][BENCH_MAX_ROUNDS];
+	double ap[2][BENCH_MAX_ROUNDS], ag[2][BENCH_MAX_ROUNDS];
+	int have_aws = system("aws --version >/dev/null 2>&1") == 0;
+	pid_t srv = 0;
+
+	for (i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json"))
+			json = 1;
+		else if (!strcmp(argv[i], "--quick"))
+			quick = 1;
+		else if (!strcmp(argv[i], "--endpoint") && i + 1 < argc)
+			endpoint = argv[++i];
+		else {
+			fprintf(stderr, "usage: kvtier bench s3 [--json] [--quick] [--endpoint URL]\n");
+			return 2;
+		}
+	}
+	rounds = quick ? 2 : 3;
+	nobj = quick ? 4 : 8;
+	if (!mkdtemp(dir))
+		return 1;
+	if (!endpoint) {
+		snprintf(sdir, sizeof(sdir), "%s/server", dir);
+		snprintf(cmd, sizeof(cmd), "mkdir -p %s", sdir);
+		if (s3b_sh(cmd))
+			return 1;
+		srv = s3b_server(sdir, ep, sizeof(ep), &keep_fd);
+		if (srv < 0)
+			return 1;
+		endpoint = ep;
+	}
+	setenv("AWS_ACCESS_KEY_ID", S3B_AK, 0);
+	setenv("AWS_SECRET_ACCESS_KEY", S3B_SK, 0);
+	setenv("AWS_DEFAULT_REGION", "us-east-1", 0);
+
+	for (s = 0; s < 2 && !rc; s++) {
+		kvt_ns ns;
+		uint64_t len = 0;
+		uint8_t **img = calloc((size_t)nobj, sizeof(*img));
+		kvt_key *keys = calloc((size_t)nobj, sizeof(*keys));
+
+		memset(&ns, 0, sizeof(ns));
+		ns.layout = (kvt_layout){ .num_layers = shapes[s].layers,
+					  .num_kv_heads = shapes[s].heads, .head_dim = 128,
+					  .dtype = KVT_DTYPE_BF16, .kv_planes = 2,
+					  .block_size = 16, .chunk_tokens = 256 };
+		ns.hash_scheme = KVT_HASH_SHA256;
+		ns.tp_size = ns.pp_size = 1;
+		len = KVT_OBJ_HEADER_BYTES + kvt_layout_payload_bytes(&ns.layout);
+		snprintf(cmd, sizeof(cmd), "mkdir -p %s/%s/up %s/%s/down", dir,
+			 shapes[s].name, dir, shapes[s].name);
+		s3b_sh(cmd);
+		for (i = 0; i < nobj; i++) {
+			kvt_obj_hdr h;
+			char path[1024];
+			FILE *f;
+			img[i] = bench_buffer(len);
+			bench_chunk_key(&keys[i], (uint32_t)s, 3, (uint64_t)i, "bench_s3");
+			kvt_obj_hdr_init(&h, &ns, &keys[i]);
+			kvt_obj_hdr_encode(&h, img[i]);
+			memset(img[i] + KVT_OBJ_HEADER_BYTES, i + 1, len - KVT_OBJ_HEADER_BYTES);
+			snprintf(path, sizeof(path), "%s/%s/up/%d.kvt", dir, shapes[s].name, i);
+			f = fopen(path, "wb");
+			if (!f || fwrite(img[i], 1, len, f) != len)
+				rc = 1;
+			if (f)
+				fclose(f);
+		}
+		for (r = 0; r < rounds && !rc; r++) {
+			kvt_s3_opts o;
+			kvt_tier *t = NULL;
+			char pfx[64], url[512];
+			size_t cl;
+			double t0;
+
+			/* kvtier */
+			memset(&o, 0, sizeof(o));
+			snprintf(pfx, sizeof(pfx), "k%s-%d/", shapes[s].name, r);
+			o.endpoint = endpoint;
+			o.region = "us-east-1";
+			o.bucket = "kvt";
+			o.prefix = pfx;
+			o.path_style = 1;
+			o.timeout_ms = 120000;
+			if (kvt_s3_open(&o, &t)) {
+				fprintf(stderr, "kvtier bench s3: open: %s\n", kvt_errmsg());
+				rc = 1;
+				break;
+			}
+			t0 = s3b_now();
+			for (i = 0; i < nobj && !rc; i++) {
+				kvt_tier_wbuf *w;
+				if (t->ops->put_begin(t, &keys[i], len, &w)) {
+					rc = 1;
+					break;
+				}
+				memcpy(w->iov[0].iov_base, img[i], len);
+				if (t->ops->put_commit(t, w, KVT_DUR_CACHED))
+					rc = 1;
+			}
+			kp[s][r] = (double)nobj * len / (s3b_now() - t0) / 1e6;
+			t0 = s3b_now();
+			for (i = 0; i < nobj && !rc; i++) {
+				kvt_tier_rbuf *rb;
+				if (t->ops->get(t, &keys[i], &rb)) {
+					rc = 1;
+					break;
+				}
+				t->ops->release(t, rb);
+			}
+			kg[s][r] = (double)nobj * len / (s3b_now() - t0) / 1e6;
+			t->ops->close(t);
+			if (rc) {
+				fprintf(stderr, "kvtier bench s3: kvtier I/O failed: %s\n", kvt_errmsg());
+				break;
+			}
+
+			/* curl: one process, N transfers in sequence */
+			cl = (size_t)snprintf(cmd, sizeof(cmd),
+					      "curl -sS -f --aws-sigv4 aws:amz:us-east-1:s3 --user %s:%s "
+					      "-H 'x-amz-content-sha256: UNSIGNED-PAYLOAD'",
+					      getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY"));
+			for (i = 0; i < nobj; i++) {
+				snprintf(url, sizeof(url), "%s/kvt/c%s-%d/%d.kvt", endpoint, shapes[s].name, r, i);
+				cl += (size_t)snprintf(cmd + cl, sizeof(cmd) - cl, " -T %s/%s/up/%d.kvt %s",
+						       dir, shapes[s].name, i, url);
+			}
+			snprintf(cmd + cl, sizeof(cmd) - cl, " -o /dev/null");
+			t0 = s3b_now();
+			rc |= s3b_sh(cmd) != 0;
+			cp[s][r] = (double)nobj * len / (s3b_now() - t0) / 1e6;
+			cl = (size_t)snprintf(cmd, sizeof(cmd),
+					      "curl -sS -f --aws-sigv4 aws:amz:us-east-1:s3 --user %s:%s "
+					      "-H 'x-amz-content-sha256: UNSIGNED-PAYLOAD'",
+					      getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY"));
+			for (i = 0; i < nobj; i++)
+				cl += (size_t)snprintf(cmd + cl, sizeof(cmd) - cl,
+						       " %s/kvt/c%s-%d/%d.kvt -o /dev/null",
+						       endpoint, shapes[s].name, r, i);
+			t0 = s3b_now();
+			rc |= s3b_sh(cmd) != 0;
+			cg[s][r] = (double)nobj * len / (s3b_now() - t0) / 1e6;
+
+			/* awscli */
+			ap[s][r] = ag[s][r] = 0;
+			if (have_aws) {
+				snprintf(cmd, sizeof(cmd),
+					 "aws s3 cp --quiet --recursive %s/%s/up s3://kvt/a%s-%d/ --endpoint-url %s",
+					 dir, shapes[s].name, shapes[s].name, r, endpoint);
+				t0 = s3b_now();
+				rc |= s3b_sh(cmd) != 0;
+				ap[s][r] = (double)nobj * len / (s3b_now() - t0) / 1e6;
+				snprintf(cmd, sizeof(cmd),
+					 "rm -rf %s/%s/down && aws s3 cp --quiet --recursive s3://kvt/a%s-%d/ %s/%s/down --endpoint-url %s",
+					 dir, shapes[s].name, shapes[s].name, r, dir, shapes[s].name, endpoint);
+				t0 = s3b_now();
+				rc |= s3b_sh(cmd) != 0;
+				ag[s][r] = (double)nobj * len / (s3b_now() - t0) / 1e6;
+			}
+		}
+		for (i = 0; i < nobj; i++)
+			free(img[i]);
+		free(img);
+		free(keys);
+	}
+	if (!rc) {
+		if (json)
+			printf("{\"bench\":\"s3\",\"rounds\":%d,\"objects\":%d,\"endpoint\":\"%s\",\"sizes\":{",
+			       rounds, nobj, endpoint);
+		for (s = 0; s < 2; s++) {
+			struct summary skp = bench_summarize(kp[s], rounds), skg = bench_summarize(kg[s], rounds);
+			struct summary scp = bench_summarize(cp[s], rounds), scg = bench_summarize(cg[s], rounds);
+			struct summary sap = bench_summarize(ap[s], rounds), sag = bench_summarize(ag[s], rounds);
+			if (json) {
+				printf("%s\"%s\":{", s ? "," : "", shapes[s].name);
+				bench_json_summary("put_mbps", skp);
+				printf(",");
+				bench_json_summary("get_mbps", skg);
+				printf(",");
+				bench_json_summary("curl_put_mbps", scp);
+				printf(",");
+				bench_json_summary("curl_get_mbps", scg);
+				printf(",");
+				bench_json_summary("awscli_put_mbps", sap);
+				printf(",");
+				bench_json_summary("awscli_get_mbps", sag);
+				printf(",\"put_ratio_vs_curl\":%.3f,\"get_ratio_vs_curl\":%.3f,"
+				       "\"put_ratio_vs_awscli\":%.3f,\"get_ratio_vs_awscli\":%.3f}",
+				       skp.median / scp.median, skg.median / scg.median,
+				       sap.median > 0 ? skp.median / sap.median : 0,
+				       sag.median > 0 ? skg.median / sag.median : 0);
+			} else {
+				printf("%s x %d: PUT %.0f MB/s (%.2fx curl %.0f, %.2fx aws s3 cp %.0f)  "
+				       "GET %.0f MB/s (%.2fx curl %.0f, %.2fx aws s3 cp %.0f)\n",
+				       shapes[s].name, nobj, skp.median, skp.median / scp.median, scp.median,
+				       sap.median > 0 ? skp.median / sap.median : 0, sap.median,
+				       skg.median, skg.median / scg.median, scg.median,
+				       sag.median > 0 ? skg.median / sag.median : 0, sag.median);
+			}
+		}
+		if (json)
+			printf("}}\n");
+	}
+	if (srv > 0) {
+		close(keep_fd);
+		kill(srv, SIGTERM);
+		waitpid(srv, NULL, 0);
+	}
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	if (system(cmd))
+		rc = 1;
+	return rc;
+}

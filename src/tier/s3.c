@@ -1,0 +1,1964 @@
+/*
+ * s3.c — the S3 tier (see s3.h for the contract and docs/S3.md for the
+ * operations guide).
+ *
+ * HTTP: every request goes through s3_run(), which drives a batch of
+ * requests on one curl multi handle.  Easy handles come from a pool bounded
+ * by max_parallel (connections in flight across all callers), and every easy
+ * handle shares one connection cache (CURLSH with CURL_LOCK_DATA_CONNECT),
+ * so connections are reused across calls and threads.  Signing is libcurl's
+ * CURLOPT_AWS_SIGV4 ("aws:amz:REGION:s3").  curl 7.88 (Debian 12) neither
+ * adds x-amz-content-sha256 nor sorts or encodes the query string: we send
+ * x-amz-content-sha256: UNSIGNED-PAYLOAD on every request (each image
+ * carries its own checksums, and AWS accepts unsigned payloads) and build
+ * every query string already sorted and percent-encoded.  Verified against
+ * @20minutes/s3rver, which checks signatures.
+ *
+ * A request is retried (exponential backoff, full jitter) on curl errors
+ * (connect, timeout, truncated body), 5xx and 429, while the caller's
+ * deadline allows; each attempt's CURLOPT_TIMEOUT_MS is what is left of it.
+ *
+ * Index: a chained hash set of the keys known present with their sizes and
+ * times, under one mutex that is never held across a network call.
+ */
+#include "tier/s3.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include "common/err.h"
+#include "common/log.h"
+#include "format/object.h"
+
+#define S3_URL_MAX 2048
+#define S3_NAME_MAX 512
+#define S3_HEX 64
+#define S3_ERRBODY 1024
+#define S3_BACKOFF_BASE_MS 40
+#define S3_BACKOFF_CAP_MS 2000
+#define S3_MIN_PART (1ull << 20) /* below AWS's 5 MiB only for tests */
+#define S3_MAX_PARTS 10000
+
+/* --- the tier ------------------------------------------------------------ */
+
+typedef struct s3_ent {
+	kvt_key key;
+	uint64_t len;
+	int64_t mtime_s;   /* LastModified, or the local put time */
+	int64_t put_ms;    /* monotonic ms of our own put; 0 if listed */
+	struct s3_ent *next;
+} s3_ent;
+
+typedef struct s3_tier {
+	kvt_tier base;
+	char *endpoint, *region, *bucket, *prefix;
+	char *base_url;    /* up to the bucket, no trailing '/' */
+	char *user, *secret, *sigv4;
+	struct curl_slist *common; /* headers on every request (copied) */
+	char *token_hdr;
+	uint64_t capacity, part_bytes;
+	uint32_t max_parallel;
+	int timeout_ms, retries, refresh_s, path_style;
+	uint8_t *hmac_key;
+	size_t hmac_key_len;
+
+	CURLSH *share;
+	pthread_mutex_t share_mu[CURL_LOCK_DATA_LAST];
+
+	pthread_mutex_t pool_mu;
+	pthread_cond_t pool_cv;
+	CURL **pool;
+	uint32_t npool, in_use;
+
+	pthread_mutex_t mu; /* guards the index and the counters */
+	s3_ent **buckets;
+	size_t nbuckets;
+	uint64_t count, used;
+	kvt_tier_stats st;
+	atomic_uint_fast64_t borrowed;
+
+	pthread_t refresher;
+	int has_refresher, stopping;
+	pthread_mutex_t stop_mu;
+	pthread_cond_t stop_cv;
+} s3_tier;
+
+typedef struct s3_wbuf {
+	kvt_tier_wbuf w;
+	struct iovec iov;
+} s3_wbuf;
+
+typedef struct s3_rbuf {
+	kvt_tier_rbuf r;
+	struct iovec iov;
+	char etag[128];
+} s3_rbuf;
+
+static const struct kvt_tier_ops s3_ops;
+
+static int64_t s3_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t s3_wall_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec;
+}
+
+/* --- names ----------------------------------------------------------------- */
+
+static void s3_hex(const uint8_t *b, size_t n, char *out)
+{
+	static const char digits[] = "0123456789abcdef";
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		out[2 * i] = digits[b[i] >> 4];
+		out[2 * i + 1] = digits[b[i] & 15];
+	}
+	out[2 * n] = '\0';
+}
+
+static int s3_nibble(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+/* "<prefix>ab/<64 hex>.kvt" */
+static void s3_obj_name(const s3_tier *t, const kvt_key *k, char *out,
+			size_t cap)
+{
+	char hex[S3_HEX + 1];
+
+	s3_hex(k->b, KVT_KEY_BYTES, hex);
+	snprintf(out, cap, "%s%.2s/%s.kvt", t->prefix, hex, hex);
+}
+
+/* Parse a listed name (prefix already stripped).  0 or -1 (not ours). */
+static int s3_parse_name(const char *s, size_t n, kvt_key *k)
+{
+	size_t i;
+
+	if (n != 2 + 1 + S3_HEX + 4 || s[2] != '/' ||
+	    memcmp(s + 3 + S3_HEX, ".kvt", 4) || s[0] != s[3] || s[1] != s[4])
+		return -1;
+	for (i = 0; i < KVT_KEY_BYTES; i++) {
+		int hi = s3_nibble(s[3 + 2 * i]), lo = s3_nibble(s[4 + 2 * i]);
+		if (hi < 0 || lo < 0)
+			return -1;
+		k->b[i] = (uint8_t)(hi << 4 | lo);
+	}
+	return 0;
+}
+
+/* RFC 3986 unreserved characters pass; everything else is %XX (upper case,
+ * as SigV4's canonical form wants). */
+static void s3_uri_encode(const char *s, char *out, size_t cap)
+{
+	static const char digits[] = "0123456789ABCDEF";
+	size_t o = 0;
+
+	for (; *s && o + 4 < cap; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+			out[o++] = (char)c;
+		} else {
+			out[o++] = '%';
+			out[o++] = digits[c >> 4];
+			out[o++] = digits[c & 15];
+		}
+	}
+	out[o] = '\0';
+}
+
+/* --- index (caller holds t->mu) ------------------------------------------- */
+
+static size_t s3_bucket_of(size_t nb, const kvt_key *k)
+{
+	uint64_t h;
+
+	memcpy(&h, k->b, sizeof(h));
+	return (size_t)(h & (nb - 1));
+}
+
+static s3_ent *s3_find(const s3_tier *t, const kvt_key *k)
+{
+	s3_ent *e;
+
+	for (e = t->buckets[s3_bucket_of(t->nbuckets, k)]; e; e = e->next)
+		if (!memcmp(e->key.b, k->b, KVT_KEY_BYTES))
+			return e;
+	return NULL;
+}
+
+static void s3_grow(s3_tier *t)
+{
+	size_t nb = t->nbuckets * 2, i;
+	s3_ent **b = calloc(nb, sizeof(*b));
+
+	if (!b)
+		return; /* longer chains, still correct */
+	for (i = 0; i < t->nbuckets; i++) {
+		s3_ent *e = t->buckets[i], *next;
+		for (; e; e = next) {
+			size_t j = s3_bucket_of(nb, &e->key);
+			next = e->next;
+			e->next = b[j];
+			b[j] = e;
+		}
+	}
+	free(t->buckets);
+	t->buckets = b;
+	t->nbuckets = nb;
+}
+
+/* Insert or update.  0 or KVT_ENOMEM. */
+static int s3_index_set(s3_tier *t, const kvt_key *k, uint64_t len,
+			int64_t mtime_s, int64_t put_ms)
+{
+	s3_ent *e = s3_find(t, k);
+	size_t b;
+
+	if (e) {
+		t->used = t->used - e->len + len;
+		e->len = len;
+		e->mtime_s = mtime_s;
+		e->put_ms = put_ms;
+		return 0;
+	}
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return KVT_ENOMEM;
+	e->key = *k;
+	e->len = len;
+	e->mtime_s = mtime_s;
+	e->put_ms = put_ms;
+	b = s3_bucket_of(t->nbuckets, k);
+	e->next = t->buckets[b];
+	t->buckets[b] = e;
+	t->count++;
+	t->used += len;
+	if (t->count > 2 * t->nbuckets)
+		s3_grow(t);
+	return 0;
+}
+
+static int s3_index_del(s3_tier *t, const kvt_key *k)
+{
+	s3_ent **pp = &t->buckets[s3_bucket_of(t->nbuckets, k)], *e;
+
+	for (; (e = *pp); pp = &e->next) {
+		if (!memcmp(e->key.b, k->b, KVT_KEY_BYTES)) {
+			*pp = e->next;
+			t->count--;
+			t->used -= e->len;
+			free(e);
+			return 0;
+		}
+	}
+	return KVT_ENOTFOUND;
+}
+
+static void s3_index_free(s3_ent **b, size_t nb)
+{
+	size_t i;
+
+	for (i = 0; i < nb; i++) {
+		s3_ent *e = b[i], *next;
+		for (; e; e = next) {
+			next = e->next;
+			free(e);
+		}
+	}
+	free(b);
+}
+
+/* --- HTTP ------------------------------------------------------------------ */
+
+enum { RQ_PENDING, RQ_RUNNING, RQ_DONE };
+
+typedef struct s3_req {
+	/* in */
+	const char *method;        /* GET PUT POST DELETE HEAD */
+	char url[S3_URL_MAX];
+	struct curl_slist *hdrs;   /* owned; the common headers included */
+	const uint8_t *up;         /* PUT/POST body */
+	size_t up_len, up_off;
+	uint8_t *dst;              /* fixed sink, or NULL: grow buf */
+	size_t dst_cap;
+	/* out */
+	uint8_t *buf;              /* grown body when dst is NULL */
+	size_t len, cap;           /* bytes received this attempt */
+	char errbody[S3_ERRBODY];
+	size_t errlen;
+	long status;
+	CURLcode cc;
+	int overflow;              /* body longer than dst_cap */
+	char etag[128];
+	char hmac[80];
+	uint64_t total;            /* from Content-Range */
+	int has_total;
+	/* state */
+	int attempts, state;
+	int64_t not_before;
+	CURL *e;
+	char cerr[CURL_ERROR_SIZE];
+} s3_req;
+
+static pthread_once_t s3_curl_once = PTHREAD_ONCE_INIT;
+static int s3_curl_rc;
+
+static void s3_curl_init(void)
+{
+	s3_curl_rc = curl_global_init(CURL_GLOBAL_DEFAULT) ? -1 : 0;
+}
+
+static void s3_share_lock(CURL *h, curl_lock_data d, curl_lock_access a,
+			  void *u)
+{
+	s3_tier *t = u;
+
+	(void)h;
+	(void)a;
+	pthread_mutex_lock(&t->share_mu[d]);
+}
+
+static void s3_share_unlock(CURL *h, curl_lock_data d, void *u)
+{
+	s3_tier *t = u;
+
+	(void)h;
+	pthread_mutex_unlock(&t->share_mu[d]);
+}
+
+/* A handle from the pool: blocks until one is free or the deadline passes
+ * when `wait`, else returns NULL at once if none is free. */
+static CURL *s3_handle_get(s3_tier *t, int wait, int64_t deadline)
+{
+	CURL *e = NULL;
+
+	pthread_mutex_lock(&t->pool_mu);
+	for (;;) {
+		if (t->npool) {
+			e = t->pool[--t->npool];
+			t->in_use++;
+			break;
+		}
+		if (t->in_use < t->max_parallel) {
+			e = curl_easy_init();
+			if (e)
+				t->in_use++;
+			break;
+		}
+		if (!wait || s3_now_ms() >= deadline)
+			break;
+		{
+			struct timespec ts;
+			int64_t ms = deadline - s3_now_ms();
+			clock_gettime(CLOCK_REALTIME, &ts);
+			if (ms > 100)
+				ms = 100;
+			ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+			ts.tv_sec += ms / 1000 + ts.tv_nsec / 1000000000L;
+			ts.tv_nsec %= 1000000000L;
+			pthread_cond_timedwait(&t->pool_cv, &t->pool_mu, &ts);
+		}
+	}
+	pthread_mutex_unlock(&t->pool_mu);
+	return e;
+}
+
+static void s3_handle_put(s3_tier *t, CURL *e)
+{
+	pthread_mutex_lock(&t->pool_mu);
+	t->pool[t->npool++] = e;
+	t->in_use--;
+	pthread_cond_signal(&t->pool_cv);
+	pthread_mutex_unlock(&t->pool_mu);
+}
+
+static size_t s3_write_cb(char *p, size_t sz, size_t nm, void *u)
+{
+	s3_req *r = u;
+	size_t n = sz * nm;
+	long code = 0;
+
+	curl_easy_getinfo(r->e, CURLINFO_RESPONSE_CODE, &code);
+	if (code >= 300) {
+		size_t room = sizeof(r->errbody) - 1 - r->errlen;
+		if (n < room)
+			room = n;
+		memcpy(r->errbody + r->errlen, p, room);
+		r->errlen += room;
+		r->errbody[r->errlen] = '\0';
+		return n;
+	}
+	if (r->dst) {
+		if (r->len + n > r->dst_cap) {
+			r->overflow = 1;
+			return 0;
+		}
+		memcpy(r->dst + r->len, p, n);
+		r->len += n;
+		return n;
+	}
+	if (r->len + n > r->cap) {
+		size_t nc = r->cap ? r->cap * 2 : 65536;
+		uint8_t *nb;
+		while (nc < r->len + n)
+			nc *= 2;
+		nb = realloc(r->buf, nc);
+		if (!nb)
+			return 0;
+		r->buf = nb;
+		r->cap = nc;
+	}
+	memcpy(r->buf + r->len, p, n);
+	r->len += n;
+	return n;
+}
+
+static size_t s3_read_cb(char *p, size_t sz, size_t nm, void *u)
+{
+	s3_req *r = u;
+	size_t n = sz * nm, left = r->up_len - r->up_off;
+
+	if (n > left)
+		n = left;
+	memcpy(p, r->up + r->up_off, n);
+	r->up_off += n;
+	return n;
+}
+
+static void s3_hdr_value(const char *v, size_t n, char *out, size_t cap)
+{
+	while (n && (*v == ' ' || *v == '\t')) {
+		v++;
+		n--;
+	}
+	while (n && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' '))
+		n--;
+	if (n >= cap)
+		n = cap - 1;
+	memcpy(out, v, n);
+	out[n] = '\0';
+}
+
+static size_t s3_header_cb(char *p, size_t sz, size_t nm, void *u)
+{
+	s3_req *r = u;
+	size_t n = sz * nm;
+
+	if (n >= 5 && !strncmp(p, "HTTP/", 5)) {
+		r->etag[0] = r->hmac[0] = '\0';
+		r->has_total = 0;
+	} else if (n > 5 && !strncasecmp(p, "etag:", 5)) {
+		s3_hdr_value(p + 5, n - 5, r->etag, sizeof(r->etag));
+	} else if (n > 20 && !strncasecmp(p, "x-amz-meta-kvt-hmac:", 20)) {
+		s3_hdr_value(p + 20, n - 20, r->hmac, sizeof(r->hmac));
+	} else if (n > 14 && !strncasecmp(p, "content-range:", 14)) {
+		char v[128], *slash;
+		s3_hdr_value(p + 14, n - 14, v, sizeof(v));
+		slash = strchr(v, '/');
+		if (slash && slash[1] != '*') {
+			r->total = strtoull(slash + 1, NULL, 10);
+			r->has_total = 1;
+		}
+	}
+	return n;
+}
+
+static int s3_req_init(s3_tier *t, s3_req *r, const char *method,
+		       const char *name, const char *query)
+{
+	const struct curl_slist *h;
+
+	memset(r, 0, sizeof(*r));
+	r->method = method;
+	/* The bucket itself is "/bucket" path-style, "/" virtual-hosted. */
+	if (snprintf(r->url, sizeof(r->url), "%s%s%s%s%s", t->base_url,
+		     *name || !t->path_style ? "/" : "", name, query ? "?" : "",
+		     query ? query : "") >= (int)sizeof(r->url))
+		return kvt_err(KVT_EINVAL, "S3 URL too long for %s", name);
+	for (h = t->common; h; h = h->next) {
+		struct curl_slist *n = curl_slist_append(r->hdrs, h->data);
+		if (!n)
+			return KVT_ENOMEM;
+		r->hdrs = n;
+	}
+	return 0;
+}
+
+static int s3_req_hdr(s3_req *r, const char *fmt, const char *v)
+{
+	char line[512];
+	struct curl_slist *n;
+
+	snprintf(line, sizeof(line), fmt, v);
+	n = curl_slist_append(r->hdrs, line);
+	if (!n)
+		return KVT_ENOMEM;
+	r->hdrs = n;
+	return 0;
+}
+
+static void s3_req_fini(s3_req *r)
+{
+	curl_slist_free_all(r->hdrs);
+	free(r->buf);
+	r->hdrs = NULL;
+	r->buf = NULL;
+}
+
+static void s3_req_setup(s3_tier *t, s3_req *r, int64_t deadline)
+{
+	CURL *e = r->e;
+	long left = (long)(deadline - s3_now_ms());
+
+	if (left < 1)
+		left = 1;
+	curl_easy_reset(e);
+	r->len = 0;
+	r->errlen = 0;
+	r->errbody[0] = '\0';
+	r->overflow = 0;
+	r->up_off = 0;
+	r->status = 0;
+	r->cerr[0] = '\0';
+	r->etag[0] = r->hmac[0] = '\0';
+	r->has_total = 0;
+	curl_easy_setopt(e, CURLOPT_URL, r->url);
+	curl_easy_setopt(e, CURLOPT_SHARE, t->share);
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_PRIVATE, r);
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->cerr);
+	curl_easy_setopt(e, CURLOPT_AWS_SIGV4, t->sigv4);
+	curl_easy_setopt(e, CURLOPT_USERNAME, t->user);
+	curl_easy_setopt(e, CURLOPT_PASSWORD, t->secret);
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->hdrs);
+	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, left);
+	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, left);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, s3_write_cb);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
+	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, s3_header_cb);
+	curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
+	curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 512L * 1024);
+	curl_easy_setopt(e, CURLOPT_UPLOAD_BUFFERSIZE, 2L * 1024 * 1024);
+	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+	/* No "Expect:" header to turn 100-continue off: curl 7.88 signs the
+	 * empty header and the signature no longer matches.  Not waiting for
+	 * the 100 does the same. */
+	curl_easy_setopt(e, CURLOPT_EXPECT_100_TIMEOUT_MS, 0L);
+	if (!strcmp(r->method, "HEAD")) {
+		curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+	} else if (!strcmp(r->method, "DELETE")) {
+		curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "DELETE");
+	} else if (!strcmp(r->method, "PUT")) {
+		curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
+		curl_easy_setopt(e, CURLOPT_READFUNCTION, s3_read_cb);
+		curl_easy_setopt(e, CURLOPT_READDATA, r);
+		curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE,
+				 (curl_off_t)r->up_len);
+	} else if (!strcmp(r->method, "POST")) {
+		curl_easy_setopt(e, CURLOPT_POST, 1L);
+		curl_easy_setopt(e, CURLOPT_POSTFIELDS,
+				 r->up ? (const char *)r->up : "");
+		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE,
+				 (curl_off_t)r->up_len);
+	}
+}
+
+static int s3_retryable(const s3_req *r)
+{
+	if (r->cc != CURLE_OK)
+		return !r->overflow;
+	return r->status >= 500 || r->status == 429;
+}
+
+static int64_t s3_backoff_ms(int attempt)
+{
+	uint64_t cap = (uint64_t)S3_BACKOFF_BASE_MS << (attempt < 10 ? attempt : 10);
+	uint32_t rnd = 0;
+
+	if (cap > S3_BACKOFF_CAP_MS)
+		cap = S3_BACKOFF_CAP_MS;
+	if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd))
+		rnd = (uint32_t)s3_now_ms() * 2654435761u;
+	return (int64_t)(cap / 2 + rnd % (cap / 2 + 1)); /* equal jitter */
+}
+
+/* Run n requests concurrently (at most max_parallel connections) until each
+ * has a final answer or the deadline passes.  Every request's outcome is in
+ * its cc/status.  Returns 0, or KVT_ENOMEM if curl could not be driven. */
+static int s3_run(s3_tier *t, s3_req **rq, int n, int64_t deadline)
+{
+	CURLM *m = curl_multi_init();
+	int done = 0, running_reqs = 0, i;
+
+	if (!m)
+		return kvt_err(KVT_ENOMEM, "curl_multi_init failed");
+	for (i = 0; i < n; i++) {
+		rq[i]->state = RQ_PENDING;
+		rq[i]->attempts = 0;
+		rq[i]->not_before = 0;
+		rq[i]->cc = CURLE_OK;
+		rq[i]->status = 0;
+	}
+	while (done < n) {
+		int64_t now = s3_now_ms(), wake = now + 200;
+		int still, msgs;
+		CURLMsg *msg;
+
+		if (now >= deadline) {
+			for (i = 0; i < n; i++) {
+				s3_req *r = rq[i];
+				if (r->state == RQ_DONE)
+					continue;
+				if (r->state == RQ_RUNNING) {
+					curl_multi_remove_handle(m, r->e);
+					s3_handle_put(t, r->e);
+					r->e = NULL;
+				}
+				if (r->cc == CURLE_OK && r->status == 0)
+					r->cc = CURLE_OPERATION_TIMEDOUT;
+				else if (r->cc == CURLE_OK)
+					r->cc = CURLE_OPERATION_TIMEDOUT;
+				r->state = RQ_DONE;
+				done++;
+			}
+			break;
+		}
+		for (i = 0; i < n; i++) {
+			s3_req *r = rq[i];
+			if (r->state != RQ_PENDING)
+				continue;
+			if (r->not_before > now) {
+				if (r->not_before < wake)
+					wake = r->not_before;
+				continue;
+			}
+			r->e = s3_handle_get(t, running_reqs == 0, deadline);
+			if (!r->e)
+				break;
+			s3_req_setup(t, r, deadline);
+			r->attempts++;
+			r->state = RQ_RUNNING;
+			running_reqs++;
+			curl_multi_add_handle(m, r->e);
+		}
+		curl_multi_perform(m, &still);
+		while ((msg = curl_multi_info_read(m, &msgs))) {
+			s3_req *r = NULL;
+			if (msg->msg != CURLMSG_DONE)
+				continue;
+			curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE,
+					  (char **)&r);
+			r->cc = msg->data.result;
+			curl_easy_getinfo(r->e, CURLINFO_RESPONSE_CODE,
+					  &r->status);
+			curl_multi_remove_handle(m, r->e);
+			s3_handle_put(t, r->e);
+			r->e = NULL;
+			running_reqs--;
+			if (s3_retryable(r) && r->attempts <= t->retries) {
+				int64_t b = s3_backoff_ms(r->attempts - 1);
+				if (s3_now_ms() + b + 5 < deadline) {
+					kvt_log(KVT_LOG_DEBUG,
+						"s3: %s %s: %s%ld, retry %d in %" PRId64 " ms",
+						r->method, r->url,
+						r->cc ? curl_easy_strerror(r->cc) : "HTTP ",
+						r->cc ? 0L : r->status,
+						r->attempts, b);
+					r->not_before = s3_now_ms() + b;
+					r->state = RQ_PENDING;
+					continue;
+				}
+			}
+			r->state = RQ_DONE;
+			done++;
+		}
+		if (done < n && running_reqs > 0) {
+			int64_t w = wake - s3_now_ms();
+			if (w > deadline - s3_now_ms())
+				w = deadline - s3_now_ms();
+			if (w < 0)
+				w = 0;
+			curl_multi_poll(m, NULL, 0, (int)w, NULL);
+		} else if (done < n) {
+			int64_t w = wake - s3_now_ms();
+			if (w > deadline - s3_now_ms())
+				w = deadline - s3_now_ms();
+			if (w > 0)
+				usleep((useconds_t)(w * 1000));
+		}
+	}
+	curl_multi_cleanup(m);
+	return 0;
+}
+
+/* Pull <Tag>value</Tag> out of an S3 XML body. */
+static int s3_xml_tag(const char *body, const char *tag, char *out, size_t cap)
+{
+	char open[64], close_[64];
+	const char *a, *b;
+	size_t n;
+
+	snprintf(open, sizeof(open), "<%s>", tag);
+	snprintf(close_, sizeof(close_), "</%s>", tag);
+	a = strstr(body, open);
+	if (!a)
+		return -1;
+	a += strlen(open);
+	b = strstr(a, close_);
+	if (!b)
+		return -1;
+	n = (size_t)(b - a);
+	if (n >= cap)
+		n = cap - 1;
+	memcpy(out, a, n);
+	out[n] = '\0';
+	return 0;
+}
+
+/* Turn a finished request into 0 or a code with a sentence naming the
+ * failure.  `ok` lists acceptable statuses besides 2xx (0-terminated). */
+static int s3_result(const s3_tier *t, const s3_req *r, const char *what)
+{
+	char code[64] = "", msg[256] = "";
+
+	if (r->cc != CURLE_OK) {
+		if (r->overflow)
+			return kvt_err(KVT_EMALFORMED,
+				       "S3 %s %s: response longer than expected",
+				       what, r->url);
+		if (r->cc == CURLE_OPERATION_TIMEDOUT)
+			return kvt_err(KVT_ETIMEDOUT,
+				       "S3 %s %s: timed out after %d ms (%d attempts): %s",
+				       what, r->url, t->timeout_ms, r->attempts,
+				       r->cerr[0] ? r->cerr : curl_easy_strerror(r->cc));
+		return kvt_err(-EIO, "S3 %s %s failed after %d attempts: %s",
+			       what, r->url, r->attempts,
+			       r->cerr[0] ? r->cerr : curl_easy_strerror(r->cc));
+	}
+	if (r->status >= 200 && r->status < 300)
+		return 0;
+	s3_xml_tag(r->errbody, "Code", code, sizeof(code));
+	s3_xml_tag(r->errbody, "Message", msg, sizeof(msg));
+	if (r->status == 404)
+		return kvt_err(KVT_ENOTFOUND, "S3 %s %s: 404 %s", what, r->url,
+			       code);
+	if (r->status == 412)
+		return kvt_err(KVT_EEXIST, "S3 %s %s: 412 precondition failed",
+			       what, r->url);
+	if (r->status == 403 || r->status == 401 ||
+	    !strcmp(code, "SignatureDoesNotMatch") ||
+	    !strcmp(code, "InvalidAccessKeyId"))
+		return kvt_err(-EACCES,
+			       "S3 authentication failed: %s %s: %ld %s (%s) "
+			       "for access key '%s', region '%s': check the "
+			       "credentials, region and clock",
+			       what, r->url, r->status, code, msg, t->user,
+			       t->region);
+	return kvt_err(r->status >= 500 ? -EIO : KVT_EINVAL,
+		       "S3 %s %s: HTTP %ld %s %s (after %d attempts)", what,
+		       r->url, r->status, code, msg, r->attempts);
+}
+
+static int s3_one(s3_tier *t, s3_req *r, const char *what)
+{
+	int rc = s3_run(t, &r, 1, s3_now_ms() + t->timeout_ms);
+
+	return rc ? rc : s3_result(t, r, what);
+}
+
+/* --- HMAC ---------------------------------------------------------------- */
+
+static void s3_hmac_hex(const s3_tier *t, const uint8_t *img, size_t len,
+			char out[65])
+{
+	uint8_t mac[32];
+	unsigned int ml = sizeof(mac);
+
+	HMAC(EVP_sha256(), t->hmac_key, (int)t->hmac_key_len, img, len, mac,
+	     &ml);
+	s3_hex(mac, 32, out);
+}
+
+/* --- listing ------------------------------------------------------------- */
+
+typedef int (*s3_list_fn)(void *arg, const char *key, size_t klen,
+			  uint64_t size, int64_t mtime_s);
+
+static void s3_xml_unescape(char *s)
+{
+	static const struct { const char *e; char c; } ents[] = {
+		{ "&amp;", '&' }, { "&lt;", '<' }, { "&gt;", '>' },
+		{ "&quot;", '"' }, { "&apos;", '\'' },
+	};
+	char *o = s;
+	size_t i;
+
+	while (*s) {
+		for (i = 0; i < sizeof(ents) / sizeof(ents[0]); i++) {
+			size_t l = strlen(ents[i].e);
+			if (!strncmp(s, ents[i].e, l)) {
+				*o++ = ents[i].c;
+				s += l;
+				break;
+			}
+		}
+		if (i == sizeof(ents) / sizeof(ents[0]))
+			*o++ = *s++;
+	}
+	*o = '\0';
+}
+
+static int64_t s3_parse_time(const char *s)
+{
+	struct tm tm;
+
+	memset(&tm, 0, sizeof(tm));
+	if (sscanf(s, "%d-%d-%dT%d:%d:%d", &tm.tm_year, &tm.tm_mon,
+		   &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec) != 6)
+		return 0;
+	tm.tm_year -= 1900;
+	tm.tm_mon -= 1;
+	return (int64_t)timegm(&tm);
+}
+
+/* Walk every object below the prefix, 1000 a page. */
+static int s3_list(s3_tier *t, s3_list_fn fn, void *arg)
+{
+	char token[1024] = "", enc_tok[3 * 1024], enc_pre[3 * S3_NAME_MAX];
+	char query[8192];
+	size_t plen = strlen(t->prefix);
+	int rc = 0;
+
+	s3_uri_encode(t->prefix, enc_pre, sizeof(enc_pre));
+	do {
+		s3_req r;
+		const char *p;
+		char trunc[16] = "";
+
+		s3_uri_encode(token, enc_tok, sizeof(enc_tok));
+		snprintf(query, sizeof(query), "%s%s%slist-type=2&prefix=%s",
+			 token[0] ? "continuation-token=" : "", token[0] ? enc_tok : "",
+			 token[0] ? "&" : "", enc_pre);
+		/* base_url has the bucket; the list goes to ".../bucket?..." */
+		rc = s3_req_init(t, &r, "GET", "", query);
+		if (!rc)
+			rc = s3_one(t, &r, "ListObjectsV2");
+		if (rc) {
+			s3_req_fini(&r);
+			return rc;
+		}
+		{
+			uint8_t *nb = realloc(r.buf, r.len + 1);
+			if (!nb) {
+				s3_req_fini(&r);
+				return KVT_ENOMEM;
+			}
+			r.buf = nb;
+			r.buf[r.len] = '\0';
+		}
+		token[0] = '\0';
+		s3_xml_tag((char *)r.buf, "IsTruncated", trunc, sizeof(trunc));
+		if (!strcmp(trunc, "true"))
+			s3_xml_tag((char *)r.buf, "NextContinuationToken", token,
+				   sizeof(token));
+		s3_xml_unescape(token);
+		for (p = (char *)r.buf; (p = strstr(p, "<Contents>"));) {
+			const char *end = strstr(p, "</Contents>");
+			char blk[2048], key[1100], sz[32] = "0", lm[64] = "";
+			size_t bl;
+			if (!end)
+				break;
+			bl = (size_t)(end - p);
+			if (bl >= sizeof(blk))
+				bl = sizeof(blk) - 1;
+			memcpy(blk, p, bl);
+			blk[bl] = '\0';
+			p = end;
+			if (s3_xml_tag(blk, "Key", key, sizeof(key)))
+				continue;
+			s3_xml_unescape(key);
+			s3_xml_tag(blk, "Size", sz, sizeof(sz));
+			s3_xml_tag(blk, "LastModified", lm, sizeof(lm));
+			if (strncmp(key, t->prefix, plen))
+				continue;
+			rc = fn(arg, key + plen, strlen(key + plen),
+				strtoull(sz, NULL, 10), s3_parse_time(lm));
+			if (rc)
+				break;
+		}
+		s3_req_fini(&r);
+	} while (!rc && token[0]);
+	return rc;
+}
+
+typedef struct s3_fill {
+	s3_tier *t;
+	s3_ent **b;
+	size_t nb;
+	uint64_t count, used, foreign;
+	char example[128];
+} s3_fill;
+
+static int s3_fill_one(void *arg, const char *name, size_t n, uint64_t size,
+		       int64_t mtime_s)
+{
+	s3_fill *f = arg;
+	kvt_key k;
+	s3_ent *e;
+	size_t b;
+
+	if (s3_parse_name(name, n, &k) || size < KVT_OBJ_HEADER_BYTES) {
+		if (!f->foreign++)
+			snprintf(f->example, sizeof(f->example), "%.*s",
+				 (int)(n < 100 ? n : 100), name);
+		return 0;
+	}
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return KVT_ENOMEM;
+	e->key = k;
+	e->len = size;
+	e->mtime_s = mtime_s;
+	b = s3_bucket_of(f->nb, &k);
+	e->next = f->b[b];
+	f->b[b] = e;
+	f->count++;
+	f->used += size;
+	return 0;
+}
+
+int kvt_s3_refresh(kvt_tier *tier)
+{
+	s3_tier *t = (s3_tier *)tier;
+	s3_fill f;
+	int64_t start = s3_now_ms();
+	size_t nb = 1024, i;
+	int rc;
+
+	if (!kvt_s3_is(tier))
+		return kvt_err(KVT_EINVAL, "kvt_s3_refresh: not an S3 tier");
+	pthread_mutex_lock(&t->mu);
+	while (nb < t->count)
+		nb *= 2;
+	pthread_mutex_unlock(&t->mu);
+	memset(&f, 0, sizeof(f));
+	f.t = t;
+	f.nb = nb * 2;
+	f.b = calloc(f.nb, sizeof(*f.b));
+	if (!f.b)
+		return KVT_ENOMEM;
+	rc = s3_list(t, s3_fill_one, &f);
+	if (rc) {
+		s3_index_free(f.b, f.nb);
+		return rc;
+	}
+	if (f.foreign)
+		kvt_log(KVT_LOG_WARN,
+			"s3: skipped %" PRIu64 " object(s) under s3://%s/%s that are not kvtier chunks (e.g. '%s')",
+			f.foreign, t->bucket, t->prefix, f.example);
+	pthread_mutex_lock(&t->mu);
+	/* Keep what this tier put while the listing ran: it may be missing
+	 * from the pages already read. */
+	for (i = 0; i < t->nbuckets; i++) {
+		s3_ent *e;
+		for (e = t->buckets[i]; e; e = e->next) {
+			s3_ent **pp, *x;
+			size_t b;
+			if (e->put_ms < start)
+				continue;
+			b = s3_bucket_of(f.nb, &e->key);
+			for (pp = &f.b[b]; (x = *pp); pp = &x->next)
+				if (!memcmp(x->key.b, e->key.b, KVT_KEY_BYTES))
+					break;
+			if (x)
+				continue;
+			x = calloc(1, sizeof(*x));
+			if (!x)
+				continue;
+			*x = *e;
+			x->next = f.b[b];
+			f.b[b] = x;
+			f.count++;
+			f.used += x->len;
+		}
+	}
+	s3_index_free(t->buckets, t->nbuckets);
+	t->buckets = f.b;
+	t->nbuckets = f.nb;
+	t->count = f.count;
+	t->used = f.used;
+	pthread_mutex_unlock(&t->mu);
+	kvt_log(KVT_LOG_INFO, "s3: s3://%s/%s holds %" PRIu64 " chunk(s), %" PRIu64 " bytes",
+		t->bucket, t->prefix, f.count, f.used);
+	return 0;
+}
+
+/* --- delete ---------------------------------------------------------------- */
+
+static int s3_delete_name(s3_tier *t, const char *name)
+{
+	s3_req r;
+	int rc = s3_req_init(t, &r, "DELETE", name, NULL);
+
+	if (!rc)
+		rc = s3_one(t, &r, "DELETE");
+	s3_req_fini(&r);
+	return rc;
+}
+
+static int s3_delete_key(s3_tier *t, const kvt_key *k)
+{
+	char name[S3_NAME_MAX];
+
+	s3_obj_name(t, k, name, sizeof(name));
+	return s3_delete_name(t, name);
+}
+
+/* Evict oldest entries until `need` more bytes fit.  Caller holds nothing. */
+static void s3_make_room(s3_tier *t, uint64_t need)
+{
+	for (;;) {
+		s3_ent *old = NULL;
+		kvt_key k;
+		uint64_t len;
+		size_t i;
+
+		pthread_mutex_lock(&t->mu);
+		if (t->used + need <= t->capacity || !t->count) {
+			pthread_mutex_unlock(&t->mu);
+			return;
+		}
+		for (i = 0; i < t->nbuckets; i++) {
+			s3_ent *e;
+			for (e = t->buckets[i]; e; e = e->next)
+				if (!old || e->mtime_s < old->mtime_s)
+					old = e;
+		}
+		k = old->key;
+		len = old->len;
+		s3_index_del(t, &k);
+		t->st.evictions++;
+		t->st.evicted_bytes += len;
+		pthread_mutex_unlock(&t->mu);
+		if (s3_delete_key(t, &k) && kvt_errmsg())
+			kvt_log(KVT_LOG_WARN, "s3: evict: %s", kvt_errmsg());
+	}
+}
+
+/* --- ops --------------------------------------------------------------------- */
+
+static int s3_put_begin(kvt_tier *tier, const kvt_key *key, uint64_t len,
+			kvt_tier_wbuf **w)
+{
+	s3_tier *t = (s3_tier *)tier;
+	s3_wbuf *b;
+	int hit;
+
+	if (len > t->capacity) {
+		pthread_mutex_lock(&t->mu);
+		t->st.put_rejects++;
+		pthread_mutex_unlock(&t->mu);
+		return kvt_err(KVT_ETOOBIG, "s3: image of %" PRIu64 " bytes exceeds capacity %" PRIu64,
+			       len, t->capacity);
+	}
+	pthread_mutex_lock(&t->mu);
+	hit = s3_find(t, key) != NULL;
+	if (hit)
+		t->st.put_exists++;
+	pthread_mutex_unlock(&t->mu);
+	if (hit)
+		return KVT_EEXIST;
+	b = calloc(1, sizeof(*b));
+	if (!b || !(b->iov.iov_base = malloc(len ? len : 1))) {
+		free(b);
+		return KVT_ENOMEM;
+	}
+	b->iov.iov_len = len;
+	b->w.key = *key;
+	b->w.len = len;
+	b->w.iov = &b->iov;
+	b->w.n_iov = 1;
+	*w = &b->w;
+	return 0;
+}
+
+static void s3_put_abort(kvt_tier *tier, kvt_tier_wbuf *w)
+{
+	s3_wbuf *b = (s3_wbuf *)w;
+
+	(void)tier;
+	free(b->iov.iov_base);
+	free(b);
+}
+
+static int s3_put_single(s3_tier *t, const char *name, const uint8_t *img,
+			 size_t len, const char *hmac, int conditional)
+{
+	s3_req r;
+	int rc = s3_req_init(t, &r, "PUT", name, NULL);
+
+	if (!rc && conditional)
+		rc = s3_req_hdr(&r, "If-None-Match: %s", "*");
+	if (!rc && hmac)
+		rc = s3_req_hdr(&r, "x-amz-meta-kvt-hmac: %s", hmac);
+	if (!rc)
+		rc = s3_req_hdr(&r, "Content-Type: %s", "application/octet-stream");
+	r.up = img;
+	r.up_len = len;
+	if (!rc)
+		rc = s3_one(t, &r, "PUT");
+	s3_req_fini(&r);
+	return rc;
+}
+
+static int s3_put_multipart(s3_tier *t, const char *name, const uint8_t *img,
+			    size_t len, const char *hmac)
+{
+	int64_t deadline = s3_now_ms() + t->timeout_ms;
+	size_t nparts = (len + t->part_bytes - 1) / t->part_bytes, i;
+	char upload_id[512] = "", enc_id[1536], query[2048];
+	s3_req r, *parts = NULL, **pp = NULL;
+	char *xml = NULL;
+	size_t xcap, xl = 0;
+	int rc;
+
+	rc = s3_req_init(t, &r, "POST", name, "uploads=");
+	if (!rc && hmac)
+		rc = s3_req_hdr(&r, "x-amz-meta-kvt-hmac: %s", hmac);
+	if (!rc)
+		rc = s3_req_hdr(&r, "Content-Type: %s", "application/octet-stream");
+	if (!rc)
+		rc = s3_run(t, (s3_req *[]){ &r }, 1, deadline);
+	if (!rc)
+		rc = s3_result(t, &r, "CreateMultipartUpload");
+	if (!rc) {
+		uint8_t *nb = realloc(r.buf, r.len + 1);
+		if (nb) {
+			r.buf = nb;
+			nb[r.len] = '\0';
+			s3_xml_tag((char *)nb, "UploadId", upload_id,
+				   sizeof(upload_id));
+		}
+		if (!upload_id[0])
+			rc = kvt_err(-EIO, "S3 CreateMultipartUpload %s: no UploadId in the answer",
+				     r.url);
+	}
+	s3_req_fini(&r);
+	if (rc)
+		return rc;
+	s3_xml_unescape(upload_id);
+	s3_uri_encode(upload_id, enc_id, sizeof(enc_id));
+
+	parts = calloc(nparts, sizeof(*parts));
+	pp = calloc(nparts, sizeof(*pp));
+	xcap = 128 + nparts * 256;
+	xml = malloc(xcap);
+	if (!parts || !pp || !xml) {
+		rc = KVT_ENOMEM;
+		goto abort;
+	}
+	for (i = 0; i < nparts; i++) {
+		size_t off = i * t->part_bytes;
+		snprintf(query, sizeof(query), "partNumber=%zu&uploadId=%s",
+			 i + 1, enc_id);
+		rc = s3_req_init(t, &parts[i], "PUT", name, query);
+		if (rc)
+			goto abort;
+		parts[i].up = img + off;
+		parts[i].up_len = len - off < t->part_bytes ? len - off : t->part_bytes;
+		pp[i] = &parts[i];
+	}
+	rc = s3_run(t, pp, (int)nparts, deadline);
+	for (i = 0; !rc && i < nparts; i++) {
+		rc = s3_result(t, &parts[i], "UploadPart");
+		if (!rc && !parts[i].etag[0])
+			rc = kvt_err(-EIO, "S3 UploadPart %s: no ETag", parts[i].url);
+	}
+	if (rc)
+		goto abort;
+	xl = (size_t)snprintf(xml, xcap, "<CompleteMultipartUpload>");
+	for (i = 0; i < nparts; i++)
+		xl += (size_t)snprintf(xml + xl, xcap - xl,
+				       "<Part><PartNumber>%zu</PartNumber><ETag>%s</ETag></Part>",
+				       i + 1, parts[i].etag);
+	xl += (size_t)snprintf(xml + xl, xcap - xl, "</CompleteMultipartUpload>");
+	snprintf(query, sizeof(query), "uploadId=%s", enc_id);
+	rc = s3_req_init(t, &r, "POST", name, query);
+	if (!rc)
+		rc = s3_req_hdr(&r, "If-None-Match: %s", "*");
+	if (!rc)
+		rc = s3_req_hdr(&r, "Content-Type: %s", "application/xml");
+	r.up = (const uint8_t *)xml;
+	r.up_len = xl;
+	if (!rc)
+		rc = s3_run(t, (s3_req *[]){ &r }, 1, deadline);
+	if (!rc)
+		rc = s3_result(t, &r, "CompleteMultipartUpload");
+	if (!rc && r.errlen == 0 && r.buf) {
+		/* A 200 can still carry an <Error> body. */
+		uint8_t *nb = realloc(r.buf, r.len + 1);
+		if (nb) {
+			r.buf = nb;
+			nb[r.len] = '\0';
+			if (strstr((char *)nb, "<Error>")) {
+				char code[64] = "";
+				s3_xml_tag((char *)nb, "Code", code, sizeof(code));
+				rc = !strcmp(code, "PreconditionFailed")
+					     ? KVT_EEXIST
+					     : kvt_err(-EIO, "S3 CompleteMultipartUpload %s: %s",
+						       r.url, code);
+			}
+		}
+	}
+	s3_req_fini(&r);
+abort:
+	if (rc) {
+		int saved = rc;
+		s3_req a;
+		snprintf(query, sizeof(query), "uploadId=%s", enc_id);
+		if (!s3_req_init(t, &a, "DELETE", name, query))
+			s3_one(t, &a, "AbortMultipartUpload");
+		s3_req_fini(&a);
+		rc = saved;
+	}
+	for (i = 0; parts && i < nparts; i++)
+		s3_req_fini(&parts[i]);
+	free(parts);
+	free(pp);
+	free(xml);
+	return rc;
+}
+
+static int s3_put_commit(kvt_tier *tier, kvt_tier_wbuf *w, int durability)
+{
+	s3_tier *t = (s3_tier *)tier;
+	s3_wbuf *b = (s3_wbuf *)w;
+	char name[S3_NAME_MAX], mac[65];
+	const uint8_t *img = b->iov.iov_base;
+	size_t len = b->iov.iov_len;
+	int rc;
+
+	(void)durability; /* S3 acknowledges only durable writes */
+	s3_obj_name(t, &w->key, name, sizeof(name));
+	if (t->hmac_key)
+		s3_hmac_hex(t, img, len, mac);
+	if (t->capacity != UINT64_MAX)
+		s3_make_room(t, len);
+	if (len <= t->part_bytes)
+		rc = s3_put_single(t, name, img, len, t->hmac_key ? mac : NULL, 1);
+	else
+		rc = s3_put_multipart(t, name, img, len, t->hmac_key ? mac : NULL);
+	pthread_mutex_lock(&t->mu);
+	if (!rc) {
+		s3_index_set(t, &w->key, len, s3_wall_s(), s3_now_ms());
+		t->st.puts++;
+		t->st.bytes_in += len;
+	} else if (rc == KVT_EEXIST) {
+		/* Someone else won: the key is present. */
+		s3_index_set(t, &w->key, len, s3_wall_s(), 0);
+		t->st.put_exists++;
+	} else {
+		t->st.write_errors++;
+	}
+	pthread_mutex_unlock(&t->mu);
+	s3_put_abort(tier, w);
+	return rc;
+}
+
+static void s3_forget(s3_tier *t, const kvt_key *k)
+{
+	pthread_mutex_lock(&t->mu);
+	s3_index_del(t, k);
+	pthread_mutex_unlock(&t->mu);
+}
+
+static void s3_count_corrupt(s3_tier *t, const kvt_key *k, const char *name,
+			     const char *why)
+{
+	pthread_mutex_lock(&t->mu);
+	t->st.corrupt++;
+	s3_index_del(t, k);
+	pthread_mutex_unlock(&t->mu);
+	kvt_log(KVT_LOG_WARN, "s3: s3://%s/%s is not a valid image (%s): dropped",
+		t->bucket, name, why);
+	s3_delete_name(t, name);
+}
+
+static int s3_get(kvt_tier *tier, const kvt_key *key, kvt_tier_rbuf **out)
+{
+	s3_tier *t = (s3_tier *)tier;
+	int64_t deadline = s3_now_ms() + t->timeout_ms;
+	char name[S3_NAME_MAX], range[64];
+	s3_req first, *rs = NULL, **rp = NULL;
+	s3_rbuf *rb = NULL;
+	uint8_t *img = NULL;
+	uint64_t total, got;
+	size_t nr = 0, i;
+	kvt_obj_hdr h;
+	int rc;
+
+	s3_obj_name(t, key, name, sizeof(name));
+	rc = s3_req_init(t, &first, "GET", name, NULL);
+	snprintf(range, sizeof(range), "Range: bytes=0-%" PRIu64, t->part_bytes - 1);
+	if (!rc)
+		rc = s3_req_hdr(&first, "%s", range);
+	if (!rc)
+		rc = s3_run(t, (s3_req *[]){ &first }, 1, deadline);
+	if (!rc)
+		rc = s3_result(t, &first, "GET");
+	if (rc) {
+		if (rc == KVT_ENOTFOUND)
+			s3_forget(t, key);
+		goto out;
+	}
+	got = first.len;
+	total = first.status == 206 && first.has_total ? first.total : got;
+	if (total > KVT_OBJ_HEADER_BYTES + KVT_OBJ_MAX_PAYLOAD || got > total) {
+		s3_count_corrupt(t, key, name, "impossible length");
+		rc = KVT_ECORRUPT;
+		goto out;
+	}
+	if (got < total) {
+		img = malloc(total);
+		if (!img) {
+			rc = KVT_ENOMEM;
+			goto out;
+		}
+		memcpy(img, first.buf, got);
+		nr = (total - got + t->part_bytes - 1) / t->part_bytes;
+		rs = calloc(nr, sizeof(*rs));
+		rp = calloc(nr, sizeof(*rp));
+		if (!rs || !rp) {
+			rc = KVT_ENOMEM;
+			goto out;
+		}
+		for (i = 0; i < nr; i++) {
+			uint64_t a = got + i * t->part_bytes;
+			uint64_t z = a + t->part_bytes > total ? total : a + t->part_bytes;
+			rc = s3_req_init(t, &rs[i], "GET", name, NULL);
+			snprintf(range, sizeof(range), "Range: bytes=%" PRIu64 "-%" PRIu64,
+				 a, z - 1);
+			if (!rc)
+				rc = s3_req_hdr(&rs[i], "%s", range);
+			if (!rc && first.etag[0])
+				rc = s3_req_hdr(&rs[i], "If-Match: %s", first.etag);
+			if (rc)
+				goto out;
+			rs[i].dst = img + a;
+			rs[i].dst_cap = z - a;
+			rp[i] = &rs[i];
+		}
+		rc = s3_run(t, rp, (int)nr, deadline);
+		for (i = 0; !rc && i < nr; i++) {
+			rc = s3_result(t, &rs[i], "GET range");
+			if (rc == KVT_EEXIST || rc == KVT_ENOTFOUND) {
+				/* 412: replaced between our ranges; never
+				 * stitch two versions: a miss. */
+				rc = kvt_err(KVT_ENOTFOUND,
+					     "s3: %s changed during a ranged read", name);
+			} else if (!rc && (rs[i].len != rs[i].dst_cap ||
+					   (rs[i].etag[0] && first.etag[0] &&
+					    strcmp(rs[i].etag, first.etag)))) {
+				rc = kvt_err(KVT_ENOTFOUND,
+					     "s3: %s: range %zu short or of another version",
+					     name, i);
+			}
+		}
+		if (rc)
+			goto out;
+	} else {
+		img = first.buf;
+		first.buf = NULL;
+	}
+	rc = kvt_obj_hdr_decode(img, total, &h);
+	if (rc) {
+		s3_count_corrupt(t, key, name, kvt_strerror(rc));
+		rc = KVT_ECORRUPT;
+		goto out;
+	}
+	if (memcmp(h.key.b, key->b, KVT_KEY_BYTES) ||
+	    (uint64_t)h.header_len + h.payload_len != total) {
+		s3_count_corrupt(t, key, name, "key or length mismatch");
+		rc = KVT_ECORRUPT;
+		goto out;
+	}
+	if (t->hmac_key) {
+		char mac[65];
+		s3_hmac_hex(t, img, total, mac);
+		if (strcmp(mac, first.hmac)) {
+			s3_count_corrupt(t, key, name, "HMAC mismatch");
+			rc = KVT_ECORRUPT;
+			goto out;
+		}
+	}
+	rb = calloc(1, sizeof(*rb));
+	if (!rb) {
+		rc = KVT_ENOMEM;
+		goto out;
+	}
+	rb->iov.iov_base = img;
+	rb->iov.iov_len = total;
+	rb->r.key = *key;
+	rb->r.len = total;
+	rb->r.iov = &rb->iov;
+	rb->r.n_iov = 1;
+	snprintf(rb->etag, sizeof(rb->etag), "%s", first.etag);
+	img = NULL;
+	*out = &rb->r;
+	atomic_fetch_add(&t->borrowed, 1);
+	pthread_mutex_lock(&t->mu);
+	t->st.hits++;
+	t->st.bytes_out += total;
+	if (!s3_find(t, key))
+		s3_index_set(t, key, total, s3_wall_s(), 0);
+	pthread_mutex_unlock(&t->mu);
+out:
+	if (rc) {
+		pthread_mutex_lock(&t->mu);
+		t->st.misses++;
+		pthread_mutex_unlock(&t->mu);
+	}
+	for (i = 0; rs && i < nr; i++)
+		s3_req_fini(&rs[i]);
+	free(rs);
+	free(rp);
+	free(img);
+	s3_req_fini(&first);
+	return rc;
+}
+
+static void s3_release(kvt_tier *tier, kvt_tier_rbuf *r)
+{
+	s3_tier *t = (s3_tier *)tier;
+	s3_rbuf *rb = (s3_rbuf *)r;
+
+	free(rb->iov.iov_base);
+	free(rb);
+	atomic_fetch_sub(&t->borrowed, 1);
+}
+
+static int s3_exists(kvt_tier *tier, const kvt_key *key)
+{
+	s3_tier *t = (s3_tier *)tier;
+	int hit;
+
+	pthread_mutex_lock(&t->mu);
+	hit = s3_find(t, key) != NULL;
+	pthread_mutex_unlock(&t->mu);
+	return hit;
+}
+
+static int s3_del(kvt_tier *tier, const kvt_key *key)
+{
+	s3_tier *t = (s3_tier *)tier;
+	int known, rc;
+
+	pthread_mutex_lock(&t->mu);
+	known = s3_index_del(t, key) == 0;
+	pthread_mutex_unlock(&t->mu);
+	rc = s3_delete_key(t, key);
+	/* S3 answers 204 for absent keys too: the index decides. */
+	if (rc)
+		return rc == KVT_ENOTFOUND ? KVT_ENOTFOUND : rc;
+	return known ? 0 : KVT_ENOTFOUND;
+}
+
+static int s3_iterate(kvt_tier *tier,
+		      int (*fn)(void *arg, const kvt_key *key, uint64_t len),
+		      void *arg)
+{
+	s3_tier *t = (s3_tier *)tier;
+	kvt_key *keys;
+	uint64_t *lens, n = 0, i;
+	size_t b;
+	int rc = 0;
+
+	pthread_mutex_lock(&t->mu);
+	keys = malloc((t->count + 1) * sizeof(*keys));
+	lens = malloc((t->count + 1) * sizeof(*lens));
+	if (keys && lens) {
+		for (b = 0; b < t->nbuckets; b++) {
+			s3_ent *e;
+			for (e = t->buckets[b]; e; e = e->next) {
+				keys[n] = e->key;
+				lens[n++] = e->len;
+			}
+		}
+	}
+	pthread_mutex_unlock(&t->mu);
+	if (!keys || !lens)
+		rc = KVT_ENOMEM;
+	for (i = 0; !rc && i < n; i++)
+		rc = fn(arg, &keys[i], lens[i]);
+	free(keys);
+	free(lens);
+	return rc;
+}
+
+static void s3_stats(kvt_tier *tier, kvt_tier_stats *out)
+{
+	s3_tier *t = (s3_tier *)tier;
+
+	pthread_mutex_lock(&t->mu);
+	*out = t->st;
+	out->capacity_bytes = t->capacity;
+	out->used_bytes = t->used;
+	out->chunks = t->count;
+	pthread_mutex_unlock(&t->mu);
+	snprintf(out->name, sizeof(out->name), "s3");
+	out->borrowed = atomic_load(&t->borrowed);
+}
+
+static void s3_corrupt(kvt_tier *tier, kvt_tier_rbuf *r)
+{
+	s3_tier *t = (s3_tier *)tier;
+	char name[S3_NAME_MAX];
+
+	s3_obj_name(t, &r->key, name, sizeof(name));
+	s3_count_corrupt(t, &r->key, name, "payload checksum");
+}
+
+static void s3_close(kvt_tier *tier)
+{
+	s3_tier *t = (s3_tier *)tier;
+	uint32_t i;
+	int j;
+
+	if (!t)
+		return;
+	if (t->has_refresher) {
+		pthread_mutex_lock(&t->stop_mu);
+		t->stopping = 1;
+		pthread_cond_signal(&t->stop_cv);
+		pthread_mutex_unlock(&t->stop_mu);
+		pthread_join(t->refresher, NULL);
+	}
+	for (i = 0; i < t->npool; i++)
+		curl_easy_cleanup(t->pool[i]);
+	if (t->share)
+		curl_share_cleanup(t->share);
+	for (j = 0; j < CURL_LOCK_DATA_LAST; j++)
+		pthread_mutex_destroy(&t->share_mu[j]);
+	curl_slist_free_all(t->common);
+	if (t->buckets)
+		s3_index_free(t->buckets, t->nbuckets);
+	pthread_mutex_destroy(&t->mu);
+	pthread_mutex_destroy(&t->pool_mu);
+	pthread_cond_destroy(&t->pool_cv);
+	pthread_mutex_destroy(&t->stop_mu);
+	pthread_cond_destroy(&t->stop_cv);
+	free(t->pool);
+	free(t->endpoint);
+	free(t->region);
+	free(t->bucket);
+	free(t->prefix);
+	free(t->base_url);
+	free(t->user);
+	if (t->secret)
+		memset(t->secret, 0, strlen(t->secret));
+	free(t->secret);
+	free(t->sigv4);
+	free(t->token_hdr);
+	if (t->hmac_key)
+		memset(t->hmac_key, 0, t->hmac_key_len);
+	free(t->hmac_key);
+	free(t);
+}
+
+static const struct kvt_tier_ops s3_ops = {
+	.name = "s3",
+	.put_begin = s3_put_begin,
+	.put_commit = s3_put_commit,
+	.put_abort = s3_put_abort,
+	.get = s3_get,
+	.release = s3_release,
+	.exists = s3_exists,
+	.del = s3_del,
+	.iterate = s3_iterate,
+	.stats = s3_stats,
+	.corrupt = s3_corrupt,
+	.close = s3_close,
+};
+
+int kvt_s3_is(const kvt_tier *t)
+{
+	return t && t->ops == &s3_ops;
+}
+
+/* --- lifecycle --------------------------------------------------------------- */
+
+int kvt_s3_gc(kvt_tier *tier, uint64_t max_age_s, uint64_t budget_bytes,
+	      uint64_t *deleted)
+{
+	s3_tier *t = (s3_tier *)tier;
+	uint64_t n = 0;
+	int64_t now = s3_wall_s();
+	int rc;
+
+	if (!kvt_s3_is(tier))
+		return kvt_err(KVT_EINVAL, "kvt_s3_gc: not an S3 tier");
+	rc = kvt_s3_refresh(tier);
+	if (rc)
+		return rc;
+	for (;;) {
+		s3_ent *victim = NULL;
+		kvt_key k;
+		size_t i;
+
+		pthread_mutex_lock(&t->mu);
+		for (i = 0; i < t->nbuckets; i++) {
+			s3_ent *e;
+			for (e = t->buckets[i]; e; e = e->next)
+				if (!victim || e->mtime_s < victim->mtime_s)
+					victim = e;
+		}
+		if (!victim ||
+		    !((max_age_s && now - victim->mtime_s > (int64_t)max_age_s) ||
+		      (budget_bytes && t->used > budget_bytes))) {
+			pthread_mutex_unlock(&t->mu);
+			break;
+		}
+		k = victim->key;
+		t->st.evictions++;
+		t->st.evicted_bytes += victim->len;
+		s3_index_del(t, &k);
+		pthread_mutex_unlock(&t->mu);
+		rc = s3_delete_key(t, &k);
+		if (rc && rc != KVT_ENOTFOUND)
+			break;
+		rc = 0;
+		n++;
+	}
+	if (deleted)
+		*deleted = n;
+	return rc;
+}
+
+int kvt_s3_put_raw(kvt_tier *tier, const char *name, const void *data,
+		   size_t len)
+{
+	s3_tier *t = (s3_tier *)tier;
+	char full[S3_NAME_MAX];
+
+	if (!kvt_s3_is(tier))
+		return kvt_err(KVT_EINVAL, "kvt_s3_put_raw: not an S3 tier");
+	snprintf(full, sizeof(full), "%s%s", t->prefix, name);
+	return s3_put_single(t, full, data, len, NULL, 0);
+}
+
+static void *s3_refresh_main(void *arg)
+{
+	s3_tier *t = arg;
+
+	pthread_mutex_lock(&t->stop_mu);
+	while (!t->stopping) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += t->refresh_s;
+		pthread_cond_timedwait(&t->stop_cv, &t->stop_mu, &ts);
+		if (t->stopping)
+			break;
+		pthread_mutex_unlock(&t->stop_mu);
+		if (kvt_s3_refresh(&t->base))
+			kvt_log(KVT_LOG_WARN, "s3: background re-list: %s",
+				kvt_errmsg());
+		pthread_mutex_lock(&t->stop_mu);
+	}
+	pthread_mutex_unlock(&t->stop_mu);
+	return NULL;
+}
+
+/* --- credentials -------------------------------------------------------------- */
+
+/* Find `key` in section `section` of an INI file (~/.aws/credentials,
+ * ~/.aws/config).  Returns a malloc'd value or NULL. */
+static char *s3_ini_get(const char *path, const char *section, const char *key)
+{
+	FILE *f = fopen(path, "r");
+	char line[1024], *val = NULL;
+	int in = 0;
+
+	if (!f)
+		return NULL;
+	while (!val && fgets(line, sizeof(line), f)) {
+		char *s = line, *e, *eq;
+		while (isspace((unsigned char)*s))
+			s++;
+		e = s + strlen(s);
+		while (e > s && isspace((unsigned char)e[-1]))
+			*--e = '\0';
+		if (*s == '#' || *s == ';' || !*s)
+			continue;
+		if (*s == '[') {
+			char *z = strchr(s, ']');
+			if (z) {
+				*z = '\0';
+				s++;
+				while (isspace((unsigned char)*s))
+					s++;
+				in = !strcmp(s, section);
+			}
+			continue;
+		}
+		eq = strchr(s, '=');
+		if (!in || !eq)
+			continue;
+		*eq = '\0';
+		e = eq;
+		while (e > s && isspace((unsigned char)e[-1]))
+			*--e = '\0';
+		if (strcmp(s, key))
+			continue;
+		s = eq + 1;
+		while (isspace((unsigned char)*s))
+			s++;
+		val = strdup(s);
+	}
+	fclose(f);
+	return val;
+}
+
+static char *s3_aws_file(const char *env, const char *base)
+{
+	const char *p = getenv(env), *home = getenv("HOME");
+	char buf[1024];
+
+	if (p && *p)
+		return strdup(p);
+	if (!home)
+		return NULL;
+	snprintf(buf, sizeof(buf), "%s/.aws/%s", home, base);
+	return strdup(buf);
+}
+
+static char *s3_dup_env(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && *v ? strdup(v) : NULL;
+}
+
+static int s3_credentials(s3_tier *t, const kvt_s3_opts *o, char **token)
+{
+	const char *profile = getenv("AWS_PROFILE");
+	char *cred = s3_aws_file("AWS_SHARED_CREDENTIALS_FILE", "credentials");
+	char *conf = s3_aws_file("AWS_CONFIG_FILE", "config");
+	char csec[256];
+
+	if (!profile || !*profile)
+		profile = "default";
+	if (!strcmp(profile, "default"))
+		snprintf(csec, sizeof(csec), "default");
+	else
+		snprintf(csec, sizeof(csec), "profile %s", profile);
+
+	if (o->access_key && o->secret_key) {
+		t->user = strdup(o->access_key);
+		t->secret = strdup(o->secret_key);
+		*token = o->session_token ? strdup(o->session_token) : NULL;
+	} else if (getenv("AWS_ACCESS_KEY_ID") && getenv("AWS_SECRET_ACCESS_KEY")) {
+		t->user = s3_dup_env("AWS_ACCESS_KEY_ID");
+		t->secret = s3_dup_env("AWS_SECRET_ACCESS_KEY");
+		*token = s3_dup_env("AWS_SESSION_TOKEN");
+	} else if (cred) {
+		t->user = s3_ini_get(cred, profile, "aws_access_key_id");
+		t->secret = s3_ini_get(cred, profile, "aws_secret_access_key");
+		*token = s3_ini_get(cred, profile, "aws_session_token");
+		if (!t->user && conf) { /* keys may live in config too */
+			t->user = s3_ini_get(conf, csec, "aws_access_key_id");
+			free(t->secret);
+			t->secret = s3_ini_get(conf, csec, "aws_secret_access_key");
+			free(*token);
+			*token = s3_ini_get(conf, csec, "aws_session_token");
+		}
+	}
+	if (o->region && *o->region)
+		t->region = strdup(o->region);
+	else if (getenv("AWS_REGION") && *getenv("AWS_REGION"))
+		t->region = s3_dup_env("AWS_REGION");
+	else if (getenv("AWS_DEFAULT_REGION") && *getenv("AWS_DEFAULT_REGION"))
+		t->region = s3_dup_env("AWS_DEFAULT_REGION");
+	else if (conf)
+		t->region = s3_ini_get(conf, csec, "region");
+	if (!t->region)
+		t->region = strdup("us-east-1");
+	free(cred);
+	free(conf);
+	if (!t->user || !t->secret || !*t->user || !*t->secret)
+		return kvt_err(KVT_ECONFIG,
+			       "s3: no credentials: set access/secret key, AWS_ACCESS_KEY_ID and "
+			       "AWS_SECRET_ACCESS_KEY, or profile [%s] in ~/.aws/credentials",
+			       profile);
+	return 0;
+}
+
+/* --- open -------------------------------------------------------------------- */
+
+static int s3_valid_prefix(const char *p)
+{
+	for (; *p; p++)
+		if (!isalnum((unsigned char)*p) && !strchr("-_.~/", *p))
+			return 0;
+	return 1;
+}
+
+int kvt_s3_open(const kvt_s3_opts *o, kvt_tier **out)
+{
+	s3_tier *t;
+	char *token = NULL, buf[S3_URL_MAX];
+	const char *ep;
+	int rc, j;
+
+	if (!o || !out || !o->bucket || !*o->bucket)
+		return kvt_err(KVT_EINVAL, "s3: a bucket is required");
+	if (o->prefix && !s3_valid_prefix(o->prefix))
+		return kvt_err(KVT_EINVAL,
+			       "s3: prefix '%s' has characters outside [A-Za-z0-9._~/-]",
+			       o->prefix);
+	if (strspn(o->bucket, "abcdefghijklmnopqrstuvwxyz0123456789.-") !=
+	    strlen(o->bucket))
+		return kvt_err(KVT_EINVAL, "s3: bucket name '%s' is not valid",
+			       o->bucket);
+	if (o->part_bytes && o->part_bytes < S3_MIN_PART)
+		return kvt_err(KVT_EINVAL, "s3: part_bytes %" PRIu64 " below 1 MiB",
+			       o->part_bytes);
+	pthread_once(&s3_curl_once, s3_curl_init);
+	if (s3_curl_rc)
+		return kvt_err(KVT_ENOMEM, "s3: curl_global_init failed");
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return KVT_ENOMEM;
+	t->base.ops = &s3_ops;
+	pthread_mutex_init(&t->mu, NULL);
+	pthread_mutex_init(&t->pool_mu, NULL);
+	pthread_cond_init(&t->pool_cv, NULL);
+	pthread_mutex_init(&t->stop_mu, NULL);
+	pthread_cond_init(&t->stop_cv, NULL);
+	for (j = 0; j < CURL_LOCK_DATA_LAST; j++)
+		pthread_mutex_init(&t->share_mu[j], NULL);
+	t->capacity = o->capacity ? o->capacity : UINT64_MAX;
+	t->part_bytes = o->part_bytes ? o->part_bytes : 8ull << 20;
+	t->max_parallel = o->max_parallel ? o->max_parallel : 16;
+	t->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 30000;
+	t->retries = o->retries > 0 ? o->retries : (o->retries < 0 ? 0 : 5);
+	t->refresh_s = o->refresh_s;
+	t->path_style = o->path_style;
+	t->nbuckets = 1024;
+	t->buckets = calloc(t->nbuckets, sizeof(*t->buckets));
+	t->pool = calloc(t->max_parallel, sizeof(*t->pool));
+	t->bucket = strdup(o->bucket);
+	t->prefix = strdup(o->prefix ? o->prefix : "");
+	if (!t->buckets || !t->pool || !t->bucket || !t->prefix) {
+		rc = KVT_ENOMEM;
+		goto fail;
+	}
+	if (o->hmac_key && o->hmac_key_len) {
+		t->hmac_key = malloc(o->hmac_key_len);
+		if (!t->hmac_key) {
+			rc = KVT_ENOMEM;
+			goto fail;
+		}
+		memcpy(t->hmac_key, o->hmac_key, o->hmac_key_len);
+		t->hmac_key_len = o->hmac_key_len;
+	}
+	rc = s3_credentials(t, o, &token);
+	if (rc)
+		goto fail;
+	if (o->endpoint && *o->endpoint) {
+		t->endpoint = strdup(o->endpoint);
+	} else {
+		snprintf(buf, sizeof(buf), "https://s3.%s.amazonaws.com", t->region);
+		t->endpoint = strdup(buf);
+	}
+	if (!t->endpoint) {
+		rc = KVT_ENOMEM;
+		goto fail;
+	}
+	{
+		size_t l = strlen(t->endpoint);
+		while (l && t->endpoint[l - 1] == '/')
+			t->endpoint[--l] = '\0';
+	}
+	ep = strstr(t->endpoint, "://");
+	if (!ep) {
+		rc = kvt_err(KVT_EINVAL, "s3: endpoint '%s' needs http:// or https://",
+			     t->endpoint);
+		goto fail;
+	}
+	if (o->path_style)
+		snprintf(buf, sizeof(buf), "%s/%s", t->endpoint, t->bucket);
+	else
+		snprintf(buf, sizeof(buf), "%.*s%s.%s", (int)(ep + 3 - t->endpoint),
+			 t->endpoint, t->bucket, ep + 3);
+	t->base_url = strdup(buf);
+	snprintf(buf, sizeof(buf), "aws:amz:%s:s3", t->region);
+	t->sigv4 = strdup(buf);
+	t->common = curl_slist_append(NULL, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+	if (t->common && token) {
+		snprintf(buf, sizeof(buf), "x-amz-security-token: %s", token);
+		t->common = curl_slist_append(t->common, buf);
+	}
+	free(token);
+	token = NULL;
+	t->share = curl_share_init();
+	if (!t->base_url || !t->sigv4 || !t->common || !t->share) {
+		rc = KVT_ENOMEM;
+		goto fail;
+	}
+	curl_share_setopt(t->share, CURLSHOPT_LOCKFUNC, s3_share_lock);
+	curl_share_setopt(t->share, CURLSHOPT_UNLOCKFUNC, s3_share_unlock);
+	curl_share_setopt(t->share, CURLSHOPT_USERDATA, t);
+	curl_share_setopt(t->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
+	curl_share_setopt(t->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+
+	rc = kvt_s3_refresh(&t->base);
+	if (rc == -EACCES || rc == KVT_EINVAL) {
+		kvt_err_prefix(rc == -EACCES ? rc : KVT_ECONFIG, "s3 open: ");
+		rc = rc == -EACCES ? rc : KVT_ECONFIG;
+		goto fail;
+	}
+	if (rc) {
+		kvt_log(KVT_LOG_WARN, "s3: cannot list s3://%s/%s at open, cache starts cold: %s",
+			t->bucket, t->prefix, kvt_errmsg());
+		kvt_err_clear();
+	}
+	if (t->refresh_s > 0) {
+		if (pthread_create(&t->refresher, NULL, s3_refresh_main, t) == 0)
+			t->has_refresher = 1;
+	}
+	*out = &t->base;
+	return 0;
+fail:
+	free(token);
+	s3_close(&t->base);
+	return rc;
+}
