@@ -1,0 +1,946 @@
+/*
+ * cmd_plan.c — `kvtier plan`: simulate a trace over a grid of tier
+ * capacities × eviction × admission policies (src/plan/plan.h), price each
+ * configuration with the cost model (src/plan/cost.h), and recommend the
+ * cheapest one that meets a target.  Writes a terminal table, JSON, CSV and
+ * a report directory (gnuplot SVG charts + index.html).
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "plan/cost.h"
+#include "plan/plan.h"
+
+#define MAX_LIST 64
+
+struct cfg_out {
+	struct plan_conf conf;
+	const char *admit_name;
+	struct plan_result r;
+	double sim_s;
+	double ttft_mean, ttft_p50, ttft_p90, ttft_p99; /* seconds */
+	double gpu_s;                                    /* prefill compute */
+	double load_bytes[PLAN_NT];
+	double usd_storage_month, usd_req_per_m, usd_month;
+	double gpu_h_saved_per_m, usd_net_month;
+	int rc;
+};
+
+struct plan_ctx {
+	struct plan_trace pt;
+	const struct plan_model *model;
+	const struct plan_gpu *gpu;
+	const struct plan_tier_cost *tc[PLAN_NT];
+	double block_bytes;
+	double base_gpu_s;
+	double base_ttft_p90;
+	double req_per_month;
+	struct cfg_out *cfg;
+	size_t ncfg;
+	unsigned repeat;
+	atomic_size_t next, done;
+};
+
+/* ---- options -------------------------------------------------------------- */
+
+static int parse_caps(const char *s, double block_bytes, uint64_t *out, int *n)
+{
+	char buf[1024];
+	snprintf(buf, sizeof(buf), "%s", s);
+	char *save = NULL;
+	*n = 0;
+	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		if (*n >= MAX_LIST)
+			return -1;
+		if (!strcmp(t, "inf") || !strcmp(t, "unbounded")) {
+			out[(*n)++] = PLAN_UNBOUNDED;
+			continue;
+		}
+		char *end;
+		double v = strtod(t, &end);
+		if (end == t || v < 0)
+			return -1;
+		double mul = 0;
+		if (!*end)
+			mul = 1; /* blocks */
+		else if (!strcasecmp(end, "k"))
+			mul = 1e3;
+		else if (!strcasecmp(end, "m"))
+			mul = 1e6;
+		else if (!strcasecmp(end, "KiB"))
+			mul = 1024.0 / block_bytes;
+		else if (!strcasecmp(end, "MiB"))
+			mul = 1048576.0 / block_bytes;
+		else if (!strcasecmp(end, "GiB"))
+			mul = 1073741824.0 / block_bytes;
+		else if (!strcasecmp(end, "TiB"))
+			mul = 1099511627776.0 / block_bytes;
+		else
+			return -1;
+		out[(*n)++] = (uint64_t)(v * mul);
+	}
+	return *n ? 0 : -1;
+}
+
+static int parse_admit(const char *s, struct kvt_admit_conf *a)
+{
+	memset(a, 0, sizeof(*a));
+	if (!strcmp(s, "none") || !strcmp(s, "always"))
+		return 0;
+	if (!strncmp(s, "seen", 4)) {
+		a->rules = KVT_ADMIT_SEEN;
+		a->seen_n = s[4] ? (uint32_t)atoi(s + 4) : 2;
+		return a->seen_n >= 1 && a->seen_n <= 15 ? 0 : -1;
+	}
+	if (!strcmp(s, "tinylfu")) {
+		a->rules = KVT_ADMIT_TINYLFU;
+		return 0;
+	}
+	if (!strncmp(s, "prefix", 6)) {
+		a->rules = KVT_ADMIT_PREFIX;
+		a->min_prefix = (uint32_t)atoi(s + 6);
+		return a->min_prefix >= 1 ? 0 : -1;
+	}
+	return -1;
+}
+
+static int split(char *s, char **out, int max)
+{
+	int n = 0;
+	char *save = NULL;
+	for (char *t = strtok_r(s, ",", &save); t && n < max; t = strtok_r(NULL, ",", &save))
+		out[n++] = t;
+	return n;
+}
+
+/* ---- evaluation ----------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static double pct(const double *sorted, uint64_t n, double p)
+{
+	if (!n)
+		return 0;
+	uint64_t i = (uint64_t)ceil(p * (double)n);
+	if (i)
+		i--;
+	return sorted[i < n ? i : n - 1];
+}
+
+static double cap_blocks(const struct plan_ctx *x, uint64_t cap)
+{
+	return cap == PLAN_UNBOUNDED ? (double)x->pt.t.nids : (double)cap;
+}
+
+/* TTFT of each request into ttft[] (seconds), and the totals into o. */
+static void evaluate(const struct plan_ctx *x, struct cfg_out *o,
+		     const struct plan_req_hit *ph, double *ttft)
+{
+	const struct plan_trace *pt = &x->pt;
+	double kvb = plan_kv_bytes_per_token(x->model);
+	double sum = 0;
+	o->gpu_s = 0;
+	for (unsigned k = 0; k < PLAN_NT; k++)
+		o->load_bytes[k] = 0;
+	for (uint64_t q = 0; q < pt->t.nreq; q++) {
+		uint64_t n = pt->t.off[q + 1] - pt->t.off[q];
+		double L = pt->in_len[q];
+		double load = 0, prev = 0;
+		uint64_t acc = 0;
+		for (unsigned k = 0; k < PLAN_NT; k++) {
+			acc += ph[q].hit[k];
+			double upto = (double)plan_hit_tokens(pt, q, acc, n);
+			double b = (upto - prev) * kvb;
+			if (b > 0) {
+				o->load_bytes[k] += b;
+				load += plan_load_s(x->tc[k], b);
+			}
+			prev = upto;
+		}
+		double from = prev >= L ? (L > 0 ? L - 1 : 0) : prev;
+		double comp = plan_prefill_s(x->model, x->gpu, from, L);
+		o->gpu_s += comp;
+		ttft[q] = load + comp;
+		sum += ttft[q];
+	}
+	qsort(ttft, pt->t.nreq, sizeof(double), cmp_double);
+	uint64_t n = pt->t.nreq;
+	o->ttft_mean = n ? sum / (double)n : 0;
+	o->ttft_p50 = pct(ttft, n, 0.5);
+	o->ttft_p90 = pct(ttft, n, 0.9);
+	o->ttft_p99 = pct(ttft, n, 0.99);
+
+	const struct plan_conf *c = &o->conf;
+	double gib = x->block_bytes / 1073741824.0;
+	o->usd_storage_month = 0;
+	for (unsigned k = 0; k < PLAN_NT; k++) {
+		if (!c->tier[k].capacity)
+			continue;
+		double copies = k == PLAN_TS ? 1 : c->nodes;
+		o->usd_storage_month += copies * cap_blocks(x, c->tier[k].capacity) * gib *
+					x->tc[k]->usd_gib_month;
+	}
+	double usd_req = 0;
+	for (unsigned k = 0; k < PLAN_NT; k++)
+		usd_req += (double)o->r.hit_tier[k] * x->tc[k]->usd_per_1k_get / 1000 +
+			   (double)o->r.inserts[k] * x->tc[k]->usd_per_1k_put / 1000;
+	double nreq = n ? (double)n : 1;
+	o->usd_req_per_m = usd_req / nreq * 1e6;
+	o->usd_month = o->usd_storage_month + usd_req / nreq * x->req_per_month;
+	o->gpu_h_saved_per_m = (x->base_gpu_s - o->gpu_s) / nreq * 1e6 / 3600;
+	o->usd_net_month = (x->base_gpu_s - o->gpu_s) / nreq * x->req_per_month / 3600 *
+			   x->gpu->usd_hour - o->usd_month;
+}
+
+static void *worker(void *arg)
+{
+	struct plan_ctx *x = arg;
+	uint64_t n = x->pt.t.nreq;
+	struct plan_req_hit *ph = malloc((n + 1) * sizeof(*ph));
+	double *ttft = malloc((n + 1) * sizeof(*ttft));
+	for (;;) {
+		size_t i = atomic_fetch_add(&x->next, 1);
+		if (i >= x->ncfg)
+			break;
+		struct cfg_out *o = &x->cfg[i];
+		if (!ph || !ttft) {
+			o->rc = KVT_ENOMEM;
+		} else {
+			/* --repeat: the fastest of several runs, to time the
+			 * simulator rather than a noisy neighbour. */
+			for (unsigned k = 0; k < (x->repeat ? x->repeat : 1); k++) {
+				double t0 = cli_now();
+				o->rc = plan_sim_run(&x->pt, &o->conf, &o->r, ph);
+				double dt = cli_now() - t0;
+				if (!k || dt < o->sim_s)
+					o->sim_s = dt;
+			}
+			if (!o->rc)
+				evaluate(x, o, ph, ttft);
+		}
+		atomic_fetch_add(&x->done, 1);
+	}
+	free(ph);
+	free(ttft);
+	return NULL;
+}
+
+/* ---- output --------------------------------------------------------------- */
+
+static const char *cap_str(uint64_t cap, char *buf, size_t n)
+{
+	if (cap == PLAN_UNBOUNDED)
+		snprintf(buf, n, "inf");
+	else
+		snprintf(buf, n, "%llu", (unsigned long long)cap);
+	return buf;
+}
+
+static const char *pol_name(enum kvt_evict_kind k)
+{
+	return k == KVT_EVICT_S3FIFO ? "s3fifo" : "lru";
+}
+
+static void print_table(const struct plan_ctx *x, FILE *f)
+{
+	fprintf(f, "%-6s %-8s %9s %9s %9s %5s %7s %7s %9s %9s %9s %8s %8s %10s %10s\n",
+		"policy", "admit", "dram", "nvme", "shared", "nodes", "hit%blk", "hit%tok",
+		"hits_t0", "hits_t1", "hits_s", "ttft_p50", "ttft_p90", "gpuh/Mreq", "usd/month");
+	for (size_t i = 0; i < x->ncfg; i++) {
+		const struct cfg_out *o = &x->cfg[i];
+		char a[24], b[24], c[24];
+		if (o->rc) {
+			fprintf(f, "config %zu failed: %s\n", i, kvt_strerror(o->rc));
+			continue;
+		}
+		fprintf(f, "%-6s %-8s %9s %9s %9s %5u %7.2f %7.2f %9llu %9llu %9llu %8.1f %8.1f %10.1f %10.0f\n",
+			pol_name(o->conf.kind), o->admit_name,
+			cap_str(o->conf.tier[0].capacity, a, sizeof(a)),
+			cap_str(o->conf.tier[1].capacity, b, sizeof(b)),
+			cap_str(o->conf.tier[2].capacity, c, sizeof(c)), o->conf.nodes,
+			100.0 * (double)o->r.hit_blocks / (double)(o->r.blocks ? o->r.blocks : 1),
+			100.0 * (double)o->r.hit_tokens / (double)(o->r.tokens ? o->r.tokens : 1),
+			(unsigned long long)o->r.hit_tier[0], (unsigned long long)o->r.hit_tier[1],
+			(unsigned long long)o->r.hit_tier[2], o->ttft_p50 * 1e3, o->ttft_p90 * 1e3,
+			o->gpu_h_saved_per_m, o->usd_month);
+	}
+}
+
+static void write_csv(const struct plan_ctx *x, FILE *f)
+{
+	fprintf(f, "policy,admit,dram_blocks,nvme_blocks,shared_blocks,nodes,route,blocks,hit_blocks,"
+		   "hit_t0,hit_t1,hit_shared,tokens,hit_tokens,inserts_t0,inserts_t1,inserts_shared,"
+		   "ttft_mean_ms,ttft_p50_ms,ttft_p90_ms,ttft_p99_ms,gpu_hours_saved_per_mreq,"
+		   "usd_storage_month,usd_month,usd_net_month,sim_seconds\n");
+	for (size_t i = 0; i < x->ncfg; i++) {
+		const struct cfg_out *o = &x->cfg[i];
+		char a[24], b[24], c[24];
+		if (o->rc)
+			continue;
+		fprintf(f, "%s,%s,%s,%s,%s,%u,%s,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,"
+			   "%.3f,%.3f,%.3f,%.3f,%.3f,%.2f,%.2f,%.2f,%.6f\n",
+			pol_name(o->conf.kind), o->admit_name,
+			cap_str(o->conf.tier[0].capacity, a, sizeof(a)),
+			cap_str(o->conf.tier[1].capacity, b, sizeof(b)),
+			cap_str(o->conf.tier[2].capacity, c, sizeof(c)), o->conf.nodes,
+			o->conf.route == PLAN_ROUTE_AFFINITY ? "affinity" : "rr",
+			(unsigned long long)o->r.blocks, (unsigned long long)o->r.hit_blocks,
+			(unsigned long long)o->r.hit_tier[0], (unsigned long long)o->r.hit_tier[1],
+			(unsigned long long)o->r.hit_tier[2], (unsigned long long)o->r.tokens,
+			(unsigned long long)o->r.hit_tokens, (unsigned long long)o->r.inserts[0],
+			(unsigned long long)o->r.inserts[1], (unsigned long long)o->r.inserts[2],
+			o->ttft_mean * 1e3, o->ttft_p50 * 1e3, o->ttft_p90 * 1e3, o->ttft_p99 * 1e3,
+			o->gpu_h_saved_per_m, o->usd_storage_month, o->usd_month, o->usd_net_month,
+			o->sim_s);
+	}
+}
+
+static void json_cfg(const struct plan_ctx *x, const struct cfg_out *o, FILE *f)
+{
+	char a[24], b[24], c[24];
+	(void)x;
+	fprintf(f, "{\"policy\":\"%s\",\"admit\":\"%s\",\"dram_blocks\":\"%s\",\"nvme_blocks\":\"%s\","
+		   "\"shared_blocks\":\"%s\",\"nodes\":%u,\"route\":\"%s\",\"blocks\":%llu,"
+		   "\"hit_blocks\":%llu,\"hit_tier\":[%llu,%llu,%llu],\"tokens\":%llu,\"hit_tokens\":%llu,"
+		   "\"inserts\":[%llu,%llu,%llu],\"rejects\":[%llu,%llu,%llu],\"demotions\":%llu,"
+		   "\"promotions\":%llu,\"ttft_ms\":{\"mean\":%.3f,\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f},"
+		   "\"load_gib\":[%.3f,%.3f,%.3f],\"gpu_hours_saved_per_mreq\":%.4f,"
+		   "\"usd_storage_month\":%.2f,\"usd_per_mreq\":%.4f,\"usd_month\":%.2f,"
+		   "\"usd_net_month\":%.2f,\"sim_seconds\":%.6f}",
+		pol_name(o->conf.kind), o->admit_name, cap_str(o->conf.tier[0].capacity, a, sizeof(a)),
+		cap_str(o->conf.tier[1].capacity, b, sizeof(b)),
+		cap_str(o->conf.tier[2].capacity, c, sizeof(c)), o->conf.nodes,
+		o->conf.route == PLAN_ROUTE_AFFINITY ? "affinity" : "rr",
+		(unsigned long long)o->r.blocks, (unsigned long long)o->r.hit_blocks,
+		(unsigned long long)o->r.hit_tier[0], (unsigned long long)o->r.hit_tier[1],
+		(unsigned long long)o->r.hit_tier[2], (unsigned long long)o->r.tokens,
+		(unsigned long long)o->r.hit_tokens, (unsigned long long)o->r.inserts[0],
+		(unsigned long long)o->r.inserts[1], (unsigned long long)o->r.inserts[2],
+		(unsigned long long)o->r.rejects[0], (unsigned long long)o->r.rejects[1],
+		(unsigned long long)o->r.rejects[2], (unsigned long long)o->r.demotions,
+		(unsigned long long)o->r.promotions, o->ttft_mean * 1e3, o->ttft_p50 * 1e3,
+		o->ttft_p90 * 1e3, o->ttft_p99 * 1e3, o->load_bytes[0] / 1073741824.0,
+		o->load_bytes[1] / 1073741824.0, o->load_bytes[2] / 1073741824.0,
+		o->gpu_h_saved_per_m, o->usd_storage_month, o->usd_req_per_m, o->usd_month,
+		o->usd_net_month, o->sim_s);
+}
+
+static void write_json(const struct plan_ctx *x, const char *trace, long best, const char *why,
+		       double wall, double accesses, double sim_cpu, unsigned threads, FILE *f)
+{
+	fprintf(f, "{\"trace\":{\"path\":\"%s\",\"format\":\"%s\",\"requests\":%llu,\"blocks\":%llu,"
+		   "\"distinct_blocks\":%llu,\"block_tokens\":%u,\"block_bytes\":%.0f},"
+		   "\"model\":\"%s\",\"gpu\":\"%s\",\"tiers\":[\"%s\",\"%s\",\"%s\"],"
+		   "\"local_tiers\":\"exclusive\",\"shared_tier\":\"inclusive\","
+		   "\"no_cache\":{\"gpu_seconds\":%.3f},\"configs\":[",
+		trace, plan_fmt_name(x->pt.fmt), (unsigned long long)x->pt.t.nreq,
+		(unsigned long long)x->pt.t.nblocks, (unsigned long long)x->pt.t.nids,
+		x->pt.block_tokens, x->block_bytes, x->model->name, x->gpu->name, x->tc[0]->name,
+		x->tc[1]->name, x->tc[2]->name, x->base_gpu_s);
+	int first = 1;
+	for (size_t i = 0; i < x->ncfg; i++) {
+		if (x->cfg[i].rc)
+			continue;
+		if (!first)
+			fputc(',', f);
+		first = 0;
+		json_cfg(x, &x->cfg[i], f);
+	}
+	fprintf(f, "],\"recommendation\":");
+	if (best >= 0) {
+		fprintf(f, "{\"index\":%ld,\"reason\":\"%s\",\"config\":", best, why);
+		json_cfg(x, &x->cfg[best], f);
+		fputc('}', f);
+	} else {
+		fprintf(f, "null");
+	}
+	fprintf(f, ",\"speed\":{\"threads\":%u,\"wall_seconds\":%.6f,\"sim_cpu_seconds\":%.6f,"
+		   "\"block_accesses\":%.0f,\"accesses_per_second_per_thread\":%.0f}}\n",
+		threads, wall, sim_cpu, accesses, sim_cpu > 0 ? accesses / sim_cpu : 0);
+}
+
+/* Run gnuplot on `script` (no shell).  0 on success. */
+static int run_gnuplot(const char *script)
+{
+	pid_t p = fork();
+	if (p < 0)
+		return -1;
+	if (p == 0) {
+		execlp("gnuplot", "gnuplot", script, (char *)NULL);
+		_exit(127);
+	}
+	int st;
+	if (waitpid(p, &st, 0) < 0)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static FILE *open_in(const char *dir, const char *name, char *path, size_t n)
+{
+	snprintf(path, n, "%s/%s", dir, name);
+	FILE *f = fopen(path, "w");
+	if (!f)
+		fprintf(stderr, "kvtier plan: %s: %s\n", path, strerror(errno));
+	return f;
+}
+
+static int write_report(struct plan_ctx *x, const char *dir, const char *trace, long best,
+			const char *why, const char *json_tail)
+{
+	char path[4200];
+	if (mkdir(dir, 0777) && errno != EEXIST) {
+		fprintf(stderr, "kvtier plan: mkdir %s: %s\n", dir, strerror(errno));
+		return 1;
+	}
+	FILE *f = open_in(dir, "plan.csv", path, sizeof(path));
+	if (!f)
+		return 1;
+	write_csv(x, f);
+	fclose(f);
+	f = open_in(dir, "plan.json", path, sizeof(path));
+	if (!f)
+		return 1;
+	fputs(json_tail, f);
+	fclose(f);
+
+	/* Hit rate against T0 capacity: one series per (policy, admit, nvme,
+	 * shared, nodes), blank-line separated gnuplot data blocks. */
+	f = open_in(dir, "hitrate.dat", path, sizeof(path));
+	if (!f)
+		return 1;
+	char *done = calloc(x->ncfg, 1);
+	int nseries = 0;
+	char titles[64][96];
+	for (size_t i = 0; done && i < x->ncfg; i++) {
+		if (done[i] || x->cfg[i].rc)
+			continue;
+		const struct cfg_out *a = &x->cfg[i];
+		char b1[24], b2[24];
+		if (nseries < 64)
+			snprintf(titles[nseries], sizeof(titles[0]), "%s %s nvme=%s shared=%s n=%u",
+				 pol_name(a->conf.kind), a->admit_name,
+				 cap_str(a->conf.tier[1].capacity, b1, sizeof(b1)),
+				 cap_str(a->conf.tier[2].capacity, b2, sizeof(b2)), a->conf.nodes);
+		fprintf(f, "# %s\n", titles[nseries < 64 ? nseries : 63]);
+		for (size_t j = i; j < x->ncfg; j++) {
+			const struct cfg_out *o = &x->cfg[j];
+			if (o->rc || o->conf.kind != a->conf.kind || strcmp(o->admit_name, a->admit_name) ||
+			    o->conf.tier[1].capacity != a->conf.tier[1].capacity ||
+			    o->conf.tier[2].capacity != a->conf.tier[2].capacity ||
+			    o->conf.nodes != a->conf.nodes)
+				continue;
+			done[j] = 1;
+			fprintf(f, "%.6f %.4f %.4f\n",
+				cap_blocks(x, o->conf.tier[0].capacity) * x->block_bytes / 1073741824.0,
+				100.0 * (double)o->r.hit_tokens / (double)(o->r.tokens ? o->r.tokens : 1),
+				100.0 * (double)o->r.hit_blocks / (double)(o->r.blocks ? o->r.blocks : 1));
+		}
+		fprintf(f, "\n\n");
+		nseries++;
+	}
+	free(done);
+	fclose(f);
+
+	/* TTFT distribution without the cache and with the recommended one. */
+	uint64_t n = x->pt.t.nreq;
+	double *base = malloc((n + 1) * sizeof(double)), *with = malloc((n + 1) * sizeof(double));
+	struct plan_req_hit *ph = calloc(n + 1, sizeof(*ph));
+	if (!base || !with || !ph) {
+		free(base); free(with); free(ph);
+		return 1;
+	}
+	struct cfg_out nocache = {0};
+	evaluate(x, &nocache, ph, base);
+	struct cfg_out rec = best >= 0 ? x->cfg[best] : x->cfg[0];
+	if (plan_sim_run(&x->pt, &rec.conf, &rec.r, ph) == 0)
+		evaluate(x, &rec, ph, with);
+	else
+		memcpy(with, base, n * sizeof(double));
+	f = open_in(dir, "ttft.dat", path, sizeof(path));
+	if (!f) {
+		free(base); free(with); free(ph);
+		return 1;
+	}
+	uint64_t step = n > 2000 ? n / 2000 : 1;
+	fprintf(f, "# no cache\n");
+	for (uint64_t i = 0; i < n; i += step)
+		fprintf(f, "%.4f %.5f\n", base[i] * 1e3, (double)(i + 1) / (double)n);
+	fprintf(f, "\n\n# with cache\n");
+	for (uint64_t i = 0; i < n; i += step)
+		fprintf(f, "%.4f %.5f\n", with[i] * 1e3, (double)(i + 1) / (double)n);
+	fclose(f);
+	free(base); free(with); free(ph);
+
+	f = open_in(dir, "charts.gp", path, sizeof(path));
+	if (!f)
+		return 1;
+	fprintf(f, "set terminal svg size 900,560 dynamic enhanced font 'sans,12' background '#ffffff'\n"
+		   "set datafile commentschars '#'\n"
+		   "set output '%s/hitrate.svg'\n"
+		   "set title 'Token hit rate against DRAM (T0) capacity per node'\n"
+		   "set xlabel 'T0 capacity per node (GiB)'\nset ylabel 'token hit rate (%%)'\n"
+		   "set logscale x\nset key bottom right\nset grid\n"
+		   "plot ", dir);
+	for (int s = 0; s < nseries && s < 64; s++)
+		fprintf(f, "%s'%s/hitrate.dat' index %d using 1:2 with linespoints title '%s'",
+			s ? ", " : "", dir, s, titles[s]);
+	if (!nseries)
+		fprintf(f, "0 notitle");
+	fprintf(f, "\nunset logscale x\nset output '%s/ttft.svg'\n"
+		   "set title 'TTFT distribution (%s on %s)'\n"
+		   "set xlabel 'TTFT (ms)'\nset ylabel 'fraction of requests'\n"
+		   "set logscale x\nset key bottom right\n"
+		   "plot '%s/ttft.dat' index 0 using 1:2 with lines lw 2 title 'no cache', "
+		   "'%s/ttft.dat' index 1 using 1:2 with lines lw 2 title 'with cache (recommended)'\n",
+		dir, x->model->name, x->gpu->name, dir, dir);
+	fclose(f);
+	int have_charts = run_gnuplot(path) == 0;
+	if (!have_charts)
+		fprintf(stderr, "kvtier plan: gnuplot failed or is absent; the report has no charts "
+				"(apt-get install gnuplot-nox)\n");
+
+	f = open_in(dir, "index.html", path, sizeof(path));
+	if (!f)
+		return 1;
+	fprintf(f, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
+		   "<title>kvtier plan (loading)</title>\n"
+		   "<style>body{font-family:sans-serif;margin:2em;max-width:1000px}"
+		   "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
+		   "img{max-width:100%%;border:1px solid #eee}</style></head><body>\n"
+		   "<h1>kvtier capacity plan</h1>\n<p>Trace <code>%s</code> (%s, %llu requests, %llu block references, "
+		   "%u tokens per block). Model %s on %s. Local tiers (DRAM over NVMe) are exclusive; the shared tier is "
+		   "inclusive (write-through).</p>\n",
+		   trace, plan_fmt_name(x->pt.fmt), (unsigned long long)x->pt.t.nreq,
+		   (unsigned long long)x->pt.t.nblocks, x->pt.block_tokens, x->model->name, x->gpu->name);
+	if (best >= 0) {
+		const struct cfg_out *o = &x->cfg[best];
+		char a[24], b[24], c[24];
+		fprintf(f, "<p id=\"recommendation\"><b>Recommendation</b> (%s): %s/%s, DRAM %s, NVMe %s, shared %s blocks per the grid; "
+			   "token hit rate %.1f%%, TTFT p90 %.1f ms, %.1f GPU-hours saved per million requests, $%.0f per month.</p>\n",
+			why, pol_name(o->conf.kind), o->admit_name,
+			cap_str(o->conf.tier[0].capacity, a, sizeof(a)),
+			cap_str(o->conf.tier[1].capacity, b, sizeof(b)),
+			cap_str(o->conf.tier[2].capacity, c, sizeof(c)),
+			100.0 * (double)o->r.hit_tokens / (double)(o->r.tokens ? o->r.tokens : 1),
+			o->ttft_p90 * 1e3, o->gpu_h_saved_per_m, o->usd_month);
+	} else {
+		fprintf(f, "<p id=\"recommendation\">No configuration of the grid meets the target.</p>\n");
+	}
+	if (have_charts)
+		fprintf(f, "<h2>Hit rate against capacity</h2>\n<p><img class=\"chart\" src=\"hitrate.svg\" alt=\"hit rate against capacity\"></p>\n"
+			   "<h2>TTFT with and without the cache</h2>\n<p><img class=\"chart\" src=\"ttft.svg\" alt=\"TTFT distribution\"></p>\n");
+	else
+		fprintf(f, "<p>Charts were not drawn: gnuplot is absent.</p>\n");
+	fprintf(f, "<p>Data: <a href=\"plan.json\">plan.json</a>, <a href=\"plan.csv\">plan.csv</a>.</p>\n"
+		   "<h2>Grid</h2>\n<table><tr><th>policy</th><th>admit</th><th>DRAM</th><th>NVMe</th><th>shared</th>"
+		   "<th>nodes</th><th>hit %% blocks</th><th>hit %% tokens</th><th>TTFT p90 ms</th><th>GPU-h/M req</th><th>$/month</th></tr>\n");
+	for (size_t i = 0; i < x->ncfg; i++) {
+		const struct cfg_out *o = &x->cfg[i];
+		char a[24], b[24], c[24];
+		if (o->rc)
+			continue;
+		fprintf(f, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%u</td><td>%.2f</td><td>%.2f</td>"
+			   "<td>%.1f</td><td>%.1f</td><td>%.0f</td></tr>\n",
+			pol_name(o->conf.kind), o->admit_name,
+			cap_str(o->conf.tier[0].capacity, a, sizeof(a)),
+			cap_str(o->conf.tier[1].capacity, b, sizeof(b)),
+			cap_str(o->conf.tier[2].capacity, c, sizeof(c)), o->conf.nodes,
+			100.0 * (double)o->r.hit_blocks / (double)(o->r.blocks ? o->r.blocks : 1),
+			100.0 * (double)o->r.hit_tokens / (double)(o->r.tokens ? o->r.tokens : 1),
+			o->ttft_p90 * 1e3, o->gpu_h_saved_per_m, o->usd_month);
+	}
+	/* The page reports in its title whether every chart decoded: a
+	 * headless browser test reads it (tests/plan_browser.py). */
+	fprintf(f, "</table>\n<script>\n(function(){\n"
+		   " var imgs = Array.prototype.slice.call(document.querySelectorAll('img.chart'));\n"
+		   " var left = imgs.length, bad = 0;\n"
+		   " function one(ok){ if(!ok) bad++; if(--left <= 0) document.title = bad ? 'charts-failed' : 'charts-ok'; }\n"
+		   " if(!imgs.length){ document.title = 'charts-none'; return; }\n"
+		   " imgs.forEach(function(im){\n"
+		   "  if(im.complete) one(im.naturalWidth > 0);\n"
+		   "  else { im.addEventListener('load', function(){ one(im.naturalWidth > 0); });\n"
+		   "         im.addEventListener('error', function(){ one(false); }); }\n"
+		   " });\n})();\n</script>\n</body></html>\n");
+	fclose(f);
+	return 0;
+}
+
+/* ---- main ----------------------------------------------------------------- */
+
+static const char plan_help[] =
+	"usage: kvtier plan [options] TRACE\n\n"
+	"Simulate TRACE (no data) over a grid of tier capacities x eviction x admission\n"
+	"policies with the store's own policy modules, price each configuration and\n"
+	"recommend the cheapest that meets a target.  Local tiers (DRAM over NVMe) are\n"
+	"exclusive; a shared tier (file system or S3) is inclusive, shared by all nodes.\n\n"
+	"  --format F          auto|mooncake|bailian|tokens (default auto)\n"
+	"  --block-tokens N    tokens per block (default: the format's: 512, 16, 256)\n"
+	"  --limit N           only the first N requests\n"
+	"  --dram LIST         T0 capacities per node: blocks (1000, 5k), sizes (64GiB) or inf\n"
+	"                      (default 1000,2000,5000,10000,20000,50000,inf)\n"
+	"  --nvme LIST         T1 capacities per node, 0 = none (default 0)\n"
+	"  --shared LIST       shared tier capacities, 0 = none (default 0)\n"
+	"  --shared-tier NAME  fs or s3 (default fs): its price and speed\n"
+	"  --policy LIST       lru,s3fifo (default both)\n"
+	"  --admit LIST        none,seen2,tinylfu,prefixN for the lower tiers (default none)\n"
+	"  --nodes N           fleet size (default 1)\n"
+	"  --route R           rr|affinity (default rr)\n"
+	"  --model NAME        (default Llama-3.1-8B)   --gpu NAME (default H100)\n"
+	"  --catalog FILE      more models, GPUs, tiers (see docs/PLANNING.md)\n"
+	"  --list              print the models, GPUs and tiers known\n"
+	"  --target-hit F      token hit rate to reach (0..1)\n"
+	"  --target-ttft-ms MS p90 TTFT to meet\n"
+	"  --threads N         worker threads (default: online CPUs, at most 64)\n"
+	"  --repeat N          time each configuration as the fastest of N runs\n"
+	"  --json | --csv      machine output on stdout instead of the table\n"
+	"  --report DIR        write plan.json, plan.csv, SVG charts (gnuplot) and index.html\n"
+	"  --quiet             no progress line\n";
+
+int cmd_plan(int argc, char **argv)
+{
+	const char *trace = NULL, *dram = "1000,2000,5000,10000,20000,50000,inf", *nvme = "0",
+		   *shared = "0", *shared_tier = "fs", *policy = "lru,s3fifo", *admit = "none",
+		   *model = "Llama-3.1-8B", *gpu = "H100", *report = NULL, *catalog = NULL;
+	int fmt = PLAN_FMT_AUTO, json = 0, csv = 0, quiet = 0, list = 0;
+	unsigned nodes = 1, threads = 0, repeat = 1;
+	enum plan_route route = PLAN_ROUTE_RR;
+	uint32_t block_tokens = 0;
+	uint64_t limit = 0;
+	double target_hit = -1, target_ttft = -1;
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define VAL() do { if (!v) { fprintf(stderr, "kvtier plan: %s needs a value\n", a); return 2; } i++; } while (0)
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			fputs(plan_help, stdout);
+			return 0;
+		} else if (!strcmp(a, "--format")) {
+			VAL();
+			fmt = plan_fmt_parse(v);
+			if (fmt < 0) {
+				fprintf(stderr, "kvtier plan: unknown format %s\n", v);
+				return 2;
+			}
+		} else if (!strcmp(a, "--block-tokens")) { VAL(); block_tokens = (uint32_t)atoi(v);
+		} else if (!strcmp(a, "--limit")) { VAL(); limit = strtoull(v, NULL, 10);
+		} else if (!strcmp(a, "--dram")) { VAL(); dram = v;
+		} else if (!strcmp(a, "--nvme")) { VAL(); nvme = v;
+		} else if (!strcmp(a, "--shared")) { VAL(); shared = v;
+		} else if (!strcmp(a, "--shared-tier")) { VAL(); shared_tier = v;
+		} else if (!strcmp(a, "--policy")) { VAL(); policy = v;
+		} else if (!strcmp(a, "--admit")) { VAL(); admit = v;
+		} else if (!strcmp(a, "--nodes")) { VAL(); nodes = (unsigned)atoi(v);
+		} else if (!strcmp(a, "--route")) {
+			VAL();
+			if (!strcmp(v, "rr") || !strcmp(v, "round-robin"))
+				route = PLAN_ROUTE_RR;
+			else if (!strcmp(v, "affinity") || !strcmp(v, "prefix"))
+				route = PLAN_ROUTE_AFFINITY;
+			else {
+				fprintf(stderr, "kvtier plan: --route rr or affinity\n");
+				return 2;
+			}
+		} else if (!strcmp(a, "--model")) { VAL(); model = v;
+		} else if (!strcmp(a, "--gpu")) { VAL(); gpu = v;
+		} else if (!strcmp(a, "--catalog")) { VAL(); catalog = v;
+		} else if (!strcmp(a, "--target-hit")) { VAL(); target_hit = atof(v);
+		} else if (!strcmp(a, "--target-ttft-ms")) { VAL(); target_ttft = atof(v);
+		} else if (!strcmp(a, "--threads")) { VAL(); threads = (unsigned)atoi(v);
+		} else if (!strcmp(a, "--repeat")) { VAL(); repeat = (unsigned)atoi(v);
+		} else if (!strcmp(a, "--report")) { VAL(); report = v;
+		} else if (!strcmp(a, "--json")) { json = 1;
+		} else if (!strcmp(a, "--csv")) { csv = 1;
+		} else if (!strcmp(a, "--quiet")) { quiet = 1;
+		} else if (!strcmp(a, "--list")) { list = 1;
+		} else if (a[0] == '-' && a[1]) {
+			fprintf(stderr, "kvtier plan: unknown option %s\n", a);
+			return 2;
+		} else {
+			trace = a;
+		}
+#undef VAL
+	}
+	if (catalog) {
+		int rc = plan_catalog_load(catalog);
+		if (rc)
+			return cli_fail("plan", "catalog", rc);
+	}
+	if (list) {
+		plan_catalog_print(stdout);
+		return 0;
+	}
+	if (!trace) {
+		fputs(plan_help, stderr);
+		return 2;
+	}
+	if (nodes < 1 || nodes > PLAN_MAX_NODES) {
+		fprintf(stderr, "kvtier plan: --nodes 1..%d\n", PLAN_MAX_NODES);
+		return 2;
+	}
+	struct plan_ctx *x = calloc(1, sizeof(*x));
+	if (!x)
+		return 1;
+	x->repeat = repeat;
+	x->model = plan_model_find(model);
+	x->gpu = plan_gpu_find(gpu);
+	x->tc[PLAN_T0] = plan_tier_find("dram");
+	x->tc[PLAN_T1] = plan_tier_find("nvme");
+	x->tc[PLAN_TS] = plan_tier_find(shared_tier);
+	if (!x->model || !x->gpu || !x->tc[0] || !x->tc[1] || !x->tc[2]) {
+		fprintf(stderr, "kvtier plan: unknown %s (kvtier plan --list)\n",
+			!x->model ? "model" : !x->gpu ? "gpu" : "tier");
+		free(x);
+		return 2;
+	}
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	if (cli_read_file(trace, &buf, &len)) {
+		free(x);
+		return 1;
+	}
+	double t_parse = cli_now();
+	int rc = plan_trace_parse((const char *)buf, len, (enum plan_fmt)fmt, block_tokens, limit,
+				  &x->pt);
+	free(buf);
+	if (rc) {
+		free(x);
+		return cli_fail("plan", trace, rc);
+	}
+	t_parse = cli_now() - t_parse;
+	x->block_bytes = plan_kv_bytes_per_token(x->model) * x->pt.block_tokens;
+
+	/* The cost of the trace with no cache, and its request rate. */
+	for (uint64_t q = 0; q < x->pt.t.nreq; q++)
+		x->base_gpu_s += plan_prefill_s(x->model, x->gpu, 0, x->pt.in_len[q]);
+	double dur = x->pt.t.nreq ? x->pt.arrive_s[x->pt.t.nreq - 1] : 0;
+	if (dur <= 0)
+		dur = 3600; /* no timestamps: assume the trace spans an hour */
+	x->req_per_month = (double)x->pt.t.nreq / dur * 30 * 86400;
+	{
+		struct plan_req_hit *ph = calloc(x->pt.t.nreq + 1, sizeof(*ph));
+		double *tt = malloc((x->pt.t.nreq + 1) * sizeof(double));
+		struct cfg_out nc = {0};
+		if (ph && tt) {
+			evaluate(x, &nc, ph, tt);
+			x->base_ttft_p90 = nc.ttft_p90;
+		}
+		free(ph);
+		free(tt);
+	}
+
+	/* The grid. */
+	uint64_t c0[MAX_LIST], c1[MAX_LIST], cs[MAX_LIST];
+	int n0, n1, ns;
+	if (parse_caps(dram, x->block_bytes, c0, &n0) || parse_caps(nvme, x->block_bytes, c1, &n1) ||
+	    parse_caps(shared, x->block_bytes, cs, &ns)) {
+		fprintf(stderr, "kvtier plan: a capacity list is a comma list of blocks, 5k, 64GiB or inf\n");
+		plan_trace_free(&x->pt);
+		free(x);
+		return 2;
+	}
+	char pbuf[256], abuf[256];
+	snprintf(pbuf, sizeof(pbuf), "%s", policy);
+	snprintf(abuf, sizeof(abuf), "%s", admit);
+	char *pols[8], *adms[16];
+	int np = split(pbuf, pols, 8), na = split(abuf, adms, 16);
+	struct kvt_admit_conf ac[16];
+	for (int i = 0; i < na; i++)
+		if (parse_admit(adms[i], &ac[i])) {
+			fprintf(stderr, "kvtier plan: unknown admission rule %s\n", adms[i]);
+			plan_trace_free(&x->pt);
+			free(x);
+			return 2;
+		}
+	size_t maxcfg = (size_t)np * (size_t)na * (size_t)n0 * (size_t)n1 * (size_t)ns;
+	x->cfg = calloc(maxcfg ? maxcfg : 1, sizeof(*x->cfg));
+	if (!x->cfg) {
+		plan_trace_free(&x->pt);
+		free(x);
+		return 1;
+	}
+	for (int p = 0; p < np; p++) {
+		enum kvt_evict_kind kind;
+		if (!strcmp(pols[p], "lru"))
+			kind = KVT_EVICT_LRU;
+		else if (!strcmp(pols[p], "s3fifo"))
+			kind = KVT_EVICT_S3FIFO;
+		else {
+			fprintf(stderr, "kvtier plan: unknown policy %s (lru, s3fifo)\n", pols[p]);
+			plan_trace_free(&x->pt);
+			free(x->cfg);
+			free(x);
+			return 2;
+		}
+		for (int a = 0; a < na; a++)
+			for (int s = 0; s < ns; s++)
+				for (int j = 0; j < n1; j++)
+					for (int i = 0; i < n0; i++) {
+						/* Admission filters guard the slower tiers; with
+						 * none below T0 it has nothing to guard. */
+						if (ac[a].rules && !c1[j] && !cs[s] && a > 0)
+							continue;
+						struct cfg_out *o = &x->cfg[x->ncfg++];
+						o->conf.kind = kind;
+						o->conf.nodes = nodes;
+						o->conf.route = route;
+						o->conf.tier[PLAN_T0].capacity = c0[i] ? c0[i] : 1;
+						o->conf.tier[PLAN_T1].capacity = c1[j];
+						o->conf.tier[PLAN_TS].capacity = cs[s];
+						o->conf.tier[PLAN_T1].admit = ac[a];
+						o->conf.tier[PLAN_TS].admit = ac[a];
+						o->admit_name = adms[a];
+					}
+	}
+
+	if (!threads) {
+		long nc = sysconf(_SC_NPROCESSORS_ONLN);
+		threads = nc > 0 ? (unsigned)nc : 1;
+	}
+	if (threads > 64)
+		threads = 64;
+	if (threads > x->ncfg)
+		threads = (unsigned)x->ncfg;
+	if (!threads)
+		threads = 1;
+	int tty = !quiet && isatty(2);
+	double t0 = cli_now();
+	pthread_t th[64];
+	unsigned started = 0;
+	for (unsigned i = 1; i < threads; i++)
+		if (pthread_create(&th[started], NULL, worker, x) == 0)
+			started++;
+	if (tty) {
+		/* The main thread reports progress; the workers simulate. */
+		while (atomic_load(&x->done) < x->ncfg) {
+			fprintf(stderr, "\rkvtier plan: %zu/%zu configurations, %.1f s",
+				(size_t)atomic_load(&x->done), x->ncfg, cli_now() - t0);
+			if (!started)
+				break;
+			struct timespec ts = {0, 100 * 1000 * 1000};
+			nanosleep(&ts, NULL);
+		}
+	}
+	worker(x); /* the main thread works too (or finishes alone) */
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	double wall = cli_now() - t0;
+	if (tty)
+		fprintf(stderr, "\rkvtier plan: %zu/%zu configurations, %.2f s\n", x->ncfg, x->ncfg,
+			wall);
+
+	double accesses = 0, sim_cpu = 0;
+	int failed = 0;
+	for (size_t i = 0; i < x->ncfg; i++) {
+		if (x->cfg[i].rc) {
+			failed = 1;
+			fprintf(stderr, "kvtier plan: configuration %zu: %s\n", i,
+				kvt_strerror(x->cfg[i].rc));
+			continue;
+		}
+		accesses += (double)x->cfg[i].r.blocks;
+		sim_cpu += x->cfg[i].sim_s;
+	}
+
+	/* Recommendation: the cheapest configuration meeting the targets; with
+	 * no target, the one that saves the most money net of its own cost. */
+	long best = -1;
+	const char *why;
+	char whybuf[160];
+	if (target_hit >= 0 || target_ttft >= 0) {
+		char hs[64] = "", ts[64] = "";
+		if (target_hit >= 0)
+			snprintf(hs, sizeof(hs), " token hit rate >= %.3g", target_hit);
+		if (target_ttft >= 0)
+			snprintf(ts, sizeof(ts), "%s TTFT p90 <= %.4g ms", target_hit >= 0 ? " and" : "",
+				 target_ttft);
+		snprintf(whybuf, sizeof(whybuf), "cheapest meeting%s%s", hs, ts);
+		why = whybuf;
+		for (size_t i = 0; i < x->ncfg; i++) {
+			const struct cfg_out *o = &x->cfg[i];
+			if (o->rc)
+				continue;
+			double hr = (double)o->r.hit_tokens / (double)(o->r.tokens ? o->r.tokens : 1);
+			if (target_hit >= 0 && hr < target_hit)
+				continue;
+			if (target_ttft >= 0 && o->ttft_p90 * 1e3 > target_ttft)
+				continue;
+			if (best < 0 || o->usd_month < x->cfg[best].usd_month)
+				best = (long)i;
+		}
+	} else {
+		why = "largest GPU saving net of tier cost";
+		for (size_t i = 0; i < x->ncfg; i++)
+			if (!x->cfg[i].rc && (best < 0 || x->cfg[i].usd_net_month > x->cfg[best].usd_net_month))
+				best = (long)i;
+	}
+
+	char *jbuf = NULL;
+	size_t jlen = 0;
+	FILE *jf = open_memstream(&jbuf, &jlen);
+	if (jf) {
+		write_json(x, trace, best, why, wall, accesses, sim_cpu, threads, jf);
+		fclose(jf);
+	}
+	if (json) {
+		fputs(jbuf ? jbuf : "{}\n", stdout);
+	} else if (csv) {
+		write_csv(x, stdout);
+	} else {
+		printf("trace %s: %s, %llu requests, %llu block references (%llu distinct), %u tokens/block, "
+		       "%.1f MiB of KV per block (%s)\n",
+		       trace, plan_fmt_name(x->pt.fmt), (unsigned long long)x->pt.t.nreq,
+		       (unsigned long long)x->pt.t.nblocks, (unsigned long long)x->pt.t.nids,
+		       x->pt.block_tokens, x->block_bytes / 1048576.0, x->model->name);
+		printf("capacities in blocks per node (shared: fleet-wide); %u node(s), %s routing; "
+		       "DRAM over NVMe exclusive, shared tier %s inclusive; model %s on %s\n\n",
+		       nodes, route == PLAN_ROUTE_AFFINITY ? "prefix-affinity" : "round-robin",
+		       x->tc[2]->name, x->model->name, x->gpu->name);
+		print_table(x, stdout);
+		if (best >= 0) {
+			const struct cfg_out *o = &x->cfg[best];
+			char a[24], b[24], c[24], s0[32], s1[32], s2[32];
+			kvt_fmt_size((uint64_t)(cap_blocks(x, o->conf.tier[0].capacity) * x->block_bytes), s0, sizeof(s0));
+			kvt_fmt_size((uint64_t)(cap_blocks(x, o->conf.tier[1].capacity) * x->block_bytes), s1, sizeof(s1));
+			kvt_fmt_size((uint64_t)(cap_blocks(x, o->conf.tier[2].capacity) * x->block_bytes), s2, sizeof(s2));
+			printf("\nrecommendation (%s): %s/%s, DRAM %s blocks (%s) per node, NVMe %s (%s), shared %s (%s): "
+			       "token hit %.1f%%, TTFT p90 %.1f ms (no cache %.1f ms), %.1f GPU-hours saved per million "
+			       "requests, tiers $%.0f/month, net $%.0f/month\n",
+			       why, pol_name(o->conf.kind), o->admit_name,
+			       cap_str(o->conf.tier[0].capacity, a, sizeof(a)), s0,
+			       cap_str(o->conf.tier[1].capacity, b, sizeof(b)), o->conf.tier[1].capacity ? s1 : "-",
+			       cap_str(o->conf.tier[2].capacity, c, sizeof(c)), o->conf.tier[2].capacity ? s2 : "-",
+			       100.0 * (double)o->r.hit_tokens / (double)(o->r.tokens ? o->r.tokens : 1),
+			       o->ttft_p90 * 1e3, x->base_ttft_p90 * 1e3, o->gpu_h_saved_per_m, o->usd_month, o->usd_net_month);
+		} else {
+			printf("\nrecommendation: no configuration of the grid meets the target\n");
+		}
+		printf("simulated %zu configurations (%.0f block accesses) in %.3f s on %u thread(s): "
+		       "%.1f M accesses/s per thread; trace parsed in %.3f s\n",
+		       x->ncfg, accesses, wall, threads, sim_cpu > 0 ? accesses / sim_cpu / 1e6 : 0,
+		       t_parse);
+	}
+	int rrc = failed;
+	if (report && write_report(x, report, trace, best, why, jbuf ? jbuf : "{}\n"))
+		rrc = 1;
+	else if (report && !json && !csv)
+		printf("report: %s/index.html\n", report);
+	free(jbuf);
+	free(x->cfg);
+	plan_trace_free(&x->pt);
+	free(x);
+	return rrc;
+}

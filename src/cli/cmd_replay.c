@@ -1,0 +1,440 @@
+/*
+ * cmd_replay.c — `kvtier replay`: drive a trace through a real store with
+ * real bytes and report what the tiers did.
+ *
+ * Each trace block becomes one chunk whose payload is --block-bytes long
+ * (a scaled-down stand-in for the model's real chunk, so a laptop can run a
+ * production trace).  Per request, in one thread, deterministically:
+ *   1. kvt_lookup of the whole chain: the prefix hit (changes nothing);
+ *   2. every block in prompt order: kvt_get (a hit refreshes it, or promotes
+ *      it from a lower tier) and, if missing, kvt_put of its bytes.
+ * That is the reference semantics of policy/replay.h ("present ones
+ * refreshed, missing ones inserted"), so with a DRAM tier that holds exactly
+ * N chunks (--dram-blocks N; the size is found by filling a scratch store,
+ * since the store may keep headroom its policy does not fill) the hit blocks
+ * equal those of `kvtier plan --dram N --policy lru` on the same trace.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "common/err.h"
+#include "plan/trace.h"
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+struct lat {
+	double *v;
+	size_t n, cap;
+	double sum;
+};
+
+static void lat_add(struct lat *l, double s)
+{
+	if (l->n == l->cap) {
+		size_t nc = l->cap ? l->cap * 2 : 4096;
+		double *p = realloc(l->v, nc * sizeof(*p));
+		if (!p)
+			return;
+		l->v = p;
+		l->cap = nc;
+	}
+	l->v[l->n++] = s;
+	l->sum += s;
+}
+
+static double lat_pct(struct lat *l, double p)
+{
+	if (!l->n)
+		return 0;
+	size_t i = (size_t)ceil(p * (double)l->n);
+	if (i)
+		i--;
+	return l->v[i < l->n ? i : l->n - 1];
+}
+
+static void block_key(kvt_key *k, uint64_t id)
+{
+	memset(k, 0, sizeof(*k));
+	/* The first 8 bytes name the block to the store's policies, as a
+	 * trace id names it to the planner's. */
+	memcpy(k->b, &id, sizeof(id));
+	memcpy(k->b + 24, "kvtrplay", 8);
+}
+
+
+/* Chunks a DRAM-only store of `kib` KiB holds, trying N+1 distinct puts. */
+static int dram_fit(const kvt_config *base, const kvt_ns_desc *d, uint64_t kib, uint64_t n,
+		    const uint8_t *data, uint64_t payload, uint64_t *fit)
+{
+	kvt_config *cfg = kvt_config_new();
+	char v[64];
+	int rc = 0;
+	(void)base;
+	snprintf(v, sizeof(v), "%lluKiB", (unsigned long long)kib);
+	if (!cfg)
+		return KVT_ENOMEM;
+	if ((rc = kvt_config_set(cfg, "dram_page_size", "4KiB")) ||
+	    (rc = kvt_config_set(cfg, "max_local_cpu_size", v)) ||
+	    (rc = kvt_config_set(cfg, "workers", "1"))) {
+		kvt_config_free(cfg);
+		return rc;
+	}
+	kvt_store *st = kvt_store_open(cfg, &rc);
+	kvt_config_free(cfg);
+	if (!st)
+		return rc;
+	kvt_ns ns;
+	if ((rc = kvt_ns_init(st, d, &ns))) {
+		kvt_store_close(st);
+		return rc;
+	}
+	kvt_key k;
+	for (uint64_t i = 0; i <= n && !rc; i++) {
+		block_key(&k, i);
+		rc = kvt_put(st, &ns, &k, data, payload, KVT_DUR_CACHED);
+	}
+	*fit = 0;
+	for (uint64_t i = 0; i <= n && !rc; i++) {
+		block_key(&k, i);
+		*fit += kvt_exists(st, &ns, &k) == 1;
+	}
+	kvt_store_close(st);
+	return rc;
+}
+
+/* The DRAM capacity (KiB) that holds exactly n chunks of `payload` bytes:
+ * found by trying, since the store may keep headroom that its policies do
+ * not fill.  The smallest capacity that holds n holds exactly n. */
+static int dram_calibrate(const kvt_ns_desc *d, uint64_t n, uint64_t payload, uint64_t *kib)
+{
+	uint8_t *data = calloc(1, payload);
+	if (!data)
+		return KVT_ENOMEM;
+	uint64_t per = (4096 + payload + 4095) / 4096 * 4; /* KiB per image */
+	uint64_t lo = n * per, hi = lo + lo / 8 + 1024, fit = 0;
+	if (lo < 1024)
+		lo = 1024;
+	int rc = dram_fit(NULL, d, hi, n, data, payload, &fit);
+	if (!rc && fit < n)
+		rc = kvt_err(KVT_EINVAL, "a DRAM tier of %llu KiB holds only %llu of %llu chunks",
+			     (unsigned long long)hi, (unsigned long long)fit, (unsigned long long)n);
+	while (!rc && lo < hi) {
+		uint64_t mid = lo + (hi - lo) / 2;
+		rc = dram_fit(NULL, d, mid, n, data, payload, &fit);
+		if (fit >= n)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	if (!rc)
+		rc = dram_fit(NULL, d, hi, n, data, payload, &fit);
+	if (!rc && fit != n)
+		rc = kvt_err(KVT_EINVAL, "no DRAM size holds exactly %llu chunks (%llu KiB holds %llu)",
+			     (unsigned long long)n, (unsigned long long)hi, (unsigned long long)fit);
+	free(data);
+	*kib = hi;
+	return rc;
+}
+
+static const char replay_help[] =
+	"usage: kvtier replay [options] TRACE\n\n"
+	"Drive TRACE through a real store (the tiers of --config/--set) with real bytes,\n"
+	"single-threaded and deterministic: per request a lookup of the chain, then a get\n"
+	"of every present block and a put of every missing one, in prompt order.\n\n"
+	"  --format F          auto|mooncake|bailian|tokens\n"
+	"  --block-tokens N    tokens per block (default: the format's)\n"
+	"  --block-bytes SIZE  payload of one chunk (default 64KiB): the scale-down\n"
+	"  --dram-blocks N     a DRAM tier of exactly N chunk images (4 KiB pages)\n"
+	"  --limit N           only the first N requests\n"
+	"  --pace X            follow the trace's clock at X times its speed (default:\n"
+	"                      as fast as possible)\n"
+	"  --json              machine output\n"
+	"  --config FILE, --set KEY=VALUE, --dir PATH   the store (see kvtier put --help)\n";
+
+int cmd_replay(int argc, char **argv)
+{
+	cli_common cc;
+	memset(&cc, 0, sizeof(cc));
+	const char *trace = NULL;
+	int fmt = PLAN_FMT_AUTO, json = 0;
+	uint32_t block_tokens = 0;
+	uint64_t limit = 0, dram_blocks = 0, block_bytes = 64 * 1024;
+	double pace = 0;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+		int r = cli_common_arg(&cc, argc, argv, &i);
+		if (r < 0)
+			return 2;
+		if (r > 0)
+			continue;
+#define VAL() do { if (!v) { fprintf(stderr, "kvtier replay: %s needs a value\n", a); return 2; } i++; } while (0)
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			fputs(replay_help, stdout);
+			return 0;
+		} else if (!strcmp(a, "--format")) {
+			VAL();
+			fmt = plan_fmt_parse(v);
+			if (fmt < 0) {
+				fprintf(stderr, "kvtier replay: unknown format %s\n", v);
+				return 2;
+			}
+		} else if (!strcmp(a, "--block-tokens")) { VAL(); block_tokens = (uint32_t)atoi(v);
+		} else if (!strcmp(a, "--block-bytes")) {
+			VAL();
+			char *end;
+			double n = strtod(v, &end);
+			double mul = !*end ? 1 : !strcasecmp(end, "KiB") ? 1024 : !strcasecmp(end, "MiB") ? 1048576 : 0;
+			if (n <= 0 || !mul) {
+				fprintf(stderr, "kvtier replay: --block-bytes 64KiB, 1MiB or a byte count\n");
+				return 2;
+			}
+			block_bytes = (uint64_t)(n * mul);
+		} else if (!strcmp(a, "--dram-blocks")) { VAL(); dram_blocks = strtoull(v, NULL, 10);
+		} else if (!strcmp(a, "--limit")) { VAL(); limit = strtoull(v, NULL, 10);
+		} else if (!strcmp(a, "--pace")) { VAL(); pace = atof(v);
+		} else if (!strcmp(a, "--json")) { json = 1;
+		} else if (a[0] == '-' && a[1]) {
+			fprintf(stderr, "kvtier replay: unknown option %s\n", a);
+			return 2;
+		} else {
+			trace = a;
+		}
+#undef VAL
+	}
+	if (!trace) {
+		fputs(replay_help, stderr);
+		return 2;
+	}
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	if (cli_read_file(trace, &buf, &len))
+		return 1;
+	struct plan_trace pt;
+	int rc = plan_trace_parse((const char *)buf, len, (enum plan_fmt)fmt, block_tokens, limit, &pt);
+	free(buf);
+	if (rc)
+		return cli_fail("replay", trace, rc);
+
+	/* The chunk: one layer, K and V, bf16, the trace's block of tokens;
+	 * head_dim sets the bytes.  Payload + the 4 KiB header is a whole
+	 * number of 4 KiB pages when the payload is. */
+	uint64_t per_tok = 2 * 2; /* K,V x bf16 per head_dim element */
+	uint64_t hd = block_bytes / (per_tok * pt.block_tokens);
+	if (hd < 1)
+		hd = 1;
+	kvt_ns_desc d;
+	memset(&d, 0, sizeof(d));
+	d.model = "kvtier-replay";
+	d.layout.num_layers = 1;
+	d.layout.num_kv_heads = 1;
+	d.layout.head_dim = (uint32_t)hd;
+	d.layout.dtype = KVT_DTYPE_BF16;
+	d.layout.kv_planes = 2;
+	d.layout.chunk_tokens = pt.block_tokens;
+	d.tp_size = 1;
+	d.pp_size = 1;
+	d.tenant = cc.tenant;
+
+	kvt_config *cfg = NULL;
+	if (cli_config(&cc, &cfg)) {
+		plan_trace_free(&pt);
+		return 1;
+	}
+	uint64_t payload = per_tok * hd * pt.block_tokens;
+	if (dram_blocks) {
+		char v[64];
+		uint64_t kib = 0;
+		double tc = cli_now();
+		rc = dram_calibrate(&d, dram_blocks, payload, &kib);
+		if (rc) {
+			kvt_config_free(cfg);
+			plan_trace_free(&pt);
+			return cli_fail("replay", "--dram-blocks", rc);
+		}
+		if (!json)
+			printf("DRAM of %llu KiB holds exactly %llu chunks (found in %.2f s)\n",
+			       (unsigned long long)kib, (unsigned long long)dram_blocks,
+			       cli_now() - tc);
+		snprintf(v, sizeof(v), "%lluKiB", (unsigned long long)kib);
+		if ((rc = kvt_config_set(cfg, "dram_page_size", "4KiB")) ||
+		    (rc = kvt_config_set(cfg, "max_local_cpu_size", v))) {
+			kvt_config_free(cfg);
+			plan_trace_free(&pt);
+			return cli_fail("replay", "--dram-blocks", rc);
+		}
+	}
+	kvt_store *st = kvt_store_open(cfg, &rc);
+	kvt_config_free(cfg);
+	if (!st) {
+		plan_trace_free(&pt);
+		return cli_fail("replay", "open the store", rc);
+	}
+	kvt_ns ns;
+	rc = kvt_ns_init(st, &d, &ns);
+	if (rc) {
+		kvt_store_close(st);
+		plan_trace_free(&pt);
+		return cli_fail("replay", "namespace", rc);
+	}
+	payload = kvt_layout_payload_bytes(&ns.layout);
+
+	uint64_t maxn = 0;
+	for (uint64_t q = 0; q < pt.t.nreq; q++)
+		if (pt.t.off[q + 1] - pt.t.off[q] > maxn)
+			maxn = pt.t.off[q + 1] - pt.t.off[q];
+	kvt_key *keys = calloc(maxn + 1, sizeof(*keys));
+	uint8_t *tiers = calloc(maxn + 1, 1);
+	uint8_t *data = malloc(payload), *back = malloc(payload);
+	struct lat l_lookup = {0}, l_get = {0}, l_put = {0};
+	uint64_t hit_blocks = 0, hit_tokens = 0, tokens = 0, blocks = 0, gets = 0, puts = 0,
+		 bad = 0, errors = 0;
+	if (!keys || !tiers || !data || !back) {
+		rc = KVT_ENOMEM;
+		goto out;
+	}
+	memset(data, 0x5a, payload);
+	double t_start = cli_now();
+	int tty = !json && isatty(2);
+	double next_progress = t_start + 0.5;
+	for (uint64_t q = 0; q < pt.t.nreq; q++) {
+		if (pace > 0) {
+			double due = t_start + pt.arrive_s[q] / pace, now = cli_now();
+			if (due > now) {
+				struct timespec ts = {(time_t)(due - now),
+						      (long)((due - now - floor(due - now)) * 1e9)};
+				nanosleep(&ts, NULL);
+			}
+		}
+		const uint32_t *b = pt.t.ids + pt.t.off[q];
+		uint64_t n = pt.t.off[q + 1] - pt.t.off[q];
+		for (uint64_t i = 0; i < n; i++)
+			block_key(&keys[i], b[i]);
+		kvt_lookup_result lr = {.tier = tiers};
+		double t0 = cli_now();
+		int h = kvt_lookup(st, &ns, keys, n, &lr);
+		lat_add(&l_lookup, cli_now() - t0);
+		if (h < 0) {
+			errors++;
+			h = 0;
+		}
+		hit_blocks += (uint64_t)h;
+		uint64_t ht = (uint64_t)h * pt.block_tokens;
+		hit_tokens += ht < pt.in_len[q] ? ht : pt.in_len[q];
+		tokens += pt.in_len[q];
+		blocks += n;
+		for (uint64_t i = 0; i < n; i++) {
+			size_t got = 0;
+			t0 = cli_now();
+			int g = kvt_get(st, &ns, &keys[i], back, payload, &got);
+			double dt = cli_now() - t0;
+			if (g == 0) {
+				lat_add(&l_get, dt);
+				gets++;
+				uint64_t id;
+				memcpy(&id, back, sizeof(id));
+				if (got != payload || id != b[i])
+					bad++;
+				continue;
+			}
+			if (g != KVT_ENOTFOUND)
+				errors++;
+			uint64_t id = b[i];
+			memcpy(data, &id, sizeof(id));
+			t0 = cli_now();
+			int p = kvt_put(st, &ns, &keys[i], data, payload, KVT_DUR_CACHED);
+			lat_add(&l_put, cli_now() - t0);
+			if (p == 0 || p == KVT_EEXIST)
+				puts++;
+			else
+				errors++;
+		}
+		if (tty && cli_now() > next_progress) {
+			next_progress = cli_now() + 0.5;
+			fprintf(stderr, "\rkvtier replay: %llu/%llu requests",
+				(unsigned long long)q + 1, (unsigned long long)pt.t.nreq);
+		}
+	}
+	double wall = cli_now() - t_start;
+	if (tty)
+		fprintf(stderr, "\r%60s\r", "");
+	qsort(l_lookup.v, l_lookup.n, sizeof(double), cmp_double);
+	qsort(l_get.v, l_get.n, sizeof(double), cmp_double);
+	qsort(l_put.v, l_put.n, sizeof(double), cmp_double);
+	double get_gbps = l_get.sum > 0 ? (double)gets * (double)payload / l_get.sum / 1e9 : 0;
+	double put_gbps = l_put.sum > 0 ? (double)puts * (double)payload / l_put.sum / 1e9 : 0;
+	int nt = kvt_store_tiers(st);
+	if (json) {
+		printf("{\"trace\":\"%s\",\"format\":\"%s\",\"requests\":%llu,\"blocks\":%llu,"
+		       "\"hit_blocks\":%llu,\"tokens\":%llu,\"hit_tokens\":%llu,\"block_tokens\":%u,"
+		       "\"payload_bytes\":%llu,\"gets\":%llu,\"puts\":%llu,\"bad\":%llu,\"errors\":%llu,"
+		       "\"wall_seconds\":%.6f,\"get_gbps\":%.3f,\"put_gbps\":%.3f,"
+		       "\"lookup_us\":{\"p50\":%.2f,\"p99\":%.2f},\"get_us\":{\"p50\":%.2f,\"p99\":%.2f},"
+		       "\"put_us\":{\"p50\":%.2f,\"p99\":%.2f},\"tiers\":[",
+		       trace, plan_fmt_name(pt.fmt), (unsigned long long)pt.t.nreq,
+		       (unsigned long long)blocks, (unsigned long long)hit_blocks,
+		       (unsigned long long)tokens, (unsigned long long)hit_tokens, pt.block_tokens,
+		       (unsigned long long)payload, (unsigned long long)gets, (unsigned long long)puts,
+		       (unsigned long long)bad, (unsigned long long)errors, wall, get_gbps, put_gbps,
+		       lat_pct(&l_lookup, .5) * 1e6, lat_pct(&l_lookup, .99) * 1e6,
+		       lat_pct(&l_get, .5) * 1e6, lat_pct(&l_get, .99) * 1e6,
+		       lat_pct(&l_put, .5) * 1e6, lat_pct(&l_put, .99) * 1e6);
+	} else {
+		printf("trace %s: %llu requests, %llu blocks of %u tokens, %llu-byte chunks\n",
+		       trace, (unsigned long long)pt.t.nreq, (unsigned long long)blocks,
+		       pt.block_tokens, (unsigned long long)payload);
+		printf("prefix hits: %llu blocks (%.2f%%), %.2f%% of tokens\n",
+		       (unsigned long long)hit_blocks,
+		       100.0 * (double)hit_blocks / (double)(blocks ? blocks : 1),
+		       100.0 * (double)hit_tokens / (double)(tokens ? tokens : 1));
+		printf("lookup p50 %.1f us p99 %.1f us; get p50 %.1f us p99 %.1f us (%.2f GB/s while loading); "
+		       "put p50 %.1f us p99 %.1f us (%.2f GB/s while storing); %.2f s in all\n",
+		       lat_pct(&l_lookup, .5) * 1e6, lat_pct(&l_lookup, .99) * 1e6,
+		       lat_pct(&l_get, .5) * 1e6, lat_pct(&l_get, .99) * 1e6, get_gbps,
+		       lat_pct(&l_put, .5) * 1e6, lat_pct(&l_put, .99) * 1e6, put_gbps, wall);
+		printf("%-6s %10s %10s %10s %12s %12s %10s\n", "tier", "hits", "misses", "puts",
+		       "bytes_in", "bytes_out", "evictions");
+	}
+	for (int k = 0; k < nt; k++) {
+		kvt_tier_stats ts;
+		if (kvt_store_stats(st, k, &ts))
+			continue;
+		if (json)
+			printf("%s{\"name\":\"%s\",\"hits\":%llu,\"misses\":%llu,\"puts\":%llu,"
+			       "\"bytes_in\":%llu,\"bytes_out\":%llu,\"evictions\":%llu,\"chunks\":%llu}",
+			       k ? "," : "", ts.name, (unsigned long long)ts.hits,
+			       (unsigned long long)ts.misses, (unsigned long long)ts.puts,
+			       (unsigned long long)ts.bytes_in, (unsigned long long)ts.bytes_out,
+			       (unsigned long long)ts.evictions, (unsigned long long)ts.chunks);
+		else
+			printf("%-6s %10llu %10llu %10llu %12llu %12llu %10llu\n", ts.name,
+			       (unsigned long long)ts.hits, (unsigned long long)ts.misses,
+			       (unsigned long long)ts.puts, (unsigned long long)ts.bytes_in,
+			       (unsigned long long)ts.bytes_out, (unsigned long long)ts.evictions);
+	}
+	if (json)
+		printf("]}\n");
+	if (bad || errors)
+		fprintf(stderr, "kvtier replay: %llu chunks came back wrong, %llu calls failed\n",
+			(unsigned long long)bad, (unsigned long long)errors);
+	rc = bad || errors;
+out:
+	free(keys);
+	free(tiers);
+	free(data);
+	free(back);
+	free(l_lookup.v);
+	free(l_get.v);
+	free(l_put.v);
+	kvt_store_close(st);
+	plan_trace_free(&pt);
+	return rc < 0 ? cli_fail("replay", "replay", rc) : rc;
+}

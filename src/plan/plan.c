@@ -1,0 +1,237 @@
+/*
+ * plan.c — the fleet simulator (plan.h).
+ */
+#include "plan/plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+
+struct sim;
+
+struct node {
+	struct sim *s;
+	kvt_evict *ev[2];   /* local T0, T1 */
+};
+
+struct sim {
+	const struct plan_trace *pt;
+	const struct plan_conf *c;
+	struct plan_result *r;
+	struct node *nodes;
+	kvt_admit *ad[PLAN_NT];  /* one filter per tier kind, fleet-wide */
+	kvt_evict *shared;
+	int has1;
+	int err;
+};
+
+/* Offer a block to policy `e` of tier slot `k` through its filter.  1 if
+ * inserted. */
+static int offer(struct sim *s, kvt_evict *e, unsigned k, uint32_t id)
+{
+	if (s->ad[k]) {
+		struct kvt_admit_query q = {.id = id, .pos = s->pt->t.pos[id]};
+		if (kvt_evict_used(e) + 1 > kvt_evict_capacity(e))
+			q.has_victim = kvt_evict_peek_victim(e, &q.victim) == 0;
+		if (!kvt_admit_check(s->ad[k], &q)) {
+			s->r->rejects[k]++;
+			return 0;
+		}
+	}
+	int rc = kvt_evict_insert(e, id, 1);
+	if (rc == 0) {
+		s->r->inserts[k]++;
+		return 1;
+	}
+	if (rc != KVT_EEXIST && !s->err)
+		s->err = rc;
+	return 0;
+}
+
+/* A block leaving the node's last local tier: keep it in S. */
+static void to_shared(struct sim *s, uint64_t id)
+{
+	if (s->shared && !kvt_evict_contains(s->shared, id))
+		offer(s, s->shared, PLAN_TS, (uint32_t)id);
+}
+
+static void t0_victim(void *arg, uint64_t id, uint64_t size)
+{
+	struct node *n = arg;
+	struct sim *s = n->s;
+	(void)size;
+	if (n->ev[1]) {
+		if (!kvt_evict_contains(n->ev[1], id) && offer(s, n->ev[1], PLAN_T1, (uint32_t)id))
+			s->r->demotions++;
+		return;
+	}
+	to_shared(s, id);
+}
+
+static void t1_victim(void *arg, uint64_t id, uint64_t size)
+{
+	struct node *n = arg;
+	(void)size;
+	to_shared(n->s, id);
+}
+
+static int make_evict(const struct plan_trace *pt, enum kvt_evict_kind kind, uint64_t cap,
+		      kvt_evict_victim_fn fn, void *arg, kvt_evict **out)
+{
+	uint64_t expect = cap;
+	if (cap == PLAN_UNBOUNDED || cap > pt->t.nids) {
+		cap = pt->t.nids ? pt->t.nids : 1; /* holds every block: unbounded */
+		/* The policy sizes its table at 4x the hint and grows it past
+		 * half full; every distinct block fits at half the hint, and
+		 * a table half the size is half the memory to clear and to
+		 * miss in the cache. */
+		expect = cap / 2 + 1;
+	}
+	struct kvt_evict_conf ec = {
+		.kind = kind,
+		.capacity = cap,
+		.expected_objects = expect,
+		.on_victim = fn,
+		.victim_arg = arg,
+	};
+	return kvt_evict_create(&ec, out);
+}
+
+/* Leading blocks of b[0..n) held by node `nd`'s local tiers. */
+static uint64_t local_prefix(const struct node *nd, const uint32_t *b, uint64_t n)
+{
+	uint64_t i = 0;
+	for (; i < n; i++)
+		if (!kvt_evict_contains(nd->ev[0], b[i]) &&
+		    !(nd->ev[1] && kvt_evict_contains(nd->ev[1], b[i])))
+			break;
+	return i;
+}
+
+int plan_sim_run(const struct plan_trace *pt, const struct plan_conf *c,
+		 struct plan_result *r, struct plan_req_hit *per_req)
+{
+	memset(r, 0, sizeof(*r));
+	if (c->nodes < 1 || c->nodes > PLAN_MAX_NODES || !c->tier[PLAN_T0].capacity)
+		return kvt_err(KVT_EINVAL, "plan: %u nodes, T0 of %llu blocks", c->nodes,
+			       (unsigned long long)c->tier[PLAN_T0].capacity);
+	struct sim s = {.pt = pt, .c = c, .r = r};
+	s.has1 = c->tier[PLAN_T1].capacity != 0;
+	s.nodes = calloc(c->nodes, sizeof(*s.nodes));
+	int rc = s.nodes ? 0 : KVT_ENOMEM;
+	for (unsigned i = 0; !rc && i < c->nodes; i++) {
+		struct node *nd = &s.nodes[i];
+		nd->s = &s;
+		rc = make_evict(pt, c->kind, c->tier[PLAN_T0].capacity, t0_victim, nd, &nd->ev[0]);
+		if (!rc && s.has1)
+			rc = make_evict(pt, c->kind, c->tier[PLAN_T1].capacity, t1_victim, nd,
+					&nd->ev[1]);
+	}
+	if (!rc && c->tier[PLAN_TS].capacity)
+		rc = make_evict(pt, c->kind, c->tier[PLAN_TS].capacity, NULL, NULL, &s.shared);
+	for (unsigned k = 0; !rc && k < PLAN_NT; k++)
+		if (c->tier[k].capacity && c->tier[k].admit.rules)
+			rc = kvt_admit_create(&c->tier[k].admit, &s.ad[k]);
+
+	const struct kvt_trace *t = &pt->t;
+	uint64_t rr = 0;
+	int single = c->nodes == 1 && !s.has1 && !s.shared;
+	for (uint64_t q = 0; !rc && q < t->nreq; q++) {
+		const uint32_t *b = t->ids + t->off[q];
+		uint64_t n = t->off[q + 1] - t->off[q];
+		unsigned ni = (unsigned)(rr++ % c->nodes);
+		if (c->route == PLAN_ROUTE_AFFINITY && c->nodes > 1) {
+			uint64_t best = local_prefix(&s.nodes[ni], b, n);
+			for (unsigned j = 1; j < c->nodes && best < n; j++) {
+				unsigned cand = (ni + j) % c->nodes;
+				uint64_t h = local_prefix(&s.nodes[cand], b, n);
+				if (h > best) {
+					best = h;
+					ni = cand;
+				}
+			}
+		}
+		struct node *nd = &s.nodes[ni];
+		uint64_t h[PLAN_NT] = {0, 0, 0};
+		if (single) {
+			/* One tier: until the first miss nothing is inserted, so
+			 * nothing is evicted, and a block's lookup during the
+			 * accesses answers exactly what it would have before
+			 * them.  So the hit prefix is counted in the same pass
+			 * (half the hash probes of the general path). */
+			for (uint64_t i = 0; s.ad[PLAN_T0] && i < n; i++)
+				kvt_admit_record(s.ad[PLAN_T0], b[i]);
+			uint64_t i = 0;
+			while (i < n && kvt_evict_lookup(nd->ev[0], b[i]))
+				i++;
+			h[PLAN_T0] = i;
+			for (; i < n && !s.err; i++)
+				if (!kvt_evict_lookup(nd->ev[0], b[i]))
+					offer(&s, nd->ev[0], PLAN_T0, b[i]);
+			goto tally;
+		}
+		for (uint64_t i = 0; i < n; i++) {
+			if (kvt_evict_contains(nd->ev[0], b[i]))
+				h[PLAN_T0]++;
+			else if (nd->ev[1] && kvt_evict_contains(nd->ev[1], b[i]))
+				h[PLAN_T1]++;
+			else if (s.shared && kvt_evict_contains(s.shared, b[i]))
+				h[PLAN_TS]++;
+			else
+				break;
+		}
+		for (unsigned k = 0; k < PLAN_NT; k++)
+			for (uint64_t i = 0; s.ad[k] && i < n; i++)
+				kvt_admit_record(s.ad[k], b[i]);
+		for (uint64_t i = 0; i < n && !s.err; i++) {
+			uint32_t id = b[i];
+			if (kvt_evict_lookup(nd->ev[0], id))
+				continue;
+			if (nd->ev[1] && kvt_evict_lookup(nd->ev[1], id)) {
+				/* Exclusive: out of T1 first, so T0's victims
+				 * may take its place there. */
+				kvt_evict_remove(nd->ev[1], id);
+				if (offer(&s, nd->ev[0], PLAN_T0, id))
+					r->promotions++;
+				else
+					offer(&s, nd->ev[1], PLAN_T1, id);
+				continue;
+			}
+			if (s.shared && kvt_evict_lookup(s.shared, id)) {
+				if (offer(&s, nd->ev[0], PLAN_T0, id))
+					r->promotions++;
+				else if (nd->ev[1])
+					offer(&s, nd->ev[1], PLAN_T1, id);
+				continue;
+			}
+			if (!offer(&s, nd->ev[0], PLAN_T0, id) && nd->ev[1])
+				offer(&s, nd->ev[1], PLAN_T1, id);
+			to_shared(&s, id);
+		}
+tally:;
+		uint64_t hit = h[0] + h[1] + h[2];
+		for (unsigned k = 0; k < PLAN_NT; k++)
+			r->hit_tier[k] += h[k];
+		r->hit_blocks += hit;
+		r->hit_tokens += plan_hit_tokens(pt, q, hit, n);
+		r->tokens += pt->in_len[q];
+		if (per_req) {
+			for (unsigned k = 0; k < PLAN_NT; k++)
+				per_req[q].hit[k] = (uint32_t)h[k];
+			per_req[q].node = ni;
+		}
+		r->blocks += n;
+		r->requests++;
+		rc = s.err;
+	}
+	for (unsigned i = 0; s.nodes && i < c->nodes; i++) {
+		kvt_evict_destroy(s.nodes[i].ev[0]);
+		kvt_evict_destroy(s.nodes[i].ev[1]);
+	}
+	free(s.nodes);
+	kvt_evict_destroy(s.shared);
+	for (unsigned k = 0; k < PLAN_NT; k++)
+		kvt_admit_destroy(s.ad[k]);
+	return rc;
+}

@@ -1,0 +1,58 @@
+/*
+ * trace.h — request traces for the capacity planner and the replay tool.
+ *
+ * A trace is a list of requests, each a list of prefix-block ids in prompt
+ * order plus what the cost model needs: arrival time, prompt and output
+ * lengths.  The block ids themselves come from policy/replay.h's parser
+ * (kvt_trace_parse_jsonl: dense renumbering in order of first appearance), so
+ * the planner, tools/policy_compare and the tests see the same ids.
+ *
+ * Formats (block size is a property of the trace):
+ *  - PLAN_FMT_MOONCAKE: Mooncake JSONL — timestamp (ms), input_length,
+ *    output_length, hash_ids of 512-token prefix blocks.
+ *  - PLAN_FMT_BAILIAN: Alibaba Qwen/Bailian JSONL — chat_id, parent_chat_id,
+ *    timestamp (s), turn, type, input_length, output_length, hash_ids of
+ *    16-token blocks.
+ *  - PLAN_FMT_TOKENS: one prompt per line as token ids (whitespace or comma
+ *    separated, optional [ ]), keyed with kvtier's own chain hash
+ *    (kvt_key_chain, SHA-256, chunk = block_tokens, default 256); the first
+ *    8 bytes of each key name the block.  Only whole chunks are keyed.
+ */
+#ifndef KVT_PLAN_TRACE_H
+#define KVT_PLAN_TRACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "policy/replay.h"
+
+enum plan_fmt {
+	PLAN_FMT_AUTO = 0,
+	PLAN_FMT_MOONCAKE = 1,
+	PLAN_FMT_BAILIAN = 2,
+	PLAN_FMT_TOKENS = 3,
+};
+
+struct plan_trace {
+	struct kvt_trace t;     /* block ids per request (policy/replay.h) */
+	enum plan_fmt fmt;
+	uint32_t block_tokens;  /* tokens per block */
+	double *arrive_s;       /* nreq: arrival, seconds from the first */
+	uint32_t *in_len;       /* nreq: prompt tokens */
+	uint32_t *out_len;      /* nreq: generated tokens (0 if unknown) */
+};
+
+/* "mooncake", "bailian", "tokens", "auto" -> enum; -1 if unknown. */
+int plan_fmt_parse(const char *s);
+const char *plan_fmt_name(enum plan_fmt f);
+
+/* Parse a trace held in memory.  fmt AUTO looks at the first line: chat_id
+ * means Bailian, hash_ids means Mooncake, else token ids.  block_tokens 0
+ * takes the format's own (512, 16, 256).  max_req > 0 keeps only the first
+ * max_req requests.  0 or a KVT_E* code (kvt_errmsg names the line); on
+ * success free with plan_trace_free. */
+int plan_trace_parse(const char *buf, size_t len, enum plan_fmt fmt,
+		     uint32_t block_tokens, uint64_t max_req, struct plan_trace *pt);
+void plan_trace_free(struct plan_trace *pt);
+
+#endif
