@@ -222,7 +222,10 @@ static kvt_tier *open_tier(const char *dir, uint64_t cap, kvt_io *io,
 			   int verify)
 {
 	kvt_fsdir_opts o = { .path = dir, .capacity = cap, .io = io,
-			     .verify_on_open = verify };
+			     .verify_on_open = verify,
+			     /* no background refresh: the fault tables count
+			      * calls, which a thread would make at random */
+			     .refresh_ms = -1 };
 	kvt_tier *t = NULL;
 	int rc = kvt_fsdir_open(&o, &t);
 

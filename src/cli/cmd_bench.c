@@ -19,6 +19,8 @@ int cmd_bench(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "dram"))
 		return bench_dram(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "sharedfs"))
+		return bench_sharedfs(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "nvme"))
 		return bench_nvme(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "s3"))

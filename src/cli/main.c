@@ -21,6 +21,7 @@ static const struct {
 	{ "inspect", cmd_inspect, "decode and verify an object file" },
 	{ "verify", cmd_verify, "check every chunk of every tier (fsck); --repair drops bad ones" },
 	{ "bench", cmd_bench, "benchmarks with ratios against a bound (dram, nvme)" },
+	{ "gc", cmd_gc, "garbage-collect a shared directory tier: byte budget and TTL, no coordinator" },
 	{ "plan", cmd_plan, "simulate a trace over tier sizes and policies; cost, TTFT, advice" },
 	{ "replay", cmd_replay, "drive a trace through a real store; hit rates, bytes, latency" },
 };

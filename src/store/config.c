@@ -39,6 +39,7 @@ kvt_config *kvt_config_new(void)
 	c->nvme_queue_depth = 16;
 	c->nvme_io_uring = 1;
 	c->max_shared_fs_size = 64 * GiB;
+	c->shared_fs_refresh_ms = 2000;
 	c->hash_scheme = KVT_HASH_SHA256;
 	c->workers = 4;
 	for (int i = 0; i < 4; i++) {
@@ -374,6 +375,27 @@ static int set_s3_refresh_s(kvt_config *c, const char *v)
 	return parse_u32(v, 0, 86400, &c->s3_refresh_s);
 }
 
+static int set_shared_fs_refresh_ms(kvt_config *c, const char *v)
+{
+	return parse_u32(v, 10, 3600000, &c->shared_fs_refresh_ms);
+}
+
+/* The key every node sharing a tier must hold: hex, 16..64 bytes. */
+static int set_object_auth_key(kvt_config *c, const char *v)
+{
+	if (!*v || !strcasecmp(v, "none") || !strcasecmp(v, "null")) {
+		c->object_auth_key_len = 0;
+		return 0;
+	}
+	if (hex_decode(v, c->object_auth_key, sizeof(c->object_auth_key),
+		       &c->object_auth_key_len) ||
+	    c->object_auth_key_len < 16) {
+		c->object_auth_key_len = 0;
+		return kvt_err(KVT_ECONFIG, "object_auth_key must be 32..128 hex digits (16..64 bytes)");
+	}
+	return 0;
+}
+
 static int set_nvme_queue_depth(kvt_config *c, const char *v)
 {
 	return parse_u32(v, 1, 4096, &c->nvme_queue_depth);
@@ -540,6 +562,8 @@ static const struct config_key {
 	TIER_KEYS(nvme),
 	TIER_KEYS(shared_fs),
 	TIER_KEYS(s3),
+	{ "shared_fs_refresh_ms", set_shared_fs_refresh_ms, "10..3600000" },
+	{ "object_auth_key", set_object_auth_key, "32..128 hex digits" },
 	{ "remote_url", set_remote_url, "s3://bucket[/prefix]" },
 	{ "max_remote_size", set_max_remote_size, "a size; bare numbers are GiB; 0 = unbounded" },
 	{ "s3_endpoint", set_s3_endpoint, "a URL, e.g. http://127.0.0.1:9000" },

@@ -44,6 +44,9 @@ struct kvt_config {
 	int nvme_io_uring;            /* 0: pread/pwrite even where io_uring works */
 	char shared_fs[KVT_PATH_MAX]; /* shared file system directory, "" = off */
 	uint64_t max_shared_fs_size;
+	uint32_t shared_fs_refresh_ms; /* staleness bound of other nodes' chunks */
+	uint8_t object_auth_key[64];   /* HMAC key for shared tiers' objects */
+	uint32_t object_auth_key_len;  /* 0 = objects are not authenticated */
 	/* S3: remote_url "s3://bucket/prefix" (LMCache's key), "" = off */
 	char s3_bucket[256];
 	char s3_prefix[512];

@@ -312,6 +312,9 @@ kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 		kvt_fsdir_opts o = {
 			.path = cfg->shared_fs,
 			.capacity = cfg->max_shared_fs_size,
+			.refresh_ms = (int)cfg->shared_fs_refresh_ms,
+			.auth_key = cfg->object_auth_key_len ? cfg->object_auth_key : NULL,
+			.auth_key_len = cfg->object_auth_key_len,
 		};
 		kvt_tier *t;
 		if ((rc = kvt_fsdir_open(&o, &t))) {
@@ -332,6 +335,8 @@ kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 			.part_bytes = cfg->s3_part_size,
 			.timeout_ms = (int)cfg->s3_timeout_ms,
 			.refresh_s = (int)cfg->s3_refresh_s,
+			.hmac_key = cfg->object_auth_key_len ? cfg->object_auth_key : NULL,
+			.hmac_key_len = cfg->object_auth_key_len,
 		};
 		kvt_tier *t;
 		if ((rc = kvt_s3_open(&o, &t))) {

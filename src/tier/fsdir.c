@@ -19,6 +19,16 @@
  *
  * Capacity covers published files plus the writes in flight (reserved at
  * put_begin), so temporaries never push the directory past it.
+ *
+ * Shared use (docs/SHAREDFS.md): a background thread refreshes the index
+ * from the directory in bounded slices (readdir; a header read per new
+ * name), so other nodes' chunks appear and collected ones disappear within
+ * a stated staleness bound; kvt_fsdir_gc is the coordinator-free collector.
+ * With an authentication key each file ends with a 32-byte HMAC-SHA-256
+ * tag (format/auth.h), outside the image, so the object format is
+ * unchanged.  Large images move through O_DIRECT where the file system
+ * takes it; buffers are pooled because faulting in a fresh 32 MiB buffer
+ * costs about as much as reading it.
  */
 #include "tier/fsdir.h"
 #include "tier/fanout.h"
@@ -31,12 +41,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include "common/err.h"
 #include "common/log.h"
+#include "format/auth.h"
 #include "format/object.h"
 
 #define FSDIR_ALIGN 4096u
@@ -53,12 +67,24 @@
 #define FSDIR_NAME_MAX 128u
 #define FSDIR_HEX 64
 #define FSDIR_TMP_TRIES 4
+/* Images at least this long go through O_DIRECT where it is supported:
+ * below it the page cache costs less than the alignment dance. */
+#define FSDIR_DIRECT_MIN (1u << 20)
+/* Image buffers kept for reuse after put and release: a fresh 32 MiB
+ * buffer costs 8192 page faults and zeroing, about as long as reading it
+ * from a fast file system. */
+#define FSDIR_POOL_SLOTS 8
+#define FSDIR_POOL_BYTES (256ull << 20)
+#define FSDIR_HUGE (2u << 20)
+#define FSDIR_REFRESH_MS 2000
+#define FSDIR_REFRESH_DIRS 4096u
 
 typedef struct fsdir_ent {
 	kvt_key key;
 	uint64_t len;     /* bytes of the file */
 	uint64_t gen;     /* unique per insertion */
 	int64_t touched;  /* CLOCK_MONOTONIC s of the last mtime refresh */
+	uint32_t seen;    /* refresh cycle that last found its file */
 	struct fsdir_ent *hnext;
 	struct fsdir_ent *newer, *older; /* LRU list */
 } fsdir_ent;
@@ -69,7 +95,32 @@ typedef struct fsdir {
 	char *root;
 	uint64_t capacity;
 	int verify_on_open;
+	int direct;         /* O_DIRECT for images >= FSDIR_DIRECT_MIN */
+	uint32_t taglen;    /* KVT_OBJ_AUTH_TAG_BYTES with a key, else 0 */
+	uint8_t *auth_key;
+	size_t auth_klen;
 	atomic_uint_fast64_t borrowed;
+
+	pthread_mutex_t pool_mu; /* guards the buffer pool */
+	struct { void *p; size_t cap; } pool[FSDIR_POOL_SLOTS];
+	int npool;
+	uint64_t pool_bytes;
+
+	/* Background refresh (see fsdir.h).  `rmu` guards stop and the
+	 * thread's wait; `scan_mu` serialises refresh slices (thread and
+	 * kvt_fsdir_refresh) and guards the cycle state below it. */
+	int refresh_ms;
+	uint32_t refresh_dirs;
+	pthread_t rthread;
+	int rthread_on, stop;
+	pthread_mutex_t rmu;
+	pthread_cond_t rcv;
+	pthread_mutex_t scan_mu;
+	uint16_t *leaves;   /* leaf directories (k0 << 8 | k1) of this cycle */
+	size_t nleaves, cursor;
+	int in_cycle, cycle_bad;
+	uint32_t epoch;     /* current cycle, stamped into entries it finds */
+	uint64_t cycle_gen; /* t->gen when the cycle began */
 	kvt_fanout durable; /* directories of the tree made durable */
 
 	pthread_mutex_t mu; /* guards everything below */
@@ -83,12 +134,15 @@ typedef struct fsdir {
 typedef struct fsdir_wbuf {
 	kvt_tier_wbuf w;
 	struct iovec iov;
+	uint64_t flen;      /* bytes reserved: the file, tag included */
+	size_t cap;         /* of the buffer */
 } fsdir_wbuf;
 
 typedef struct fsdir_rbuf {
 	kvt_tier_rbuf r;
 	struct iovec iov;
 	uint64_t gen;       /* the index entry it was read through */
+	size_t cap;         /* of the buffer */
 	struct stat st;     /* the file it was read from */
 } fsdir_rbuf;
 
@@ -310,6 +364,61 @@ static void fsdir_reap(fsdir *t, fsdir_ent *victims)
 	}
 }
 
+/* --- buffers --------------------------------------------------------------- */
+
+/* A buffer of at least `need` bytes rounded up to whole blocks (O_DIRECT
+ * moves whole blocks), 4 KiB aligned; *cap gets its size.  The pool's best
+ * fit if one is there, else a new one (2 MiB aligned and advised for huge
+ * pages when large, as the DRAM arena is).  NULL if memory is short. */
+static void *fsdir_buf_get(fsdir *t, uint64_t need, size_t *cap)
+{
+	size_t want = (size_t)((need + FSDIR_ALIGN - 1) &
+			       ~(uint64_t)(FSDIR_ALIGN - 1));
+	void *p = NULL;
+	int i, best = -1;
+
+	pthread_mutex_lock(&t->pool_mu);
+	for (i = 0; i < t->npool; i++)
+		if (t->pool[i].cap >= want && t->pool[i].cap <= 2 * want &&
+		    (best < 0 || t->pool[i].cap < t->pool[best].cap))
+			best = i;
+	if (best >= 0) {
+		p = t->pool[best].p;
+		*cap = t->pool[best].cap;
+		t->pool_bytes -= *cap;
+		t->pool[best] = t->pool[--t->npool];
+	}
+	pthread_mutex_unlock(&t->pool_mu);
+	if (p)
+		return p;
+	if (want >= FSDIR_HUGE) {
+		want = (want + FSDIR_HUGE - 1) & ~(size_t)(FSDIR_HUGE - 1);
+		if (posix_memalign(&p, FSDIR_HUGE, want))
+			return NULL;
+		(void)madvise(p, want, MADV_HUGEPAGE);
+	} else if (posix_memalign(&p, FSDIR_ALIGN, want)) {
+		return NULL;
+	}
+	*cap = want;
+	return p;
+}
+
+/* Give a buffer back: kept if the pool has room, else freed. */
+static void fsdir_buf_put(fsdir *t, void *p, size_t cap)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&t->pool_mu);
+	if (t->npool < FSDIR_POOL_SLOTS && t->pool_bytes + cap <= FSDIR_POOL_BYTES) {
+		t->pool[t->npool].p = p;
+		t->pool[t->npool++].cap = cap;
+		t->pool_bytes += cap;
+		p = NULL;
+	}
+	pthread_mutex_unlock(&t->pool_mu);
+	free(p);
+}
+
 /* --- writes --------------------------------------------------------------- */
 
 static int fsdir_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len,
@@ -319,14 +428,16 @@ static int fsdir_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len,
 	fsdir_ent *victims = NULL;
 	fsdir_wbuf *w;
 	void *buf = NULL;
-	uint64_t reserved;
+	uint64_t reserved, ilen = len;
 	int rc = 0;
 
 	*out = NULL;
-	if (len < KVT_OBJ_HEADER_BYTES || (uint64_t)(size_t)len != len)
+	if (len < KVT_OBJ_HEADER_BYTES || len > KVT_OBJ_HEADER_BYTES + KVT_OBJ_MAX_PAYLOAD ||
+	    (uint64_t)(size_t)(len + FSDIR_ALIGN) != len + FSDIR_ALIGN)
 		return kvt_err(KVT_EINVAL,
 			       "fsdir: an image of %llu bytes is not possible",
 			       (unsigned long long)len);
+	len += t->taglen; /* from here on: the file's length */
 	pthread_mutex_lock(&t->mu);
 	if (len > t->capacity) {
 		t->st.put_rejects++;
@@ -358,7 +469,7 @@ static int fsdir_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len,
 		return rc;
 
 	w = calloc(1, sizeof(*w));
-	if (!w || posix_memalign(&buf, FSDIR_ALIGN, (size_t)len)) {
+	if (!w || !(buf = fsdir_buf_get(t, len, &w->cap))) {
 		free(w);
 		pthread_mutex_lock(&t->mu);
 		t->reserved -= len;
@@ -367,9 +478,10 @@ static int fsdir_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len,
 			       (unsigned long long)len);
 	}
 	w->w.key = *key;
-	w->w.len = len;
+	w->w.len = ilen;
+	w->flen = len;
 	w->iov.iov_base = buf;
-	w->iov.iov_len = (size_t)len;
+	w->iov.iov_len = (size_t)ilen;
 	w->w.iov = &w->iov;
 	w->w.n_iov = 1;
 	*out = &w->w;
@@ -379,9 +491,9 @@ static int fsdir_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len,
 static void fsdir_wbuf_free(fsdir *t, fsdir_wbuf *w)
 {
 	pthread_mutex_lock(&t->mu);
-	t->reserved -= w->w.len;
+	t->reserved -= w->flen;
 	pthread_mutex_unlock(&t->mu);
-	free(w->iov.iov_base);
+	fsdir_buf_put(t, w->iov.iov_base, w->cap);
 	free(w);
 }
 
@@ -449,11 +561,28 @@ static int fsdir_write_tmp(fsdir *t, fsdir_wbuf *w, int durability,
 {
 	kvt_io *io = t->io;
 	const char *call;
-	int fd = -ENOENT, rc, i;
+	uint8_t *buf = w->iov.iov_base;
+	uint64_t flen = w->w.len + t->taglen, bulk;
+	int direct = t->direct && flen >= FSDIR_DIRECT_MIN;
+	int fd = -ENOENT, fd2 = -1, rc, i;
 
+	if (t->taglen) {
+		rc = kvt_obj_auth_sign(&w->iov, 1, t->auth_key, t->auth_klen,
+				       buf + w->w.len);
+		if (rc)
+			return rc;
+	}
 	for (i = 0; i < FSDIR_TMP_TRIES; i++) {
 		fsdir_tmp_path(t, &w->w.key, tmp);
-		fd = io->open(io, tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+		fd = io->open(io, tmp, O_WRONLY | O_CREAT | O_EXCL |
+			      (direct ? O_DIRECT : 0), 0644);
+		if (fd == -EINVAL && direct) {
+			/* Some file systems create the file and then refuse
+			 * O_DIRECT: drop it, write this one buffered. */
+			io->unlink(io, tmp);
+			direct = 0;
+			continue;
+		}
 		if (fd == -ENOENT) {
 			/* Someone removed tmp/ (a clean-up script): recreate
 			 * it, but never the root: a root that vanished is an
@@ -476,11 +605,32 @@ static int fsdir_write_tmp(fsdir *t, fsdir_wbuf *w, int durability,
 	if (fd < 0)
 		return kvt_err(fd, "fsdir: open %s: %s", tmp, kvt_strerror(fd));
 
+	/* O_DIRECT moves whole blocks: the bulk goes direct, the unaligned
+	 * tail (< 4 KiB: the tag, a short last layer) through a second,
+	 * buffered descriptor. */
+	bulk = direct ? flen & ~(uint64_t)(FSDIR_ALIGN - 1) : flen;
 	call = "pwrite";
-	rc = kvt_io_pwrite_all(io, fd, w->iov.iov_base, w->iov.iov_len, 0);
+	rc = kvt_io_pwrite_all(io, fd, buf, (size_t)bulk, 0);
+	if (!rc && bulk < flen) {
+		call = "open (tail)";
+		fd2 = io->open(io, tmp, O_WRONLY, 0);
+		rc = fd2 < 0 ? fd2 : 0;
+		if (!rc) {
+			call = "pwrite";
+			rc = kvt_io_pwrite_all(io, fd2, buf + bulk,
+					       (size_t)(flen - bulk), (off_t)bulk);
+		}
+	}
 	if (!rc && durability == KVT_DUR_POWER_SAFE) {
-		call = "fsync";
-		rc = io->fsync(io, fd);
+		call = "fsync"; /* either descriptor flushes the whole file */
+		rc = io->fsync(io, fd2 >= 0 ? fd2 : fd);
+	}
+	if (fd2 >= 0) {
+		i = io->close(io, fd2);
+		if (!rc && i) {
+			call = "close";
+			rc = i;
+		}
 	}
 	i = io->close(io, fd);
 	if (!rc && i) {
@@ -525,7 +675,7 @@ static int fsdir_put_commit(kvt_tier *tt, kvt_tier_wbuf *ww, int durability)
 	fsdir_wbuf *w = (fsdir_wbuf *)ww;
 	char tmp[PATH_MAX], fin[PATH_MAX];
 	fsdir_ent *e = NULL, *old, *victims = NULL;
-	uint64_t len = w->w.len;
+	uint64_t len = w->flen;
 	int rc, rc2;
 
 	if (durability < KVT_DUR_CACHED || durability > KVT_DUR_POWER_SAFE) {
@@ -583,7 +733,7 @@ static int fsdir_put_commit(kvt_tier *tt, kvt_tier_wbuf *ww, int durability)
 	e->touched = fsdir_mono_s();
 	pthread_mutex_lock(&t->mu);
 	t->reserved -= len;
-	w->w.len = 0; /* reservation released here, not in fsdir_wbuf_free */
+	w->flen = 0; /* reservation released here, not in fsdir_wbuf_free */
 	old = fsdir_find(t, &e->key);
 	if (old) /* a concurrent loser adopted our file first */
 		fsdir_remove(t, old);
@@ -639,6 +789,48 @@ static void fsdir_drop_bad(fsdir *t, const kvt_key *key, uint64_t gen,
 		t->io->unlink(t->io, path);
 }
 
+/* Read the whole file (`size` bytes) into `buf` (rounded up to whole
+ * blocks).  Through O_DIRECT the last read asks for the whole last block
+ * and comes back short at the end of the file. */
+static int fsdir_read_all(fsdir *t, int fd, int direct, uint8_t *buf,
+			  uint64_t size)
+{
+	uint64_t cap = (size + FSDIR_ALIGN - 1) & ~(uint64_t)(FSDIR_ALIGN - 1);
+	uint64_t off = 0;
+
+	if (!direct)
+		return kvt_io_pread_all(t->io, fd, buf, (size_t)size, 0);
+	while (off < size) {
+		ssize_t n = t->io->pread(t->io, fd, buf + off, (size_t)(cap - off),
+					 (off_t)off);
+		if (n < 0)
+			return (int)n;
+		if (n == 0)
+			return -ENODATA;
+		off += (uint64_t)n;
+		if (off < size && (off & (FSDIR_ALIGN - 1)))
+			return -ENODATA; /* a short block before the end */
+	}
+	return 0;
+}
+
+/* Open a published file for reading, through O_DIRECT when the tier uses
+ * it for a file of `len` bytes and this file accepts it. */
+static int fsdir_open_read(fsdir *t, const char *path, uint64_t len,
+			   int *direct)
+{
+	int fd;
+
+	*direct = t->direct && len >= FSDIR_DIRECT_MIN;
+	if (*direct) {
+		fd = t->io->open(t->io, path, O_RDONLY | O_DIRECT, 0);
+		if (fd != -EINVAL)
+			return fd;
+		*direct = 0;
+	}
+	return t->io->open(t->io, path, O_RDONLY, 0);
+}
+
 static int fsdir_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 {
 	fsdir *t = (fsdir *)tt;
@@ -647,10 +839,11 @@ static int fsdir_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 	fsdir_rbuf *r = NULL;
 	fsdir_ent *e;
 	struct stat st;
-	uint64_t gen, size;
+	uint64_t gen, size, elen;
 	int64_t now = fsdir_mono_s();
 	void *buf = NULL;
-	int fd, rc, touch = 0;
+	int fd, rc, touch = 0, direct;
+	size_t cap = 0;
 
 	*out = NULL;
 	pthread_mutex_lock(&t->mu);
@@ -661,6 +854,7 @@ static int fsdir_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 		return KVT_ENOTFOUND;
 	}
 	gen = e->gen;
+	elen = e->len;
 	fsdir_lru_unlink(t, e);
 	fsdir_lru_push(t, e);
 	if (now - e->touched >= FSDIR_TOUCH_INTERVAL_S) {
@@ -670,7 +864,7 @@ static int fsdir_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 	pthread_mutex_unlock(&t->mu);
 
 	fsdir_final_path(t, key, path);
-	fd = t->io->open(t->io, path, O_RDONLY, 0);
+	fd = fsdir_open_read(t, path, elen, &direct);
 	if (fd == -ENOENT) {
 		/* Removed behind our back (another node's GC): a miss. */
 		fsdir_drop_bad(t, key, gen, path, NULL, 0);
@@ -684,21 +878,21 @@ static int fsdir_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 		return kvt_err(rc, "fsdir: fstat %s: %s", path, kvt_strerror(rc));
 	}
 	size = (uint64_t)st.st_size;
-	if (size < KVT_OBJ_HEADER_BYTES ||
-	    size > KVT_OBJ_HEADER_BYTES + KVT_OBJ_MAX_PAYLOAD ||
-	    (uint64_t)(size_t)size != size) {
+	if (size < KVT_OBJ_HEADER_BYTES + t->taglen ||
+	    size > KVT_OBJ_HEADER_BYTES + KVT_OBJ_MAX_PAYLOAD + t->taglen ||
+	    (uint64_t)(size_t)(size + FSDIR_ALIGN) != size + FSDIR_ALIGN) {
 		t->io->close(t->io, fd);
 		snprintf(why, sizeof(why), "file is %llu bytes",
 			 (unsigned long long)size);
 		goto bad;
 	}
 	r = calloc(1, sizeof(*r));
-	if (!r || posix_memalign(&buf, FSDIR_ALIGN, (size_t)size)) {
+	if (!r || !(buf = fsdir_buf_get(t, size, &cap))) {
 		t->io->close(t->io, fd);
 		free(r);
 		return kvt_err(KVT_ENOMEM, "fsdir: no memory to read %s", path);
 	}
-	rc = kvt_io_pread_all(t->io, fd, buf, (size_t)size, 0);
+	rc = fsdir_read_all(t, fd, direct, buf, size);
 	t->io->close(t->io, fd);
 	if (rc == -ENODATA) {
 		snprintf(why, sizeof(why), "file shrank while read");
@@ -706,7 +900,7 @@ static int fsdir_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 	}
 	if (rc) {
 		/* A failing medium, not a bad object: report, keep the entry. */
-		free(buf);
+		fsdir_buf_put(t, buf, cap);
 		free(r);
 		return kvt_err(rc, "fsdir: pread %s: %s", path, kvt_strerror(rc));
 	}
@@ -720,11 +914,27 @@ static int fsdir_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 		snprintf(why, sizeof(why), "header names another key");
 		goto bad;
 	}
-	if ((uint64_t)h.header_len + h.payload_len != size) {
-		snprintf(why, sizeof(why), "file is %llu bytes, header says %llu",
+	if ((uint64_t)h.header_len + h.payload_len + t->taglen != size) {
+		snprintf(why, sizeof(why), "file is %llu bytes, header says %llu%s",
 			 (unsigned long long)size,
-			 (unsigned long long)h.header_len + h.payload_len);
+			 (unsigned long long)h.header_len + h.payload_len,
+			 t->taglen ? " + a 32-byte tag" : "");
 		goto bad;
+	}
+	if (t->taglen) {
+		struct iovec img = { buf, (size_t)(size - t->taglen) };
+		rc = kvt_obj_auth_verify(&img, 1, t->auth_key, t->auth_klen,
+					 (uint8_t *)buf + img.iov_len);
+		if (rc == KVT_ECORRUPT) {
+			snprintf(why, sizeof(why), "HMAC tag does not verify");
+			goto bad;
+		}
+		if (rc) {
+			/* OpenSSL failed, not the object: keep it. */
+			fsdir_buf_put(t, buf, cap);
+			free(r);
+			return rc;
+		}
 	}
 
 	pthread_mutex_lock(&t->mu);
@@ -744,19 +954,20 @@ static int fsdir_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 		(void)t->io->stat(t->io, path, &st);
 
 	r->r.key = *key;
-	r->r.len = size;
+	r->r.len = size - t->taglen;
 	r->iov.iov_base = buf;
-	r->iov.iov_len = (size_t)size;
+	r->iov.iov_len = (size_t)(size - t->taglen);
 	r->r.iov = &r->iov;
 	r->r.n_iov = 1;
 	r->gen = gen;
+	r->cap = cap;
 	r->st = st;
 	atomic_fetch_add(&t->borrowed, 1);
 	*out = &r->r;
 	return 0;
 
 bad:
-	free(buf);
+	fsdir_buf_put(t, buf, cap);
 	free(r);
 	fsdir_drop_bad(t, key, gen, path, &st, 1);
 	kvt_log(KVT_LOG_WARN, "fsdir: dropping %s: %s", path, why);
@@ -770,7 +981,7 @@ static void fsdir_release(kvt_tier *tt, kvt_tier_rbuf *rr)
 
 	if (!r)
 		return;
-	free(r->iov.iov_base);
+	fsdir_buf_put(t, r->iov.iov_base, r->cap);
 	free(r);
 	atomic_fetch_sub(&t->borrowed, 1);
 }
@@ -889,14 +1100,35 @@ static void fsdir_free(fsdir *t)
 	}
 	free(t->buckets);
 	free(t->root);
+	free(t->leaves);
+	while (t->npool > 0)
+		free(t->pool[--t->npool].p);
+	if (t->auth_key) {
+		OPENSSL_cleanse(t->auth_key, t->auth_klen);
+		free(t->auth_key);
+	}
 	pthread_mutex_destroy(&t->mu);
+	pthread_mutex_destroy(&t->rmu);
+	pthread_mutex_destroy(&t->scan_mu);
+	pthread_mutex_destroy(&t->pool_mu);
+	pthread_cond_destroy(&t->rcv);
 	free(t);
 }
 
 static void fsdir_close(kvt_tier *tt)
 {
-	if (tt)
-		fsdir_free((fsdir *)tt);
+	fsdir *t = (fsdir *)tt;
+
+	if (!t)
+		return;
+	if (t->rthread_on) {
+		pthread_mutex_lock(&t->rmu);
+		t->stop = 1;
+		pthread_cond_signal(&t->rcv);
+		pthread_mutex_unlock(&t->rmu);
+		pthread_join(t->rthread, NULL);
+	}
+	fsdir_free(t);
 }
 
 static const struct kvt_tier_ops fsdir_ops = {
@@ -957,19 +1189,110 @@ static void fsdir_drop_file(fsdir_scan *s, const char *path,
 	s->t->st.corrupt++; /* open is single-threaded: no lock needed */
 }
 
+/* Check the published file `path` that should hold `key`: its length, its
+ * header (or, with `full`, every checksum and the tag too).  0 good (*st
+ * holds its stat), 1 bad (`why` says why), or a negated errno for a file
+ * that could not be read, which is not proven bad (-ENOENT: gone). */
+static int fsdir_check(fsdir *t, const char *path, const kvt_key *key,
+		       int full, struct stat *st, char why[256])
+{
+	kvt_io *io = t->io;
+	kvt_obj_hdr h;
+	size_t want;
+	uint8_t *buf = NULL;
+	int fd, rc, direct;
+
+	fd = io->open(io, path, O_RDONLY, 0);
+	if (fd < 0) {
+		if (fd != -ENOENT)
+			kvt_log(KVT_LOG_WARN, "fsdir: skipping %s: open: %s",
+				path, kvt_strerror(fd));
+		return fd;
+	}
+	rc = io->fstat(io, fd, st);
+	if (rc) {
+		kvt_log(KVT_LOG_WARN, "fsdir: skipping %s: fstat: %s", path,
+			kvt_strerror(rc));
+		goto out;
+	}
+	if ((uint64_t)st->st_size < KVT_OBJ_HEADER_BYTES + t->taglen ||
+	    (uint64_t)st->st_size > KVT_OBJ_HEADER_BYTES + KVT_OBJ_MAX_PAYLOAD +
+					t->taglen) {
+		snprintf(why, 256, "file is %llu bytes",
+			 (unsigned long long)st->st_size);
+		rc = 1;
+		goto out;
+	}
+	if (full && t->direct && (uint64_t)st->st_size >= FSDIR_DIRECT_MIN) {
+		io->close(io, fd);
+		fd = fsdir_open_read(t, path, (uint64_t)st->st_size, &direct);
+		if (fd < 0)
+			return fd;
+	} else {
+		direct = 0;
+	}
+	want = full ? (size_t)st->st_size : KVT_OBJ_HEADER_BYTES;
+	if (posix_memalign((void **)&buf, FSDIR_ALIGN,
+			   (want + FSDIR_ALIGN - 1) & ~(size_t)(FSDIR_ALIGN - 1))) {
+		rc = kvt_err(KVT_ENOMEM, "fsdir: no memory to read %s", path);
+		goto out;
+	}
+	rc = fsdir_read_all(t, fd, direct, buf, want);
+	if (rc == -ENODATA) {
+		snprintf(why, 256, "file shrank while read");
+		rc = 1;
+		goto out;
+	}
+	if (rc) {
+		kvt_log(KVT_LOG_WARN, "fsdir: skipping %s: pread: %s", path,
+			kvt_strerror(rc));
+		goto out;
+	}
+	rc = full ? kvt_obj_decode(buf, want - t->taglen, &h)
+		  : kvt_obj_hdr_decode(buf, want, &h);
+	if (rc) {
+		snprintf(why, 256, "%s (%s)", kvt_strerror(rc), kvt_errmsg());
+		rc = 1;
+		goto out;
+	}
+	if (memcmp(h.key.b, key->b, KVT_KEY_BYTES)) {
+		snprintf(why, 256, "header names another key");
+		rc = 1;
+		goto out;
+	}
+	if ((uint64_t)h.header_len + h.payload_len + t->taglen !=
+	    (uint64_t)st->st_size) {
+		snprintf(why, 256, "file is %llu bytes, header says %llu%s",
+			 (unsigned long long)st->st_size,
+			 (unsigned long long)h.header_len + h.payload_len,
+			 t->taglen ? " + a 32-byte tag" : "");
+		rc = 1;
+		goto out;
+	}
+	if (full && t->taglen) {
+		struct iovec img = { buf, want - t->taglen };
+		rc = kvt_obj_auth_verify(&img, 1, t->auth_key, t->auth_klen,
+					 buf + img.iov_len);
+		if (rc == KVT_ECORRUPT) {
+			snprintf(why, 256, "HMAC tag does not verify");
+			rc = 1;
+		}
+	}
+out:
+	free(buf);
+	io->close(io, fd);
+	return rc;
+}
+
 /* Check one published file; append it to s->found if good, drop it if bad.
  * I/O errors other than "gone" skip the file but keep it: an unreadable
  * file is not proven bad. */
 static void fsdir_scan_file(fsdir_scan *s, const char *name)
 {
-	kvt_io *io = s->t->io;
 	char path[PATH_MAX], why[256];
 	fsdir_found f;
-	kvt_obj_hdr h;
 	struct stat st;
-	size_t want;
-	uint8_t *buf = NULL;
-	int fd, rc;
+	int rc;
 
 	memset(&f, 0, sizeof(f));
 	if (snprintf(path, sizeof(path), "%s/%s", s->dir, name) >=
@@ -984,63 +1307,21 @@ static void fsdir_scan_file(fsdir_scan *s, const char *name)
 		fsdir_drop_file(s, path, "in the wrong fan-out directory");
 		return;
 	}
-	fd = io->open(io, path, O_RDONLY, 0);
-	if (fd < 0) {
-		if (fd != -ENOENT)
-			kvt_log(KVT_LOG_WARN, "fsdir: skipping %s: open: %s",
-				path, kvt_strerror(fd));
+	rc = fsdir_check(s->t, path, &f.key, s->t->verify_on_open, &st, why);
+	if (rc == 1) {
+		fsdir_drop_file(s, path, why);
 		return;
 	}
-	rc = io->fstat(io, fd, &st);
-	if (rc) {
-		kvt_log(KVT_LOG_WARN, "fsdir: skipping %s: fstat: %s", path,
-			kvt_strerror(rc));
-		goto out;
-	}
-	if ((uint64_t)st.st_size < KVT_OBJ_HEADER_BYTES ||
-	    (uint64_t)st.st_size > KVT_OBJ_HEADER_BYTES + KVT_OBJ_MAX_PAYLOAD) {
-		snprintf(why, sizeof(why), "file is %llu bytes",
-			 (unsigned long long)st.st_size);
-		goto bad;
-	}
-	want = s->t->verify_on_open ? (size_t)st.st_size : KVT_OBJ_HEADER_BYTES;
-	if (posix_memalign((void **)&buf, FSDIR_ALIGN, want)) {
-		s->err = kvt_err(KVT_ENOMEM, "fsdir: no memory to read %s", path);
-		goto out;
-	}
-	rc = kvt_io_pread_all(io, fd, buf, want, 0);
-	if (rc == -ENODATA) {
-		snprintf(why, sizeof(why), "file shrank while read");
-		goto bad;
-	}
-	if (rc) {
-		kvt_log(KVT_LOG_WARN, "fsdir: skipping %s: pread: %s", path,
-			kvt_strerror(rc));
-		goto out;
-	}
-	rc = s->t->verify_on_open ? kvt_obj_decode(buf, want, &h)
-				  : kvt_obj_hdr_decode(buf, want, &h);
-	if (rc) {
-		snprintf(why, sizeof(why), "%s (%s)", kvt_strerror(rc),
-			 kvt_errmsg());
-		goto bad;
-	}
-	if (memcmp(h.key.b, f.key.b, KVT_KEY_BYTES)) {
-		snprintf(why, sizeof(why), "header names another key");
-		goto bad;
-	}
-	if ((uint64_t)h.header_len + h.payload_len != (uint64_t)st.st_size) {
-		snprintf(why, sizeof(why), "file is %llu bytes, header says %llu",
-			 (unsigned long long)st.st_size,
-			 (unsigned long long)h.header_len + h.payload_len);
-		goto bad;
-	}
+	if (rc == KVT_ENOMEM)
+		s->err = rc;
+	if (rc)
+		return;
 	if (s->n == s->cap) {
 		size_t cap = s->cap ? s->cap * 2 : 256;
 		fsdir_found *nf = realloc(s->found, cap * sizeof(*nf));
 		if (!nf) {
 			s->err = kvt_err(KVT_ENOMEM, "fsdir: no memory for the index");
-			goto out;
+			return;
 		}
 		s->found = nf;
 		s->cap = cap;
@@ -1048,12 +1329,6 @@ static void fsdir_scan_file(fsdir_scan *s, const char *name)
 	f.len = (uint64_t)st.st_size;
 	f.mtime = st.st_mtim;
 	s->found[s->n++] = f;
-	goto out;
-bad:
-	fsdir_drop_file(s, path, why);
-out:
-	free(buf);
-	io->close(io, fd);
 }
 
 static int fsdir_scan_entry(void *arg, const char *name, int is_dir)
@@ -1142,6 +1417,547 @@ static int fsdir_rebuild(fsdir *t)
 	return rc;
 }
 
+/* --- refresh: what other nodes published or removed since open ----------- */
+
+typedef struct fsdir_ls {
+	fsdir *t;
+	uint8_t k0;
+	uint16_t *v;
+	size_t n, cap;
+	int err;
+} fsdir_ls;
+
+static int fsdir_ls_k1(void *arg, const char *name, int is_dir)
+{
+	fsdir_ls *l = arg;
+	uint8_t b;
+
+	if (!is_dir || strlen(name) != 2 || fsdir_unhex(name, &b, 1))
+		return 0;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 256;
+		uint16_t *nv = realloc(l->v, cap * sizeof(*nv));
+		if (!nv)
+			return l->err = KVT_ENOMEM;
+		l->v = nv;
+		l->cap = cap;
+	}
+	l->v[l->n++] = (uint16_t)(l->k0 << 8 | b);
+	return 0;
+}
+
+static int fsdir_ls_k0(void *arg, const char *name, int is_dir)
+{
+	fsdir_ls *l = arg;
+	char dir[PATH_MAX];
+	uint8_t b;
+	int rc;
+
+	if (!is_dir || strlen(name) != 2 || fsdir_unhex(name, &b, 1))
+		return 0;
+	snprintf(dir, sizeof(dir), "%s/%s", l->t->root, name);
+	l->k0 = b;
+	rc = l->t->io->readdir(l->t->io, dir, fsdir_ls_k1, l);
+	if (rc && rc != -ENOENT && !l->err)
+		l->err = rc;
+	return l->err == KVT_ENOMEM ? l->err : 0;
+}
+
+typedef struct fsdir_leaf {
+	fsdir *t;
+	uint8_t k0, k1;
+	kvt_key *fresh; /* names not in the index */
+	size_t n, cap;
+	int err;
+} fsdir_leaf;
+
+static int fsdir_leaf_one(void *arg, const char *name, int is_dir)
+{
+	fsdir_leaf *l = arg;
+	fsdir *t = l->t;
+	fsdir_ent *e;
+	kvt_key k;
+
+	if (is_dir || strlen(name) != FSDIR_HEX + 4 ||
+	    strcmp(name + FSDIR_HEX, ".kvt") ||
+	    fsdir_unhex(name, k.b, KVT_KEY_BYTES) || k.b[0] != l->k0 ||
+	    k.b[1] != l->k1)
+		return 0; /* not ours (.nfsXXXX, a tool's file): leave it */
+	pthread_mutex_lock(&t->mu);
+	e = fsdir_find(t, &k);
+	if (e)
+		e->seen = t->epoch;
+	pthread_mutex_unlock(&t->mu);
+	if (e)
+		return 0;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		kvt_key *nk = realloc(l->fresh, cap * sizeof(*nk));
+		if (!nk)
+			return l->err = KVT_ENOMEM;
+		l->fresh = nk;
+		l->cap = cap;
+	}
+	l->fresh[l->n++] = k;
+	return 0;
+}
+
+/* Index the published file of `key` if it checks out, stamped with the
+ * current cycle; drop it if it is bad.  1 indexed (or already), 0 not. */
+static int fsdir_adopt_checked(fsdir *t, const kvt_key *key)
+{
+	char path[PATH_MAX], why[256];
+	struct stat st;
+	fsdir_ent *e;
+	int rc;
+
+	fsdir_final_path(t, key, path);
+	rc = fsdir_check(t, path, key, 0, &st, why);
+	if (rc == 1) {
+		/* Complete by construction (link publishes whole files), so
+		 * really bad: planted, from another format or another key. */
+		kvt_log(KVT_LOG_WARN, "fsdir: dropping %s: %s", path, why);
+		t->io->unlink(t->io, path);
+		pthread_mutex_lock(&t->mu);
+		t->st.corrupt++;
+		pthread_mutex_unlock(&t->mu);
+		return 0;
+	}
+	if (rc)
+		return 0;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return 0;
+	e->key = *key;
+	e->len = (uint64_t)st.st_size;
+	e->touched = fsdir_mono_s();
+	pthread_mutex_lock(&t->mu);
+	if (!fsdir_find(t, key)) {
+		e->seen = t->epoch;
+		fsdir_insert(t, e);
+		e = NULL;
+	}
+	pthread_mutex_unlock(&t->mu);
+	free(e);
+	return 1;
+}
+
+/* End of a cycle that read every leaf directory: an entry older than the
+ * cycle whose name no readdir returned has lost its file (another node's
+ * eviction or GC). */
+static void fsdir_cycle_finish(fsdir *t)
+{
+	fsdir_ent *e, *older, *gone = NULL;
+
+	pthread_mutex_lock(&t->mu);
+	for (e = t->mru; e; e = older) {
+		older = e->older;
+		if (e->seen != t->epoch && e->gen <= t->cycle_gen) {
+			fsdir_remove(t, e);
+			e->hnext = gone;
+			gone = e;
+		}
+	}
+	pthread_mutex_unlock(&t->mu);
+	while (gone) {
+		e = gone;
+		gone = e->hnext;
+		free(e);
+	}
+}
+
+/* One slice of the refresh (caller holds scan_mu): start a cycle if none
+ * is under way, read up to max_dirs leaf directories.  Returns 1 when the
+ * slice ended a cycle. */
+static int fsdir_refresh_step(fsdir *t, size_t max_dirs)
+{
+	fsdir_leaf l;
+	size_t i, j;
+	int rc;
+
+	if (!t->in_cycle) {
+		fsdir_ls ls;
+
+		memset(&ls, 0, sizeof(ls));
+		ls.t = t;
+		rc = t->io->readdir(t->io, t->root[0] ? t->root : "/",
+				    fsdir_ls_k0, &ls);
+		if (rc || ls.err) {
+			/* An unreadable root (unmounted?) proves nothing
+			 * vanished: skip the cycle rather than empty the
+			 * index. */
+			free(ls.v);
+			kvt_log(KVT_LOG_DEBUG, "fsdir: refresh of %s: %s",
+				t->root, kvt_strerror(rc ? rc : ls.err));
+			return 0;
+		}
+		free(t->leaves);
+		t->leaves = ls.v;
+		t->nleaves = ls.n;
+		t->cursor = 0;
+		t->cycle_bad = 0;
+		pthread_mutex_lock(&t->mu);
+		t->epoch++;
+		t->cycle_gen = t->gen;
+		pthread_mutex_unlock(&t->mu);
+		t->in_cycle = 1;
+	}
+	memset(&l, 0, sizeof(l));
+	l.t = t;
+	for (i = 0; i < max_dirs && t->cursor < t->nleaves; i++, t->cursor++) {
+		char dir[PATH_MAX];
+		uint16_t v = t->leaves[t->cursor];
+
+		l.k0 = (uint8_t)(v >> 8);
+		l.k1 = (uint8_t)v;
+		l.n = 0;
+		l.err = 0;
+		snprintf(dir, sizeof(dir), "%s/%02x/%02x", t->root, l.k0, l.k1);
+		rc = t->io->readdir(t->io, dir, fsdir_leaf_one, &l);
+		if ((rc && rc != -ENOENT) || l.err)
+			t->cycle_bad = 1; /* some names unseen: keep entries */
+		for (j = 0; j < l.n; j++)
+			fsdir_adopt_checked(t, &l.fresh[j]);
+	}
+	free(l.fresh);
+	if (t->cursor < t->nleaves)
+		return 0;
+	if (!t->cycle_bad)
+		fsdir_cycle_finish(t);
+	t->in_cycle = 0;
+	return 1;
+}
+
+static void *fsdir_refresh_main(void *arg)
+{
+	fsdir *t = arg;
+	struct timespec ts;
+
+	pthread_mutex_lock(&t->rmu);
+	while (!t->stop) {
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += t->refresh_ms / 1000;
+		ts.tv_nsec += (long)(t->refresh_ms % 1000) * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		while (!t->stop &&
+		       pthread_cond_timedwait(&t->rcv, &t->rmu, &ts) != ETIMEDOUT)
+			;
+		if (t->stop)
+			break;
+		pthread_mutex_unlock(&t->rmu);
+		pthread_mutex_lock(&t->scan_mu);
+		fsdir_refresh_step(t, t->refresh_dirs);
+		pthread_mutex_unlock(&t->scan_mu);
+		pthread_mutex_lock(&t->rmu);
+	}
+	pthread_mutex_unlock(&t->rmu);
+	return NULL;
+}
+
+int kvt_fsdir_refresh(kvt_tier *tt)
+{
+	fsdir *t = (fsdir *)tt;
+
+	if (!t || t->base.ops != &fsdir_ops)
+		return kvt_err(KVT_EINVAL, "fsdir: not an fsdir tier");
+	pthread_mutex_lock(&t->scan_mu);
+	t->in_cycle = 0; /* a fresh, whole cycle */
+	while (!fsdir_refresh_step(t, (size_t)-1) && t->in_cycle)
+		;
+	pthread_mutex_unlock(&t->scan_mu);
+	return 0;
+}
+
+int kvt_fsdir_probe(kvt_tier *tt, const kvt_key *key)
+{
+	fsdir *t = (fsdir *)tt;
+	char path[PATH_MAX];
+	struct stat st;
+	fsdir_ent *e;
+	uint64_t gen = 0;
+	int rc;
+
+	if (!t || t->base.ops != &fsdir_ops || !key)
+		return kvt_err(KVT_EINVAL, "fsdir: probe needs a tier and a key");
+	fsdir_final_path(t, key, path);
+	rc = t->io->stat(t->io, path, &st);
+	pthread_mutex_lock(&t->mu);
+	e = fsdir_find(t, key);
+	if (e)
+		gen = e->gen;
+	pthread_mutex_unlock(&t->mu);
+	if (rc == -ENOENT) {
+		if (e)
+			fsdir_drop_bad(t, key, gen, path, NULL, 0);
+		return 0;
+	}
+	if (rc)
+		return kvt_err(rc, "fsdir: stat %s: %s", path, kvt_strerror(rc));
+	if (e)
+		return 1;
+	return fsdir_adopt_checked(t, key);
+}
+
+void kvt_fsdir_info(kvt_tier *tt, int *direct, int *refresh_ms)
+{
+	fsdir *t = (fsdir *)tt;
+
+	if (direct)
+		*direct = t->direct;
+	if (refresh_ms)
+		*refresh_ms = t->refresh_ms;
+}
+
+/* --- garbage collection ---------------------------------------------------- */
+
+typedef struct gc_item {
+	kvt_key key;
+	uint64_t size;
+	struct timespec mtime;
+} gc_item;
+
+typedef struct gc_walk {
+	kvt_io *io;
+	const char *root;
+	char dir[PATH_MAX];
+	uint8_t k[2];
+	int depth;
+	gc_item *v;
+	size_t n, cap;
+	int err;
+	int64_t now, grace;
+	int dry_run;
+	kvt_fsdir_gc_result *r;
+} gc_walk;
+
+static int gc_tmp_one(void *arg, const char *name, int is_dir)
+{
+	gc_walk *g = arg;
+	size_t n = strlen(name);
+	char path[PATH_MAX];
+	struct stat st;
+
+	if (is_dir || n < 4 || strcmp(name + n - 4, ".tmp"))
+		return 0;
+	snprintf(path, sizeof(path), "%s/tmp/%s", g->root, name);
+	if (g->io->stat(g->io, path, &st))
+		return 0;
+	if (g->now - (int64_t)st.st_mtime < g->grace)
+		return 0; /* maybe a write in progress on some node */
+	if (g->dry_run || g->io->unlink(g->io, path) == 0)
+		g->r->tmp_removed++;
+	return 0;
+}
+
+static int gc_entry(void *arg, const char *name, int is_dir)
+{
+	gc_walk *g = arg;
+	size_t n = strlen(name), dl;
+	char path[PATH_MAX];
+	struct stat st;
+	gc_item it;
+	uint8_t b;
+	int rc;
+
+	if (g->depth == 2) {
+		if (is_dir || n != FSDIR_HEX + 4 || strcmp(name + FSDIR_HEX, ".kvt") ||
+		    fsdir_unhex(name, it.key.b, KVT_KEY_BYTES))
+			return 0; /* not ours */
+		if (snprintf(path, sizeof(path), "%s/%s", g->dir, name) >=
+			    (int)sizeof(path) ||
+		    g->io->stat(g->io, path, &st))
+			return 0; /* gone meanwhile */
+		it.size = (uint64_t)st.st_size;
+		it.mtime = st.st_mtim;
+		if (g->n == g->cap) {
+			size_t cap = g->cap ? g->cap * 2 : 1024;
+			gc_item *nv = realloc(g->v, cap * sizeof(*nv));
+			if (!nv)
+				return g->err = kvt_err(KVT_ENOMEM, "fsdir gc: no memory");
+			g->v = nv;
+			g->cap = cap;
+		}
+		g->v[g->n++] = it;
+		g->r->files++;
+		g->r->bytes += it.size;
+		return 0;
+	}
+	if (!is_dir || n != 2 || fsdir_unhex(name, &b, 1))
+		return 0;
+	dl = strlen(g->dir);
+	snprintf(g->dir + dl, sizeof(g->dir) - dl, "/%s", name);
+	g->k[g->depth++] = b;
+	rc = g->io->readdir(g->io, g->dir, gc_entry, g);
+	g->depth--;
+	if (rc && rc != -ENOENT && !g->err)
+		g->err = kvt_err(rc, "fsdir gc: readdir %s: %s", g->dir,
+				 kvt_strerror(rc));
+	g->dir[dl] = '\0';
+	return g->err;
+}
+
+static int gc_item_cmp(const void *a, const void *b)
+{
+	const gc_item *x = a, *y = b;
+
+	if (x->mtime.tv_sec != y->mtime.tv_sec)
+		return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
+	if (x->mtime.tv_nsec != y->mtime.tv_nsec)
+		return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : 1;
+	/* Same order on every collector: concurrent ones pick the same
+	 * victims instead of each removing different files. */
+	return memcmp(x->key.b, y->key.b, KVT_KEY_BYTES);
+}
+
+int kvt_fsdir_gc(const char *root, const kvt_fsdir_gc_opts *o,
+		 kvt_fsdir_gc_result *r)
+{
+	gc_walk g;
+	struct timespec t0, t1;
+	char path[PATH_MAX], hex[FSDIR_HEX + 1];
+	size_t i, rl;
+	int rc;
+
+	if (!r)
+		return kvt_err(KVT_EINVAL, "fsdir gc: no result");
+	memset(r, 0, sizeof(*r));
+	if (!root || !root[0] || !o || o->ttl_s < 0 || o->tmp_grace_s < 0)
+		return kvt_err(KVT_EINVAL, "fsdir gc: a directory and options "
+			       "(ttl and grace >= 0) are needed");
+	rl = strlen(root);
+	while (rl > 1 && root[rl - 1] == '/')
+		rl--;
+	if (rl + FSDIR_NAME_MAX >= PATH_MAX)
+		return kvt_err(KVT_EINVAL, "fsdir gc: path %s is too long", root);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	memset(&g, 0, sizeof(g));
+	g.io = o->io ? o->io : kvt_io_posix();
+	snprintf(g.dir, sizeof(g.dir), "%.*s", (int)rl, root);
+	g.now = (int64_t)time(NULL);
+	g.grace = o->tmp_grace_s ? o->tmp_grace_s : FSDIR_TMP_GRACE_S;
+	g.dry_run = o->dry_run;
+	g.r = r;
+	{
+		char rootc[PATH_MAX];
+		snprintf(rootc, sizeof(rootc), "%.*s", (int)rl, root);
+		g.root = rootc;
+		if (snprintf(path, sizeof(path), "%s/tmp", rootc) >=
+		    (int)sizeof(path))
+			return kvt_err(KVT_EINVAL, "fsdir gc: path too long");
+		rc = g.io->readdir(g.io, path, gc_tmp_one, &g);
+		if (rc && rc != -ENOENT)
+			return kvt_err(rc, "fsdir gc: readdir %s: %s", path,
+				       kvt_strerror(rc));
+		rc = g.io->readdir(g.io, rootc, gc_entry, &g);
+		if (rc && !g.err)
+			g.err = kvt_err(rc, "fsdir gc: readdir %s: %s", rootc,
+					kvt_strerror(rc));
+		if (g.err) {
+			free(g.v);
+			return g.err;
+		}
+		if (g.n)
+			qsort(g.v, g.n, sizeof(*g.v), gc_item_cmp);
+		r->bytes_left = r->bytes;
+		for (i = 0; i < g.n; i++) {
+			gc_item *it = &g.v[i];
+			int expired = o->ttl_s &&
+				      g.now - (int64_t)it->mtime.tv_sec >= o->ttl_s;
+			struct stat st;
+
+			if (!expired && (!o->budget || r->bytes_left <= o->budget))
+				break; /* sorted: everything after is newer */
+			fsdir_hex(&it->key, hex);
+			if (snprintf(path, sizeof(path), "%s/%.2s/%.2s/%s.kvt",
+				     rootc, hex, hex + 2, hex) >= (int)sizeof(path))
+				continue; /* rl was checked: cannot happen */
+			/* Used since the walk (a get touched it): it is not
+			 * the oldest any more; leave it. */
+			rc = g.io->stat(g.io, path, &st);
+			if (!rc && (st.st_mtim.tv_sec != it->mtime.tv_sec ||
+				    st.st_mtim.tv_nsec != it->mtime.tv_nsec))
+				continue;
+			if (!rc && !g.dry_run)
+				rc = g.io->unlink(g.io, path);
+			if (rc == -ENOENT) {
+				r->raced++; /* another collector, or eviction */
+			} else if (rc) {
+				r->errors++;
+				kvt_log(KVT_LOG_WARN, "fsdir gc: unlink %s: %s",
+					path, kvt_strerror(rc));
+				continue;
+			} else {
+				r->removed++;
+				r->removed_bytes += it->size;
+				if (expired)
+					r->expired++;
+			}
+			r->bytes_left -= it->size;
+		}
+	}
+	free(g.v);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	r->seconds = (double)(t1.tv_sec - t0.tv_sec) +
+		     (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	kvt_err_clear();
+	return 0;
+}
+
+static int fsdir_sync_init(fsdir *t)
+{
+	pthread_condattr_t ca;
+	int rc;
+
+	if (pthread_mutex_init(&t->mu, NULL))
+		return -1;
+	if (pthread_mutex_init(&t->rmu, NULL))
+		goto f1;
+	if (pthread_mutex_init(&t->scan_mu, NULL))
+		goto f2;
+	if (pthread_mutex_init(&t->pool_mu, NULL))
+		goto f3;
+	if (pthread_condattr_init(&ca))
+		goto f4;
+	rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) ||
+	     pthread_cond_init(&t->rcv, &ca);
+	pthread_condattr_destroy(&ca);
+	if (!rc)
+		return 0;
+f4:
+	pthread_mutex_destroy(&t->pool_mu);
+f3:
+	pthread_mutex_destroy(&t->scan_mu);
+f2:
+	pthread_mutex_destroy(&t->rmu);
+f1:
+	pthread_mutex_destroy(&t->mu);
+	return -1;
+}
+
+/* Whether this file system takes O_DIRECT: create a probe in tmp/ with it.
+ * Refused (EINVAL) means buffered I/O, said once. */
+static void fsdir_probe_direct(fsdir *t)
+{
+	char path[PATH_MAX];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/tmp/direct-probe.%ld.%llu.tmp", t->root,
+		 (long)getpid(),
+		 (unsigned long long)atomic_fetch_add(&fsdir_tmp_seq, 1));
+	fd = t->io->open(t->io, path, O_WRONLY | O_CREAT | O_EXCL | O_DIRECT,
+			 0644);
+	if (fd >= 0)
+		t->io->close(t->io, fd);
+	t->io->unlink(t->io, path);
+	t->direct = fd >= 0;
+	if (!t->direct)
+		kvt_log(KVT_LOG_INFO, "fsdir: %s refuses O_DIRECT (%s); using "
+			"buffered I/O", t->root, kvt_strerror(fd));
+}
+
 int kvt_fsdir_open(const kvt_fsdir_opts *o, kvt_tier **out)
 {
 	char tmpdir[PATH_MAX];
@@ -1156,6 +1972,10 @@ int kvt_fsdir_open(const kvt_fsdir_opts *o, kvt_tier **out)
 	if (o->capacity < KVT_OBJ_HEADER_BYTES)
 		return kvt_err(KVT_EINVAL, "fsdir: capacity %llu is too small",
 			       (unsigned long long)o->capacity);
+	if (o->auth_key && o->auth_key_len < KVT_OBJ_AUTH_MIN_KEY)
+		return kvt_err(KVT_EINVAL, "fsdir: an authentication key of %zu "
+			       "bytes is too short (at least %u)",
+			       o->auth_key_len, KVT_OBJ_AUTH_MIN_KEY);
 	len = strlen(o->path);
 	while (len > 1 && o->path[len - 1] == '/')
 		len--; /* "dir/" -> "dir", so names are built one way */
@@ -1169,9 +1989,18 @@ int kvt_fsdir_open(const kvt_fsdir_opts *o, kvt_tier **out)
 	t->root = malloc(len + 1);
 	t->nbuckets = FSDIR_MIN_BUCKETS;
 	t->buckets = calloc(t->nbuckets, sizeof(*t->buckets));
-	if (!t->root || !t->buckets || pthread_mutex_init(&t->mu, NULL)) {
+	if (o->auth_key) {
+		t->auth_key = malloc(o->auth_key_len);
+		if (t->auth_key)
+			memcpy(t->auth_key, o->auth_key, o->auth_key_len);
+		t->auth_klen = o->auth_key_len;
+		t->taglen = KVT_OBJ_AUTH_TAG_BYTES;
+	}
+	if (!t->root || !t->buckets || (o->auth_key && !t->auth_key) ||
+	    fsdir_sync_init(t)) {
 		free(t->root);
 		free(t->buckets);
+		free(t->auth_key);
 		free(t);
 		return kvt_err(KVT_ENOMEM, "fsdir: no memory");
 	}
@@ -1183,6 +2012,10 @@ int kvt_fsdir_open(const kvt_fsdir_opts *o, kvt_tier **out)
 	t->io = o->io ? o->io : kvt_io_posix();
 	t->capacity = o->capacity;
 	t->verify_on_open = o->verify_on_open;
+	t->refresh_ms = o->refresh_ms ? o->refresh_ms : FSDIR_REFRESH_MS;
+	if (t->refresh_ms < 0)
+		t->refresh_ms = -1;
+	t->refresh_dirs = o->refresh_dirs ? o->refresh_dirs : FSDIR_REFRESH_DIRS;
 	atomic_init(&t->borrowed, 0);
 
 	snprintf(tmpdir, sizeof(tmpdir), "%s/tmp", t->root);
@@ -1198,9 +2031,20 @@ int kvt_fsdir_open(const kvt_fsdir_opts *o, kvt_tier **out)
 			     kvt_strerror(rc));
 		goto fail;
 	}
+	if (o->direct >= 0)
+		fsdir_probe_direct(t);
 	rc = fsdir_rebuild(t);
 	if (rc)
 		goto fail;
+	if (t->refresh_ms > 0) {
+		rc = pthread_create(&t->rthread, NULL, fsdir_refresh_main, t);
+		if (rc) {
+			rc = kvt_err(-rc, "fsdir: cannot start the refresh thread: %s",
+				     kvt_strerror(-rc));
+			goto fail;
+		}
+		t->rthread_on = 1;
+	}
 	kvt_err_clear();
 	*out = &t->base;
 	return 0;

@@ -1,0 +1,147 @@
+/*
+ * cmd_gc.c — `kvtier gc`: one garbage-collection pass over a shared
+ * directory tier (kvt_fsdir_gc), with no coordinator: any number of nodes
+ * may run it at once, from cron or a systemd timer, while others read and
+ * write (docs/SHAREDFS.md).
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "store/config.h"
+#include "tier/fsdir.h"
+
+static void gc_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kvtier gc --dir PATH [--budget SIZE] [--ttl DURATION]\n"
+		"                 [--tmp-grace DURATION] [--dry-run] [--json]\n\n"
+		"Remove, oldest first by modification time (touched on use at most\n"
+		"once a minute), every chunk older than --ttl and then more until\n"
+		"the chunks left take at most --budget bytes; stale temporaries\n"
+		"(older than --tmp-grace, default 15m) go too.  Safe to run on many\n"
+		"nodes at once and while nodes read: an open file stays readable.\n"
+		"The budget is soft: what writers publish during the pass is not\n"
+		"seen by it (docs/SHAREDFS.md).\n\n"
+		"  --budget SIZE       e.g. 10GiB, 500GB (0 = no budget)\n"
+		"  --ttl DURATION      e.g. 3600, 90m, 12h, 7d, 2w (0 = no TTL)\n"
+		"  --dry-run           count what would go; remove nothing\n"
+		"  --json              one JSON object on stdout\n");
+}
+
+/* "7d", "12h", "90m", "30s", "2w" or bare seconds. */
+static int parse_duration(const char *s, int64_t *out)
+{
+	char *end;
+	double v;
+	int64_t mult = 1;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (end == s || errno || v < 0 || v > 1e12)
+		return -1;
+	while (isspace((unsigned char)*end))
+		end++;
+	if (*end) {
+		switch (*end) {
+		case 's': mult = 1; break;
+		case 'm': mult = 60; break;
+		case 'h': mult = 3600; break;
+		case 'd': mult = 86400; break;
+		case 'w': mult = 7 * 86400; break;
+		default: return -1;
+		}
+		if (end[1])
+			return -1;
+	}
+	*out = (int64_t)(v * (double)mult + 0.5);
+	return 0;
+}
+
+int cmd_gc(int argc, char **argv)
+{
+	kvt_fsdir_gc_opts o;
+	kvt_fsdir_gc_result r;
+	const char *dir = NULL;
+	int json = 0, i, rc;
+
+	memset(&o, 0, sizeof(o));
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			gc_usage(stdout);
+			return 0;
+		} else if (!strcmp(a, "--json")) {
+			json = 1;
+		} else if (!strcmp(a, "--dry-run")) {
+			o.dry_run = 1;
+		} else if (!strcmp(a, "--dir") && v) {
+			dir = v;
+			i++;
+		} else if (!strcmp(a, "--budget") && v) {
+			if (kvt_parse_size(v, 1, &o.budget)) {
+				fprintf(stderr, "kvtier gc: --budget: %s\n", kvt_errmsg());
+				return 2;
+			}
+			i++;
+		} else if ((!strcmp(a, "--ttl") || !strcmp(a, "--tmp-grace")) && v) {
+			int64_t *dst = a[2] == 't' && a[3] == 't' ? &o.ttl_s
+								  : &o.tmp_grace_s;
+			if (parse_duration(v, dst)) {
+				fprintf(stderr, "kvtier gc: %s: \"%s\" is not a duration "
+					"(e.g. 3600, 90m, 12h, 7d)\n", a, v);
+				return 2;
+			}
+			i++;
+		} else {
+			fprintf(stderr, "kvtier gc: unknown or incomplete option \"%s\"\n\n", a);
+			gc_usage(stderr);
+			return 2;
+		}
+	}
+	if (!dir) {
+		fprintf(stderr, "kvtier gc: --dir PATH is needed\n\n");
+		gc_usage(stderr);
+		return 2;
+	}
+	if (!o.budget && !o.ttl_s)
+		fprintf(stderr, "kvtier gc: neither --budget nor --ttl: only stale "
+			"temporaries are removed\n");
+	rc = kvt_fsdir_gc(dir, &o, &r);
+	if (rc)
+		return cli_fail("gc", dir, rc);
+	if (json) {
+		printf("{\"dir\":\"%s\",\"dry_run\":%s,\"budget\":%llu,\"ttl_s\":%lld,"
+		       "\"files\":%llu,\"bytes\":%llu,\"removed\":%llu,"
+		       "\"removed_bytes\":%llu,\"expired\":%llu,\"raced\":%llu,"
+		       "\"tmp_removed\":%llu,\"errors\":%llu,\"bytes_left\":%llu,"
+		       "\"seconds\":%.3f}\n",
+		       dir, o.dry_run ? "true" : "false",
+		       (unsigned long long)o.budget, (long long)o.ttl_s,
+		       (unsigned long long)r.files, (unsigned long long)r.bytes,
+		       (unsigned long long)r.removed,
+		       (unsigned long long)r.removed_bytes,
+		       (unsigned long long)r.expired, (unsigned long long)r.raced,
+		       (unsigned long long)r.tmp_removed,
+		       (unsigned long long)r.errors,
+		       (unsigned long long)r.bytes_left, r.seconds);
+	} else {
+		printf("%s%s: %llu chunks, %.3f GiB; %s %llu (%.3f GiB, %llu past "
+		       "the TTL), %llu already gone (another collector), %llu stale "
+		       "temporaries; %.3f GiB left; %llu errors; %.2f s\n",
+		       o.dry_run ? "[dry run] " : "", dir,
+		       (unsigned long long)r.files, (double)r.bytes / (1 << 30),
+		       o.dry_run ? "would remove" : "removed",
+		       (unsigned long long)r.removed,
+		       (double)r.removed_bytes / (1 << 30),
+		       (unsigned long long)r.expired, (unsigned long long)r.raced,
+		       (unsigned long long)r.tmp_removed,
+		       (double)r.bytes_left / (1 << 30),
+		       (unsigned long long)r.errors, r.seconds);
+	}
+	return r.errors ? 1 : 0;
+}
