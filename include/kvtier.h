@@ -186,6 +186,10 @@ typedef struct kvt_ns_desc {
 	const char *lora;          /* LoRA adapter name, or NULL */
 	const char *tenant;        /* tenant name, or NULL for the default */
 	uint32_t hash_scheme;      /* enum kvt_hash_scheme; 0 means SHA-256 */
+	/* Nonzero when every tensor-parallel rank holds the same KV (MLA's
+	 * latent cache, or more TP ranks than KV heads): the rank then does
+	 * not enter the digest, so all ranks name, and store, one copy. */
+	uint32_t rank_shared;
 } kvt_ns_desc;
 
 /* A resolved namespace: its digest and what keys are computed with.  Plain
@@ -391,6 +395,24 @@ typedef struct kvt_lookup_result {
 int kvt_lookup(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
 	       size_t n_keys, kvt_lookup_result *res);
 
+/* Tensor- and pipeline-parallel ranks are one unit: a prefix hits only as
+ * far as every rank's shard is present.  keys[r] is rank r's chain (in that
+ * rank's namespace, ns[r]), each n_keys long.  Returns the common prefix
+ * length; res->tier[i] (if given) is the slowest tier any rank's shard i
+ * sits in, the one that bounds its load time. */
+int kvt_lookup_ranks(kvt_store *st, const kvt_ns *ns, size_t n_ranks,
+		     const kvt_key *const *keys, size_t n_keys,
+		     kvt_lookup_result *res);
+
+/* How many leading chunks of a lookup are worth loading rather than
+ * recomputing: the prefix that saves the most time, given that recomputing
+ * one chunk takes `recompute_s` seconds and loading from each tier takes
+ * the latency and bandwidth the store has measured on its reads (planning
+ * defaults until it has).  The engine loads that many and recomputes the
+ * rest. */
+int kvt_lookup_worth(kvt_store *st, const kvt_ns *ns,
+		     const kvt_lookup_result *res, double recompute_s);
+
 /* Hash a prompt's tokens and look the chain up in one call.  `keys`, if not
  * NULL, receives the chain (max_keys entries).  Returns the number of leading
  * whole chunks present. */
@@ -469,6 +491,9 @@ typedef struct kvt_tier_stats {
 	uint64_t policy_evictions;/* of `evictions`, those its policy chose */
 	uint64_t pinned;          /* pins held now */
 	uint64_t write_errors;    /* puts that failed with an I/O error */
+	double read_gbps;         /* measured read bandwidth (EWMA), GB/s */
+	double read_latency_us;   /* measured fixed cost of a read (EWMA) */
+	uint64_t get_latency_log2_us[24]; /* reads served: [i] took < 2^i us */
 	uint32_t writes_off;      /* 1 while the store admits no writes to the
 				   * tier after repeated I/O errors (it keeps
 				   * serving reads) */

@@ -330,6 +330,63 @@ static void promotion_and_prefetch(void)
 	kvt_store_close(st);
 }
 
+/* Tensor-parallel ranks are one unit; rank-shared KV is stored once; the
+ * cost model loads only what beats recomputing. */
+static void ranks_and_cost(void)
+{
+	const char *none[] = { "nvme_write", "none", NULL };
+	kvt_store *st;
+	kvt_ns_desc d = { 0 };
+	kvt_ns ns[2], shared[2];
+	kvt_key k0[6], k1[6];
+	const kvt_key *keys[2] = { k0, k1 };
+	uint8_t tiers[6];
+	kvt_lookup_result r = { .tier = tiers };
+	uint32_t t[6 * 64];
+	kvt_tier_stats s0;
+	int n;
+
+	fresh_dir();
+	st = open_with(none);
+	d.model = "test/tp";
+	d.layout = (kvt_layout){ 4, 1, 64, KVT_DTYPE_BF16, 2, 0, 16, 64 };
+	d.tp_size = 2;
+	for (int i = 0; i < 6 * 64; i++)
+		t[i] = (uint32_t)(i * 13 + 5);
+	for (uint32_t rk = 0; rk < 2; rk++) {
+		d.tp_rank = rk;
+		CHECK_EQ(kvt_ns_init(st, &d, &ns[rk]), 0);
+		d.rank_shared = 1;
+		CHECK_EQ(kvt_ns_init(st, &d, &shared[rk]), 0);
+		d.rank_shared = 0;
+	}
+	CHECK(memcmp(ns[0].digest, ns[1].digest, 32) != 0);
+	CHECK(!memcmp(shared[0].digest, shared[1].digest, 32)); /* one copy */
+	CHECK_EQ(kvt_key_chain(&ns[0], t, 6 * 64, NULL, k0, 6), 6);
+	CHECK_EQ(kvt_key_chain(&ns[1], t, 6 * 64, NULL, k1, 6), 6);
+	put_all(st, &ns[0], k0, 6, 800);
+	put_all(st, &ns[1], k1, 4, 900); /* rank 1 has only 4 shards */
+	n = kvt_lookup_ranks(st, ns, 2, keys, 6, &r);
+	CHECK_EQ(n, 4);
+	CHECK_EQ(tiers[0], 0);
+
+	/* From DRAM a 64 KiB chunk loads in microseconds: worth it against a
+	 * millisecond of recompute, not against a nanosecond. */
+	CHECK_EQ(kvt_lookup_worth(st, &ns[0], &r, 1e-3), 4);
+	CHECK_EQ(kvt_lookup_worth(st, &ns[0], &r, 1e-9), 0);
+	/* Reads are measured and binned. */
+	CHECK(get_ok(st, &ns[0], &k0[0], 800));
+	s0 = stats(st, 0);
+	CHECK(s0.read_gbps > 0 && s0.read_latency_us > 0);
+	{
+		uint64_t reads = 0;
+		for (int b = 0; b < 24; b++)
+			reads += s0.get_latency_log2_us[b];
+		CHECK_EQ(reads, 1);
+	}
+	kvt_store_close(st);
+}
+
 static void bad_config(void)
 {
 	kvt_config *c = kvt_config_new();
@@ -354,6 +411,7 @@ int main(void)
 	admission();
 	pins_and_ttl();
 	promotion_and_prefetch();
+	ranks_and_cost();
 	fresh_dir();
 	TEST_DONE();
 }

@@ -328,8 +328,9 @@ int kvt_ns_derive(const kvt_ns_desc *d, const uint8_t *secret,
 	PUT32(d->layout.scale_bytes);
 	PUT32(d->layout.block_size);
 	PUT32(d->layout.chunk_tokens);
-	PUT32(d->tp_rank);
-	PUT32(d->tp_size);
+	/* Rank-shared KV names one copy for all tensor-parallel ranks. */
+	PUT32(d->rank_shared ? 0xffffffffu : d->tp_rank);
+	PUT32(d->rank_shared ? 0xffffffffu : d->tp_size);
 	PUT32(d->pp_rank);
 	PUT32(d->pp_size);
 	PUTS(d->lora);

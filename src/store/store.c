@@ -53,8 +53,16 @@ struct job {
 	void (*run)(kvt_store *st, struct job *j);
 };
 
+/* What reads from a tier have cost: the cost model's inputs. */
+struct tier_perf {
+	pthread_mutex_t mu;
+	double gbps, lat_us;       /* EWMA; planning defaults until measured */
+	_Atomic uint64_t hist[24]; /* reads by log2 of their microseconds */
+};
+
 struct kvt_store {
 	kvt_config cfg;
+	struct tier_perf perf[KVT_MAX_TIERS];
 	kvt_tier *tiers[KVT_MAX_TIERS];
 	int n_tiers;
 	int kind[KVT_MAX_TIERS];   /* KVT_CT_*: which configuration applies */
@@ -187,6 +195,14 @@ static int job_submit(kvt_store *st, struct job *j, int prio);
 
 static int add_tier(kvt_store *st, kvt_tier *t, int verify, int kind)
 {
+	/* Planning figures (DESIGN.md) until reads are measured. */
+	static const double gbps[] = { 20.0, 3.0, 1.0, 0.1 };
+	static const double lat_us[] = { 2.0, 100.0, 1000.0, 30000.0 };
+	struct tier_perf *p = &st->perf[st->n_tiers];
+
+	pthread_mutex_init(&p->mu, NULL);
+	p->gbps = gbps[kind];
+	p->lat_us = lat_us[kind];
 	st->verify[st->n_tiers] = verify;
 	st->kind[st->n_tiers] = kind;
 	st->tiers[st->n_tiers++] = t;
@@ -391,6 +407,8 @@ void kvt_store_close(kvt_store *st)
 	for (int i = 0; i < st->n_tiers; i++)
 		st->tiers[i]->ops->close(st->tiers[i]);
 	hier_close(st->hier);
+	for (int i = 0; i < st->n_tiers; i++)
+		pthread_mutex_destroy(&st->perf[i].mu);
 	free(st->flight);
 	pthread_mutex_destroy(&st->flight_mu);
 	pthread_mutex_destroy(&st->qlock);
@@ -915,6 +933,32 @@ int kvt_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 
 /* Borrow `key` from the first tier that holds a valid copy.  Bad copies are
  * dropped from their tier (counted there) and the search goes on. */
+/* Fold one read of `bytes` that took `secs` into tier i's figures: small
+ * reads teach the fixed cost, large ones the bandwidth. */
+static void perf_note(kvt_store *st, int i, uint64_t bytes, double secs)
+{
+	struct tier_perf *p = &st->perf[i];
+	double us = secs * 1e6;
+	int b = 0;
+
+	while (b < 23 && us >= (double)(1ull << b))
+		b++;
+	atomic_fetch_add(&p->hist[b], 1);
+	pthread_mutex_lock(&p->mu);
+	if (bytes <= 64 * 1024)
+		p->lat_us = 0.8 * p->lat_us + 0.2 * us;
+	else if (secs > 0)
+		p->gbps = 0.8 * p->gbps + 0.2 * ((double)bytes / secs / 1e9);
+	pthread_mutex_unlock(&p->mu);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static int expired(const kvt_store *st, const kvt_obj_hdr *h)
 {
 	struct timespec now;
@@ -1041,6 +1085,7 @@ int kvt_get(kvt_store *st, const kvt_ns *ns, const kvt_key *key, void *buf,
 	if ((rc = check_args(st, ns, key)))
 		return rc;
 	for (;;) {
+		double t0 = now_s();
 		if ((rc = store_borrow(st, ns, key, &ref, &tier)))
 			return rc;
 		if (len)
@@ -1057,8 +1102,11 @@ int kvt_get(kvt_store *st, const kvt_ns *ns, const kvt_key *key, void *buf,
 			continue; /* a lower tier may hold a good copy */
 		}
 		ref_free(ref);
-		if (rc == 0)
+		if (rc == 0) {
+			perf_note(st, tier, KVT_OBJ_HEADER_BYTES + (len ? *len : 0),
+				  now_s() - t0);
 			promote(st, tier, key);
+		}
 		return rc;
 	}
 }
@@ -1232,6 +1280,69 @@ int kvt_lookup_tokens(kvt_store *st, const kvt_ns *ns, const uint32_t *tokens,
 	if (k != keys && k != stack)
 		free(k);
 	return rc;
+}
+
+int kvt_lookup_ranks(kvt_store *st, const kvt_ns *ns, size_t n_ranks,
+		     const kvt_key *const *keys, size_t n_keys,
+		     kvt_lookup_result *res)
+{
+	uint8_t *tiers = NULL;
+	size_t common = n_keys;
+
+	if (!st || !ns || !keys || n_ranks == 0)
+		return kvt_err(KVT_EINVAL, "store, namespaces or keys missing");
+	if (res && res->tier) {
+		tiers = malloc(n_keys ? n_keys : 1);
+		if (!tiers)
+			return kvt_err(KVT_ENOMEM, "out of memory");
+		memset(res->tier, 0, n_keys);
+	}
+	for (size_t r = 0; r < n_ranks && common > 0; r++) {
+		kvt_lookup_result one = { .tier = tiers };
+		int hit = kvt_lookup(st, &ns[r], keys[r], common, &one);
+		if (hit < 0) {
+			free(tiers);
+			return hit;
+		}
+		common = (size_t)hit;
+		for (size_t i = 0; tiers && i < common; i++)
+			if (tiers[i] > res->tier[i])
+				res->tier[i] = tiers[i];
+	}
+	free(tiers);
+	if (res)
+		res->n_hit = (uint32_t)common;
+	return (int)common;
+}
+
+int kvt_lookup_worth(kvt_store *st, const kvt_ns *ns,
+		     const kvt_lookup_result *res, double recompute_s)
+{
+	double bytes, save = 0, best = 0;
+	int best_k = 0;
+
+	if (!st || !ns || !res)
+		return kvt_err(KVT_EINVAL, "store, namespace or lookup result missing");
+	bytes = (double)(KVT_OBJ_HEADER_BYTES + kvt_layout_payload_bytes(&ns->layout));
+	/* Loading chunk i instead of recomputing it saves recompute_s minus
+	 * its load time; the engine loads a prefix, so take the prefix
+	 * whose savings add up to the most. */
+	for (uint32_t i = 0; i < res->n_hit; i++) {
+		int t = res->tier ? res->tier[i] : 0;
+		double gbps, lat_us;
+		if (t >= st->n_tiers)
+			t = st->n_tiers - 1;
+		pthread_mutex_lock(&st->perf[t].mu);
+		gbps = st->perf[t].gbps;
+		lat_us = st->perf[t].lat_us;
+		pthread_mutex_unlock(&st->perf[t].mu);
+		save += recompute_s - (lat_us * 1e-6 + bytes / (gbps * 1e9));
+		if (save > best) {
+			best = save;
+			best_k = (int)i + 1;
+		}
+	}
+	return best_k;
 }
 
 /* --- batch ----------------------------------------------------------------------- */
@@ -1603,6 +1714,12 @@ int kvt_store_stats(kvt_store *st, int tier, kvt_tier_stats *out)
 		out->pinned = hc.pinned;
 	}
 	out->write_errors = atomic_load(&st->health[tier].errors);
+	pthread_mutex_lock(&st->perf[tier].mu);
+	out->read_gbps = st->perf[tier].gbps;
+	out->read_latency_us = st->perf[tier].lat_us;
+	pthread_mutex_unlock(&st->perf[tier].mu);
+	for (int b = 0; b < 24; b++)
+		out->get_latency_log2_us[b] = atomic_load(&st->perf[tier].hist[b]);
 	out->writes_off = (uint32_t)writes_off(st, tier);
 	return 0;
 }
