@@ -55,6 +55,21 @@ for cap, n in want.items():
 sys.exit(1 if bad else 0)
 PY
 
+# --- kvtier bench plan: the same comparison as one command ---------------
+if KVT_SRC="$src" "$kvtier" bench plan "$trace" --repeat 1 --json >"$work/bench.json" 2>"$work/err"; then
+	"$py" - "$work/bench.json" <<'PY' || fails=$((fails + 1))
+import json, sys
+b = json.load(open(sys.argv[1]))
+ok = b["exact"] and b["ratio_vs_reference"] > 0 and b["accesses_per_s_per_core"] > 0
+print(f"{'ok  ' if ok else 'FAIL'} bench plan: {b['ratio_vs_reference']:.1f}x the reference (simulation only), "
+      f"{b['accesses_per_s_per_core']/1e6:.1f} M accesses/s per core; end to end "
+      f"{b['end_to_end']['ratio_vs_reference']:.1f}x (printed, not asserted)")
+sys.exit(0 if ok else 1)
+PY
+else
+	bad "bench plan failed: $(cat "$work/err")"
+fi
+
 # --- a 50-configuration grid on every core --------------------------------
 t0=$(date +%s.%N)
 if "$kvtier" plan "$trace" --dram 1000,5000,20000,50000,inf \

@@ -204,6 +204,7 @@ static kvt_s3_opts base_opts(void)
 	o.access_key = AK;
 	o.secret_key = SK;
 	o.part_bytes = 8u << 20;
+	o.multipart_bytes = 8u << 20; /* 20 MiB objects go multipart */
 	o.max_parallel = 8;
 	o.timeout_ms = 5000;
 	return o;
@@ -271,6 +272,32 @@ int main(void)
 	CHECK_EQ(get_cmp(a, &kb, big, lenb), 0);
 	CHECK_EQ(get_cmp(b, &kb, big, lenb), 0);
 	fprintf(stderr, "20 MiB put+2 gets: %.2f s\n", now_s() - t0);
+	/* The default threshold (64 MiB): the same 20 MiB in one PUT and one
+	 * GET, under another prefix; and a 1 MiB threshold forces many
+	 * parallel parts and ranges of part_bytes (1 MiB). */
+	{
+		kvt_s3_opts od = base_opts();
+		kvt_tier *d;
+		od.prefix = "one/";
+		od.multipart_bytes = 0;
+		CHECK_EQ(kvt_s3_open(&od, &d), 0);
+		t0 = now_s();
+		CHECK_EQ(put_img(d, &kb, big, lenb), 0);
+		CHECK_EQ(get_cmp(d, &kb, big, lenb), 0);
+		fprintf(stderr, "20 MiB single put+get: %.2f s\n", now_s() - t0);
+		d->ops->close(d);
+		od.prefix = "many/";
+		od.multipart_bytes = 1u << 20;
+		od.part_bytes = 1u << 20;
+		CHECK_EQ(kvt_s3_open(&od, &d), 0);
+		t0 = now_s();
+		CHECK_EQ(put_img(d, &kb, big, lenb), 0);
+		CHECK_EQ(get_cmp(d, &kb, big, lenb), 0);
+		fprintf(stderr, "20 MiB in 1 MiB parts put+get: %.2f s\n", now_s() - t0);
+		d->ops->close(d);
+		od.multipart_bytes = (1u << 20) - 1;
+		CHECK_EQ(kvt_s3_open(&od, &d), KVT_EINVAL);
+	}
 
 	/* A new instance sees both through the listing. */
 	CHECK_EQ(kvt_s3_open(&o, &c), 0);

@@ -11,7 +11,8 @@ int cmd_bench(int argc, char **argv)
 	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		printf("usage: kvtier bench dram [--json] [--quick]\n"
 		       "       kvtier bench nvme [--json] [--quick] [--dir DIR]\n"
-		       "       kvtier bench s3 [--json] [--quick] [--endpoint URL]\n\n"
+		       "       kvtier bench s3 [--json] [--quick] [--endpoint URL]\n"
+		       "       kvtier bench plan [TRACE] [--caps LIST] [--repeat N] [--json]\n\n"
 		       "Benchmarks print each figure as a ratio against a bound measured in\n"
 		       "the same run (memcpy, hashing alone, ...); --json prints every figure\n"
 		       "with ratios in fields named ratio_vs_<bound>.\n");
@@ -25,6 +26,8 @@ int cmd_bench(int argc, char **argv)
 		return bench_nvme(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "s3"))
 		return bench_s3(argc - 1, argv + 1);
-	fprintf(stderr, "kvtier bench: unknown benchmark \"%s\" (known: dram, nvme, s3)\n", argv[1]);
+	if (!strcmp(argv[1], "plan"))
+		return bench_plan(argc - 1, argv + 1);
+	fprintf(stderr, "kvtier bench: unknown benchmark \"%s\" (known: dram, nvme, sharedfs, s3, plan)\n", argv[1]);
 	return 2;
 }

@@ -79,21 +79,17 @@ static void t1_victim(void *arg, uint64_t id, uint64_t size)
 static int make_evict(const struct plan_trace *pt, enum kvt_evict_kind kind, uint64_t cap,
 		      kvt_evict_victim_fn fn, void *arg, kvt_evict **out)
 {
-	uint64_t expect = cap;
-	if (cap == PLAN_UNBOUNDED || cap > pt->t.nids) {
+	if (cap == PLAN_UNBOUNDED || cap > pt->t.nids)
 		cap = pt->t.nids ? pt->t.nids : 1; /* holds every block: unbounded */
-		/* The policy sizes its table at 4x the hint and grows it past
-		 * half full; every distinct block fits at half the hint, and
-		 * a table half the size is half the memory to clear and to
-		 * miss in the cache. */
-		expect = cap / 2 + 1;
-	}
+	/* Trace ids are dense (0..nids-1): the policy maps them with a flat
+	 * array, no hash table, and sizes its slab for `cap` objects. */
 	struct kvt_evict_conf ec = {
 		.kind = kind,
 		.capacity = cap,
-		.expected_objects = expect,
+		.expected_objects = cap,
 		.on_victim = fn,
 		.victim_arg = arg,
+		.id_limit = pt->t.nids ? pt->t.nids : 1,
 	};
 	return kvt_evict_create(&ec, out);
 }

@@ -2,9 +2,10 @@
  * evict.c — LRU and S3-FIFO over one shared core.
  *
  * The core is an id → node hash table (open addressing, linear probing,
- * backward-shift deletion so there are no tombstones to degrade probes) over
- * a slab of nodes linked into intrusive doubly linked lists by index.  Each
- * policy is a small vtable over that core: what a hit does, where an insert
+ * backward-shift deletion so there are no tombstones to degrade probes; each
+ * slot keeps its id's hash, so neither probes nor deletions read nodes), or
+ * for dense ids (conf.id_limit) a flat id -> node array, over a slab of nodes
+ * linked into intrusive doubly linked lists by index.  Each policy is a small vtable over that core: what a hit does, where an insert
  * goes, how to make room, where an unpinned object returns.
  *
  * Indices instead of pointers: the slab grows with realloc, and 32-bit links
@@ -37,6 +38,11 @@ struct node {
 	uint8_t freq;
 };
 
+struct slot {
+	uint32_t idx;  /* node index, NIL if empty */
+	uint32_t h;    /* hash_id() of the node's id: home slot and a filter */
+};
+
 struct list {
 	uint32_t head, tail; /* head = newest */
 	uint64_t units;
@@ -63,13 +69,17 @@ struct kvt_evict {
 	kvt_evict_victim_fn on_victim;
 	void *victim_arg;
 
-	uint32_t *slots;      /* node index or NIL */
+	struct slot *slots;   /* node index (NIL: empty) and its id's hash */
 	uint64_t mask;        /* slots - 1 (power of two) */
 	uint64_t in_table;    /* nodes in the table (ghosts included) */
 
+	uint32_t *dir;        /* id_limit mode: id -> node index or NIL */
+	uint64_t id_limit;
+
 	struct node *nodes;
 	uint32_t nodes_cap;
-	uint32_t free_head;
+	uint32_t nodes_hw;    /* nodes[nodes_hw..nodes_cap) never used yet */
+	uint32_t free_head;   /* freed nodes, for reuse first */
 
 	struct list lru;      /* LRU */
 	struct list small, main, ghost; /* S3-FIFO */
@@ -82,7 +92,7 @@ struct kvt_evict {
 
 /* splitmix64's finaliser: trace ids are small sequential integers and key
  * prefixes may share high bits; both must spread over all slots. */
-static uint64_t mix64(uint64_t x)
+static inline uint64_t mix64(uint64_t x)
 {
 	x ^= x >> 30;
 	x *= 0xbf58476d1ce4e5b9ull;
@@ -92,35 +102,76 @@ static uint64_t mix64(uint64_t x)
 	return x;
 }
 
-static uint32_t table_find(const kvt_evict *e, uint64_t id)
+/* The slot hash.  Everything above the low GROUP_BITS bits is mixed, the low
+ * bits are kept: GROUP consecutive ids (a trace's dense ids, first seen
+ * together in one prompt, so usually accessed together again) have
+ * consecutive home slots, in one cache line, while everything else spreads
+ * like mix64.  Ids that differ only above the low bits (key prefixes, any
+ * pattern) are spread by mix64 as before. */
+#define GROUP_BITS 2
+static inline uint32_t hash_id(uint64_t id)
 {
-	uint64_t i = mix64(id) & e->mask;
-	for (;;) {
-		uint32_t s = e->slots[i];
-		if (s == NIL || e->nodes[s].id == id)
-			return s;
-		i = (i + 1) & e->mask;
-	}
+	return (uint32_t)((mix64(id >> GROUP_BITS) << GROUP_BITS) | (id & ((1u << GROUP_BITS) - 1)));
 }
 
-static void table_put_raw(uint32_t *slots, uint64_t mask, const struct node *nodes, uint32_t x)
+/* Find the slot of `id`: its node index, or NIL with *pos at the empty slot
+ * where it would go.  The stored hash answers almost every mismatch without
+ * touching the node. */
+static inline uint32_t table_probe(const kvt_evict *e, uint64_t id, uint64_t *pos)
 {
-	uint64_t i = mix64(nodes[x].id) & mask;
-	while (slots[i] != NIL)
+	if (e->dir) {
+		*pos = id;
+		return id < e->id_limit ? e->dir[id] : NIL;
+	}
+	uint32_t h = hash_id(id);
+	uint64_t mask = e->mask;
+	const struct slot *slots = e->slots;
+	uint64_t i = h & mask;
+	for (;;) {
+		const struct slot *sl = &slots[i];
+		if (sl->idx == NIL)
+			break;
+		if (sl->h == h && e->nodes[sl->idx].id == id) {
+			*pos = i;
+			return sl->idx;
+		}
 		i = (i + 1) & mask;
-	slots[i] = x;
+	}
+	*pos = i;
+	return NIL;
+}
+
+static inline uint32_t table_find(const kvt_evict *e, uint64_t id)
+{
+	uint64_t pos;
+	return table_probe(e, id, &pos);
+}
+
+static void table_put_raw(struct slot *slots, uint64_t mask, uint32_t h, uint32_t x)
+{
+	uint64_t i = h & mask;
+	while (slots[i].idx != NIL)
+		i = (i + 1) & mask;
+	slots[i].idx = x;
+	slots[i].h = h;
 }
 
 static int table_grow(kvt_evict *e, uint64_t nslots)
 {
-	uint32_t *s = malloc(nslots * sizeof(*s));
+	/* Homes come from the 32-bit stored hash. */
+	if (nslots > (1ull << 32))
+		return KVT_ENOMEM;
+	struct slot *s = malloc(nslots * sizeof(*s));
 	if (!s)
 		return KVT_ENOMEM;
-	memset(s, 0xff, nslots * sizeof(*s));
+	for (uint64_t i = 0; i < nslots; i++) {
+		s[i].idx = NIL;
+		s[i].h = 0;
+	}
 	if (e->slots) {
 		for (uint64_t i = 0; i <= e->mask; i++)
-			if (e->slots[i] != NIL)
-				table_put_raw(s, nslots - 1, e->nodes, e->slots[i]);
+			if (e->slots[i].idx != NIL)
+				table_put_raw(s, nslots - 1, e->slots[i].h, e->slots[i].idx);
 		free(e->slots);
 	}
 	e->slots = s;
@@ -130,72 +181,91 @@ static int table_grow(kvt_evict *e, uint64_t nslots)
 
 /* Make room for one more node in both the table (load <= 1/2 keeps linear
  * probes short) and the slab, before anything changes, so that an insert
- * that runs out of memory leaves the policy exactly as it was. */
+ * that runs out of memory leaves the policy exactly as it was.  1 if the
+ * table moved (slot positions found before are stale), 0, or an error. */
 static int reserve_one(kvt_evict *e)
 {
-	if ((e->in_table + 1) * 2 > e->mask + 1) {
+	int moved = 0;
+	if (!e->dir && (e->in_table + 1) * 2 > e->mask + 1) {
 		int rc = table_grow(e, (e->mask + 1) * 2);
 		if (rc)
 			return rc;
+		moved = 1;
 	}
-	if (e->free_head == NIL) {
+	if (e->free_head == NIL && e->nodes_hw == e->nodes_cap) {
 		uint64_t ncap = e->nodes_cap ? (uint64_t)e->nodes_cap * 2 : 64;
-		if (ncap >= NIL)
-			ncap = NIL - 1;
+		if (ncap > (1ull << 31))
+			ncap = 1ull << 31;
 		if (ncap <= e->nodes_cap)
 			return KVT_ENOMEM;
 		struct node *n = realloc(e->nodes, ncap * sizeof(*n));
 		if (!n)
 			return KVT_ENOMEM;
-		for (uint64_t i = e->nodes_cap; i < ncap; i++) {
-			n[i].q = Q_FREE;
-			n[i].next = i + 1 < ncap ? (uint32_t)(i + 1) : NIL;
-		}
-		e->free_head = e->nodes_cap;
 		e->nodes = n;
 		e->nodes_cap = (uint32_t)ncap;
 	}
-	return 0;
+	return moved;
 }
 
-/* Needs reserve_one() first. */
-static uint32_t node_new(kvt_evict *e, uint64_t id, uint64_t size)
+/* Needs reserve_one() first; `pos` is the empty slot table_probe() found for
+ * `id` since (no change to the table in between). */
+static inline uint32_t node_new_at(kvt_evict *e, uint64_t id, uint64_t size, uint64_t pos)
 {
 	uint32_t x = e->free_head;
-	struct node *n = &e->nodes[x];
-	e->free_head = n->next;
+	struct node *n;
+	if (x != NIL) {
+		n = &e->nodes[x];
+		e->free_head = n->next;
+	} else {
+		/* Fresh slab memory is touched only when first used. */
+		x = e->nodes_hw++;
+		n = &e->nodes[x];
+	}
 	n->id = id;
 	n->size = size;
 	n->prev = n->next = NIL;
 	n->pins = 0;
 	n->freq = 0;
 	n->q = Q_FREE;
-	table_put_raw(e->slots, e->mask, e->nodes, x);
+	if (e->dir) {
+		e->dir[pos] = x;
+	} else {
+		e->slots[pos].idx = x;
+		e->slots[pos].h = hash_id(id);
+	}
 	e->in_table++;
 	return x;
 }
 
 /* Remove from the table with backward shift: later members of the probe run
- * move up into the hole if their home slot allows it. */
+ * move up into the hole if their home slot allows it.  The stored hashes
+ * give the homes without touching the nodes. */
 static void node_free(kvt_evict *e, uint32_t x)
 {
-	uint64_t i = mix64(e->nodes[x].id) & e->mask;
-	while (e->slots[i] != x)
-		i = (i + 1) & e->mask;
+	if (e->dir) {
+		e->dir[e->nodes[x].id] = NIL;
+		goto freed;
+	}
+	uint64_t mask = e->mask;
+	struct slot *slots = e->slots;
+	uint64_t i = hash_id(e->nodes[x].id) & mask;
+	while (slots[i].idx != x)
+		i = (i + 1) & mask;
 	uint64_t hole = i;
 	for (;;) {
-		i = (i + 1) & e->mask;
-		uint32_t s = e->slots[i];
-		if (s == NIL)
+		i = (i + 1) & mask;
+		struct slot s = slots[i];
+		if (s.idx == NIL)
 			break;
-		uint64_t home = mix64(e->nodes[s].id) & e->mask;
+		uint64_t home = s.h & mask;
 		/* s may fill the hole only if its home is not in (hole, i]. */
-		if (((i - home) & e->mask) >= ((i - hole) & e->mask)) {
-			e->slots[hole] = s;
+		if (((i - home) & mask) >= ((i - hole) & mask)) {
+			slots[hole] = s;
 			hole = i;
 		}
 	}
-	e->slots[hole] = NIL;
+	slots[hole].idx = NIL;
+freed:
 	e->in_table--;
 	e->nodes[x].q = Q_FREE;
 	e->nodes[x].next = e->free_head;
@@ -463,15 +533,45 @@ int kvt_evict_create(const struct kvt_evict_conf *conf, kvt_evict **out)
 	e->promote = conf->s3_promote ? conf->s3_promote : 1;
 
 	/* Ghosts live in the table too: up to about twice the objects. */
-	uint64_t want = 64;
 	uint64_t hint = conf->expected_objects;
 	if (hint > (1ull << 30))
 		hint = 1ull << 30;
-	while (want < hint * 4)
-		want *= 2;
-	if (table_grow(e, want)) {
-		free(e);
-		return KVT_ENOMEM;
+	int rc = 0;
+	if (conf->id_limit) {
+		if (conf->id_limit > (1ull << 32)) {
+			free(e);
+			return kvt_err(KVT_EINVAL, "eviction policy id_limit above 2^32");
+		}
+		e->id_limit = conf->id_limit;
+		e->dir = malloc(conf->id_limit * sizeof(*e->dir));
+		if (!e->dir)
+			rc = KVT_ENOMEM;
+		else
+			memset(e->dir, 0xff, conf->id_limit * sizeof(*e->dir));
+		if (hint > conf->id_limit)
+			hint = conf->id_limit;
+	} else {
+		uint64_t want = 64;
+		while (want < hint * 4)
+			want *= 2;
+		rc = table_grow(e, want);
+	}
+	/* The slab, sized from the hint (resident objects, and as many ghosts
+	 * for S3-FIFO): no growth on the way for a hint that holds.  Untouched
+	 * until used (nodes_hw). */
+	uint64_t nn = hint * (ops == &s3_ops ? 2 : 1) + 1;
+	if (!rc && hint) {
+		if (nn > (1ull << 31))
+			nn = 1ull << 31;
+		e->nodes = malloc(nn * sizeof(*e->nodes));
+		if (!e->nodes)
+			rc = KVT_ENOMEM;
+		else
+			e->nodes_cap = (uint32_t)nn;
+	}
+	if (rc) {
+		kvt_evict_destroy(e);
+		return rc;
 	}
 	*out = e;
 	return 0;
@@ -482,6 +582,7 @@ void kvt_evict_destroy(kvt_evict *e)
 	if (!e)
 		return;
 	free(e->slots);
+	free(e->dir);
 	free(e->nodes);
 	free(e);
 }
@@ -499,20 +600,37 @@ static uint32_t find_resident(const kvt_evict *e, uint64_t id)
 	return x;
 }
 
+/* A hit on resident node x; LRU inline (the planner's hot path). */
+static inline void hit_node(kvt_evict *e, uint32_t x)
+{
+	if (e->ops == &lru_ops) {
+		if (e->nodes[x].q == Q_LRU && e->lru.head != x) {
+			list_unlink(e, &e->lru, x);
+			list_push_head(e, &e->lru, x, Q_LRU);
+		}
+		return;
+	}
+	e->ops->hit(e, x);
+}
+
 int kvt_evict_lookup(kvt_evict *e, uint64_t id)
 {
 	uint32_t x = find_resident(e, id);
 	if (x == NIL)
 		return 0;
-	e->ops->hit(e, x);
+	hit_node(e, x);
 	return 1;
 }
 
-int kvt_evict_insert(kvt_evict *e, uint64_t id, uint64_t size)
+/* kvt_evict_insert once `id` was probed: x its node (NIL: not in the table;
+ * then pos is the empty slot it would take). */
+static int insert_probed(kvt_evict *e, uint64_t id, uint64_t size, uint32_t x, uint64_t pos)
 {
 	if (size == 0 || size > e->capacity)
 		return KVT_ETOOBIG;
-	uint32_t x = table_find(e, id);
+	if (e->dir && id >= e->id_limit)
+		return kvt_err(KVT_EINVAL, "id %llu outside the policy's id_limit %llu",
+			       (unsigned long long)id, (unsigned long long)e->id_limit);
 	int was_ghost = 0;
 	if (x != NIL) {
 		if (e->nodes[x].q != Q_GHOST)
@@ -527,34 +645,56 @@ int kvt_evict_insert(kvt_evict *e, uint64_t id, uint64_t size)
 	 * out-of-memory after victims were reported would lose them for no
 	 * insert. */
 	int rc = reserve_one(e);
-	if (rc)
+	if (rc < 0)
 		return rc;
-	while (e->used + size > e->capacity)
-		if (e->ops->evict_one(e) < 0)
+	if (!was_ghost) {
+		/* Into the table first, where the probe left off (unless the
+		 * table just grew): it is on no list, so eviction cannot pick
+		 * it, and evicting cannot leave a stale position behind. */
+		if (rc)
+			table_probe(e, id, &pos);
+		x = node_new_at(e, id, size, pos);
+	}
+	while (e->used + size > e->capacity) {
+		if (e->ops->evict_one(e) < 0) {
+			if (!was_ghost)
+				node_free(e, x);
 			return KVT_EFULL; /* unreachable given the check above */
+		}
+	}
 	if (was_ghost) {
 		/* Eviction may have trimmed G, and with it this very ghost. */
-		x = table_find(e, id);
+		x = table_probe(e, id, &pos);
 		if (x != NIL) {
 			list_unlink(e, &e->ghost, x);
 			e->nodes[x].size = size;
 		} else {
 			was_ghost = 0;
+			x = node_new_at(e, id, size, pos);
 		}
 	}
-	if (!was_ghost)
-		x = node_new(e, id, size);
 	e->used += size;
 	e->resident++;
 	e->ops->place(e, x, was_ghost);
 	return 0;
 }
 
+int kvt_evict_insert(kvt_evict *e, uint64_t id, uint64_t size)
+{
+	uint64_t pos;
+	uint32_t x = table_probe(e, id, &pos);
+	return insert_probed(e, id, size, x, pos);
+}
+
 int kvt_evict_access(kvt_evict *e, uint64_t id, uint64_t size)
 {
-	if (kvt_evict_lookup(e, id))
+	uint64_t pos;
+	uint32_t x = table_probe(e, id, &pos);
+	if (x != NIL && e->nodes[x].q != Q_GHOST) {
+		hit_node(e, x);
 		return 1;
-	return kvt_evict_insert(e, id, size);
+	}
+	return insert_probed(e, id, size, x, pos);
 }
 
 int kvt_evict_remove(kvt_evict *e, uint64_t id)

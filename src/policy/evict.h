@@ -68,6 +68,11 @@ struct kvt_evict_conf {
 	uint32_t s3_promote;        /* S3-FIFO: hits in S needed to move to M; 0 = 1 */
 	kvt_evict_victim_fn on_victim; /* may be NULL */
 	void *victim_arg;
+	/* > 0: every id is < id_limit (dense ids, as a parsed trace's): the
+	 * id -> object map is then a flat array of id_limit entries instead of
+	 * a hash table (same results, no hashing or probing).  An id outside
+	 * is never resident and cannot be inserted (KVT_EINVAL).  0: any id. */
+	uint64_t id_limit;
 };
 
 typedef struct kvt_evict kvt_evict;

@@ -54,6 +54,7 @@ kvt_config *kvt_config_new(void)
 	c->s3_path_style = 1;
 	c->s3_max_parallel = 16;
 	c->s3_part_size = 8 * MiB;
+	c->s3_multipart_size = 64 * MiB;
 	c->s3_timeout_ms = 30000;
 	return c;
 }
@@ -366,6 +367,10 @@ static int set_s3_part_size(kvt_config *c, const char *v)
 {
 	return set_size(v, 1, 5 * MiB, &c->s3_part_size);
 }
+static int set_s3_multipart_size(kvt_config *c, const char *v)
+{
+	return set_size(v, 1, 1 * MiB, &c->s3_multipart_size);
+}
 static int set_s3_timeout_ms(kvt_config *c, const char *v)
 {
 	return parse_u32(v, 1, 3600000, &c->s3_timeout_ms);
@@ -571,6 +576,7 @@ static const struct config_key {
 	{ "s3_path_style", set_s3_path_style, "true or false" },
 	{ "s3_max_parallel", set_s3_max_parallel, "1..1024" },
 	{ "s3_part_size", set_s3_part_size, "a size of at least 5MiB" },
+	{ "s3_multipart_size", set_s3_multipart_size, "objects above this go multipart; at least 1MiB" },
 	{ "s3_timeout_ms", set_s3_timeout_ms, "1..3600000" },
 	{ "s3_refresh_s", set_s3_refresh_s, "0..86400" },
 };

@@ -56,6 +56,7 @@ struct kvt_config {
 	uint64_t max_remote_size;     /* 0 = unbounded */
 	uint32_t s3_max_parallel;
 	uint64_t s3_part_size;
+	uint64_t s3_multipart_size;   /* larger objects go multipart */
 	uint32_t s3_timeout_ms;
 	uint32_t s3_refresh_s;
 	uint32_t hash_scheme;         /* enum kvt_hash_scheme */

@@ -210,6 +210,8 @@ static int add_tier(kvt_store *st, kvt_tier *t, int verify, int kind)
 }
 
 static void evict_victims(kvt_store *st, int tier, kvt_key *v, size_t n);
+static void after_insert(kvt_store *st, int tier, const kvt_key *key,
+			 uint64_t len);
 
 /* Teach the policies what the tiers already hold (a warm restart). */
 static int warm_one(void *arg, const kvt_key *key, uint64_t len)
@@ -242,10 +244,12 @@ static int hier_setup(kvt_store *st)
 			.admit_seen = c->admit_seen,
 			.write = c->write,
 			.background_bps = c->background_bps,
-			/* 3% headroom: writes in flight hold space the policy
-			 * does not see yet, and the tier's own LRU must not be
-			 * the one that decides. */
-			.capacity = ts.capacity_bytes / 100 * 97,
+			/* The first tier's policy leaves room for what it cannot
+			 * see: victims still held by queued demotions (up to a
+			 * tenth, max_bg_bytes) and writes in flight (3%), so
+			 * the tier's own LRU never has to decide. */
+			.capacity = i == 0 ? ts.capacity_bytes / 100 * 87
+					   : ts.capacity_bytes / 100 * 97,
 			.round = st->kind[i] == KVT_CT_DRAM ? st->cfg.dram_page_size
 			       : st->kind[i] == KVT_CT_NVME ? 4096 : 1,
 			/* an unbounded tier (S3 by default) has no policy */
@@ -270,9 +274,10 @@ kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 		rc = kvt_err(KVT_EINVAL, "configuration missing");
 		goto fail0;
 	}
-	if (!cfg->local_cpu && !cfg->local_disk[0] && !cfg->shared_fs[0]) {
+	if (!cfg->local_cpu && !cfg->local_disk[0] && !cfg->shared_fs[0] &&
+	    !cfg->s3_bucket[0]) {
 		rc = kvt_err(KVT_ECONFIG,
-			     "no tier configured: set local_cpu: true, local_disk or shared_fs");
+			     "no tier configured: set local_cpu: true, local_disk, shared_fs or remote_url");
 		goto fail0;
 	}
 	if (cfg->local_cpu &&
@@ -349,6 +354,7 @@ kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 			.capacity = cfg->max_remote_size,
 			.max_parallel = cfg->s3_max_parallel,
 			.part_bytes = cfg->s3_part_size,
+			.multipart_bytes = cfg->s3_multipart_size,
 			.timeout_ms = (int)cfg->s3_timeout_ms,
 			.refresh_s = (int)cfg->s3_refresh_s,
 			.hmac_key = cfg->object_auth_key_len ? cfg->object_auth_key : NULL,
@@ -368,7 +374,7 @@ kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 		kvt_tier_stats ts = { 0 };
 		if (st->n_tiers)
 			st->tiers[0]->ops->stats(st->tiers[0], &ts);
-		st->max_bg_bytes = ts.capacity_bytes / 4;
+		st->max_bg_bytes = ts.capacity_bytes / 10;
 	}
 	st->workers = calloc(cfg->workers, sizeof(pthread_t));
 	if (!st->workers) {
@@ -506,6 +512,10 @@ static int store_harden(kvt_store *st, const kvt_key *key, int holder,
 			image_copy(rb, w);
 			rc = t->ops->put_commit(t, w, durability);
 		}
+		if (rc != KVT_EEXIST)
+			tier_note_write(st, i, rc);
+		if (rc == 0)
+			after_insert(st, i, key, rb->len);
 		if (rc == 0 || rc == KVT_EEXIST)
 			done = 1;
 		else if (!err)
@@ -754,27 +764,44 @@ static int copy_into(kvt_store *st, int dst, const kvt_tier_rbuf *rb,
 	return rc;
 }
 
+/* Where a victim of tier `src` goes: the first tier below that is
+ * write-back, or write-through but missing it (its write-through copy never
+ * happened: the chunk was evicted first, or the copy failed).  -1: none. */
+static int demote_target(kvt_store *st, int src, const kvt_key *key)
+{
+	for (int d = src + 1; d < st->n_tiers; d++) {
+		int w = hier_write_mode(st->hier, d);
+		if (w == KVT_WRITE_NONE)
+			continue;
+		if (st->tiers[d]->ops->exists(st->tiers[d], key) == 1)
+			return -1; /* held below already */
+		return d;
+	}
+	return -1;
+}
+
 static void move_run(kvt_store *st, struct job *j)
 {
 	struct move_job *m = (struct move_job *)j;
 	kvt_tier *src = st->tiers[m->src];
 
 	if (m->kind == MOVE_PROMOTE) {
-		if (copy_into(st, 0, m->rb, KVT_DUR_CACHED) == 0)
-			hier_count(st->hier, m->src, HIER_PROMOTION);
+		/* This is a second read of the lower tier: verify it before it
+		 * lands where reads are not verified. */
+		kvt_obj_hdr *h = malloc(sizeof(*h));
+		if (h && image_header(m->rb, h) == 0 &&
+		    kvt_obj_verify_iov(h, m->rb->iov, m->rb->n_iov) == 0) {
+			if (copy_into(st, 0, m->rb, KVT_DUR_CACHED) == 0)
+				hier_count(st->hier, m->src, HIER_PROMOTION);
+		}
+		free(h);
 		flight_leave(st, &m->key);
 	} else if (m->kind == MOVE_DEMOTE) {
-		/* The first write-back tier below takes the victim. */
-		for (int d = m->src + 1; d < st->n_tiers; d++) {
-			if (hier_write_mode(st->hier, d) != KVT_WRITE_BACK)
-				continue;
-			if (!st->tiers[d]->ops->exists(st->tiers[d], &m->key) &&
-			    hier_admit(st->hier, d, &m->key)) {
-				hier_throttle(st->hier, d, m->rb->len);
-				if (copy_into(st, d, m->rb, KVT_DUR_CACHED) == 0)
-					hier_count(st->hier, d, HIER_DEMOTION);
-			}
-			break;
+		int d = demote_target(st, m->src, &m->key);
+		if (d >= 0 && hier_admit(st->hier, d, &m->key)) {
+			hier_throttle(st->hier, d, m->rb->len);
+			if (copy_into(st, d, m->rb, KVT_DUR_CACHED) == 0)
+				hier_count(st->hier, d, HIER_DEMOTION);
 		}
 	} else { /* MOVE_THROUGH: every write-through tier below the first */
 		for (int d = m->src + 1; d < st->n_tiers; d++) {
@@ -815,10 +842,10 @@ static void move_submit(kvt_store *st, int kind, int src, const kvt_key *key)
 	int prio = kind == MOVE_PROMOTE ? PRIO_PROMOTE : PRIO_BACKGROUND;
 
 	m = calloc(1, sizeof(*m));
-	if (!m)
-		return;
-	if (t->ops->get(t, key, &m->rb)) { /* gone already */
+	if (!m || t->ops->get(t, key, &m->rb)) { /* no memory, or gone */
 		free(m);
+		if (kind == MOVE_PROMOTE)
+			flight_leave(st, key);
 		return;
 	}
 	m->job.run = move_run;
@@ -862,11 +889,7 @@ static void evict_victims(kvt_store *st, int tier, kvt_key *v, size_t n)
 	kvt_tier *t = st->tiers[tier];
 
 	for (size_t i = 0; i < n; i++) {
-		int back = 0;
-		for (int d = tier + 1; d < st->n_tiers; d++)
-			if (hier_write_mode(st->hier, d) == KVT_WRITE_BACK)
-				back = 1;
-		if (back)
+		if (demote_target(st, tier, &v[i]) >= 0)
 			move_submit(st, MOVE_DEMOTE, tier, &v[i]);
 		t->ops->del(t, &v[i]);
 	}
@@ -880,6 +903,9 @@ static int put_chunk(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 
 	if (!mask)
 		return kvt_err(KVT_ENOTSUP, "no tier takes puts (every tier's write is none)");
+	/* A put is a sighting too (a client may never look up first). */
+	for (int i = 1; i < st->n_tiers; i++)
+		hier_seen(st->hier, i, key);
 	rc = store_put(st, ns, key, layers, durability, mask);
 	for (int i = 0; i < st->n_tiers && first < 0; i++)
 		if (mask & (1u << i))

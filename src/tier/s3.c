@@ -51,6 +51,7 @@
 #define S3_BACKOFF_CAP_MS 2000
 #define S3_MIN_PART (1ull << 20) /* below AWS's 5 MiB only for tests */
 #define S3_MAX_PARTS 10000
+#define S3_PREALLOC_MAX (KVT_OBJ_HEADER_BYTES + KVT_OBJ_MAX_PAYLOAD)
 
 /* --- the tier ------------------------------------------------------------ */
 
@@ -69,7 +70,7 @@ typedef struct s3_tier {
 	char *user, *secret, *sigv4;
 	struct curl_slist *common; /* headers on every request (copied) */
 	char *token_hdr;
-	uint64_t capacity, part_bytes;
+	uint64_t capacity, part_bytes, multipart_bytes;
 	uint32_t max_parallel;
 	int timeout_ms, retries, refresh_s, path_style;
 	uint8_t *hmac_key;
@@ -425,6 +426,23 @@ static size_t s3_write_cb(char *p, size_t sz, size_t nm, void *u)
 		memcpy(r->dst + r->len, p, n);
 		r->len += n;
 		return n;
+	}
+	if (!r->cap) {
+		/* Size the body once from Content-Range's total (a ranged
+		 * GET's later ranges land in the same buffer) or
+		 * Content-Length: no regrowth, no copies. */
+		curl_off_t cl = -1;
+		uint64_t want = 0;
+		curl_easy_getinfo(r->e, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+		if (r->has_total && r->total <= S3_PREALLOC_MAX)
+			want = r->total;
+		else if (cl > 0 && (uint64_t)cl <= S3_PREALLOC_MAX)
+			want = (uint64_t)cl;
+		if (want >= r->len + n) {
+			r->buf = malloc((size_t)want);
+			if (r->buf)
+				r->cap = (size_t)want;
+		}
 	}
 	if (r->len + n > r->cap) {
 		size_t nc = r->cap ? r->cap * 2 : 65536;
@@ -1273,7 +1291,7 @@ static int s3_put_commit(kvt_tier *tier, kvt_tier_wbuf *w, int durability)
 		s3_hmac_hex(t, img, len, mac);
 	if (t->capacity != UINT64_MAX)
 		s3_make_room(t, len);
-	if (len <= t->part_bytes)
+	if (len <= t->multipart_bytes)
 		rc = s3_put_single(t, name, img, len, t->hmac_key ? mac : NULL, 1);
 	else
 		rc = s3_put_multipart(t, name, img, len, t->hmac_key ? mac : NULL);
@@ -1328,7 +1346,20 @@ static int s3_get(kvt_tier *tier, const kvt_key *key, kvt_tier_rbuf **out)
 
 	s3_obj_name(t, key, name, sizeof(name));
 	rc = s3_req_init(t, &first, "GET", name, NULL);
-	snprintf(range, sizeof(range), "Range: bytes=0-%" PRIu64, t->part_bytes - 1);
+	/* One request moves objects up to multipart_bytes; a larger one
+	 * answers 206 with its total and the rest comes as parallel ranges. */
+	{
+		uint64_t first_len = t->multipart_bytes, known = 0;
+		s3_ent *e;
+		pthread_mutex_lock(&t->mu);
+		e = s3_find(t, key);
+		if (e)
+			known = e->len;
+		pthread_mutex_unlock(&t->mu);
+		if (known > t->multipart_bytes)
+			first_len = t->part_bytes; /* known large: all parallel */
+		snprintf(range, sizeof(range), "Range: bytes=0-%" PRIu64, first_len - 1);
+	}
 	if (!rc)
 		rc = s3_req_hdr(&first, "%s", range);
 	if (!rc)
@@ -1348,12 +1379,17 @@ static int s3_get(kvt_tier *tier, const kvt_key *key, kvt_tier_rbuf **out)
 		goto out;
 	}
 	if (got < total) {
-		img = malloc(total);
-		if (!img) {
-			rc = KVT_ENOMEM;
-			goto out;
+		if (first.cap >= total) { /* sized from Content-Range */
+			img = first.buf;
+			first.buf = NULL;
+		} else {
+			img = malloc(total);
+			if (!img) {
+				rc = KVT_ENOMEM;
+				goto out;
+			}
+			memcpy(img, first.buf, got);
 		}
-		memcpy(img, first.buf, got);
 		nr = (total - got + t->part_bytes - 1) / t->part_bytes;
 		rs = calloc(nr, sizeof(*rs));
 		rp = calloc(nr, sizeof(*rp));
@@ -1848,6 +1884,9 @@ int kvt_s3_open(const kvt_s3_opts *o, kvt_tier **out)
 	    strlen(o->bucket))
 		return kvt_err(KVT_EINVAL, "s3: bucket name '%s' is not valid",
 			       o->bucket);
+	if (o->multipart_bytes && o->multipart_bytes < S3_MIN_PART)
+		return kvt_err(KVT_EINVAL, "s3: multipart_bytes %" PRIu64 " below 1 MiB",
+			       o->multipart_bytes);
 	if (o->part_bytes && o->part_bytes < S3_MIN_PART)
 		return kvt_err(KVT_EINVAL, "s3: part_bytes %" PRIu64 " below 1 MiB",
 			       o->part_bytes);
@@ -1867,6 +1906,7 @@ int kvt_s3_open(const kvt_s3_opts *o, kvt_tier **out)
 		pthread_mutex_init(&t->share_mu[j], NULL);
 	t->capacity = o->capacity ? o->capacity : UINT64_MAX;
 	t->part_bytes = o->part_bytes ? o->part_bytes : 8ull << 20;
+	t->multipart_bytes = o->multipart_bytes ? o->multipart_bytes : 64ull << 20;
 	t->max_parallel = o->max_parallel ? o->max_parallel : 16;
 	t->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 30000;
 	t->retries = o->retries > 0 ? o->retries : (o->retries < 0 ? 0 : 5);

@@ -58,6 +58,11 @@ typedef struct kvt_s3_opts {
 	uint64_t capacity;    /* bytes; 0 = unbounded (UINT64_MAX) */
 	uint32_t max_parallel;/* connections in flight; 0 = 16 */
 	uint64_t part_bytes;  /* multipart part / GET range size; 0 = 8 MiB */
+	/* Objects up to this size move in one request (one PUT, one GET);
+	 * larger ones as parallel parts of part_bytes (multipart PUT, ranged
+	 * GETs).  0 = 64 MiB: a single stream is faster below that on the
+	 * servers measured (docs/S3.md).  At least 1 MiB. */
+	uint64_t multipart_bytes;
 	int timeout_ms;       /* deadline of one call; 0 = 30000 */
 	int retries;          /* per request; 0 = 5, <0 = none */
 	const uint8_t *hmac_key; /* optional object authentication */

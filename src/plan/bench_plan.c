@@ -1,0 +1,267 @@
+/*
+ * bench_plan.c — `kvtier bench plan`: the planner's simulator against the
+ * plain reference replay (tests/plan_reference.py), side by side, in one run.
+ *
+ * Fair by construction, and reported both ways:
+ *  - sim only: the reference times its replay loop inside the script
+ *    (after Python started and parsed the JSON); plan times plan_sim_run
+ *    alone (after its trace was parsed).  Both the fastest of --repeat runs.
+ *  - end to end: the reference's whole process (interpreter start, JSON
+ *    parse, one replay per capacity) against plan's parse plus one
+ *    simulation per capacity.
+ * Hit blocks must agree to the block; a mismatch is an error (exit 1).
+ * The reference script is found under $KVT_SRC/tests, else ./tests, else
+ * ../tests; the trace defaults to <that source dir>/../shared/traces/
+ * conversation_trace.jsonl.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "common/err.h"
+#include "plan/plan.h"
+
+#define MAXCAP 16
+
+static double mono(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static const char *find_src(void)
+{
+	static const char *const cand[] = {".", ".."};
+	const char *env = getenv("KVT_SRC");
+	char p[4096];
+	if (env && *env)
+		return env;
+	for (size_t i = 0; i < sizeof(cand) / sizeof(cand[0]); i++) {
+		snprintf(p, sizeof(p), "%s/tests/plan_reference.py", cand[i]);
+		if (access(p, R_OK) == 0)
+			return cand[i];
+	}
+	return ".";
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	char *buf = NULL;
+	size_t cap = 0, n = 0;
+	for (;;) {
+		if (n == cap) {
+			size_t nc = cap ? cap * 2 : 1 << 20;
+			char *b2 = realloc(buf, nc);
+			if (!b2) {
+				free(buf);
+				fclose(f);
+				return NULL;
+			}
+			buf = b2;
+			cap = nc;
+		}
+		size_t r = fread(buf + n, 1, cap - n, f);
+		if (!r)
+			break;
+		n += r;
+	}
+	fclose(f);
+	*len = n;
+	return buf;
+}
+
+struct ref_row {
+	uint64_t hits, blocks;
+	double secs;
+};
+
+/* Run the reference; fill rows (one per capacity); the process's wall time
+ * in *wall.  0 or -1. */
+static int run_ref(const char *py, const char *trace, const char *caps_arg, unsigned repeat,
+		   struct ref_row *rows, unsigned ncap, double *wall)
+{
+	char cmd[8192];
+	snprintf(cmd, sizeof(cmd), "PLAN_REPEAT=%u python3 '%s' '%s' %s", repeat, py, trace,
+		 caps_arg);
+	double t0 = mono();
+	FILE *p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	char line[512];
+	unsigned k = 0;
+	while (k < ncap && fgets(line, sizeof(line), p)) {
+		char cap[64];
+		unsigned long long h, b;
+		double s;
+		if (sscanf(line, "%63s %llu %llu %lf", cap, &h, &b, &s) == 4) {
+			rows[k].hits = h;
+			rows[k].blocks = b;
+			rows[k].secs = s;
+			k++;
+		}
+	}
+	int st = pclose(p);
+	*wall = mono() - t0;
+	return st == 0 && k == ncap ? 0 : -1;
+}
+
+int bench_plan(int argc, char **argv)
+{
+	const char *trace = NULL, *caps_s = "1000,5000,20000,inf";
+	unsigned repeat = 3;
+	int json = 0;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json")) {
+			json = 1;
+		} else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) {
+			repeat = (unsigned)atoi(argv[++i]);
+		} else if (!strcmp(argv[i], "--caps") && i + 1 < argc) {
+			caps_s = argv[++i];
+		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			printf("usage: kvtier bench plan [TRACE] [--caps 1000,5000,20000,inf] "
+			       "[--repeat N] [--json]\n");
+			return 0;
+		} else if (argv[i][0] != '-' && !trace) {
+			trace = argv[i];
+		} else {
+			fprintf(stderr, "kvtier bench plan: unknown option %s\n", argv[i]);
+			return 2;
+		}
+	}
+	if (!repeat)
+		repeat = 1;
+	const char *src = find_src();
+	char py[4096], deftrace[4096];
+	snprintf(py, sizeof(py), "%s/tests/plan_reference.py", src);
+	snprintf(deftrace, sizeof(deftrace), "%s/../shared/traces/conversation_trace.jsonl", src);
+	if (!trace)
+		trace = deftrace;
+
+	uint64_t caps[MAXCAP];
+	char capnames[MAXCAP][32], caps_arg[MAXCAP * 33] = "";
+	unsigned ncap = 0;
+	for (const char *p = caps_s; *p && ncap < MAXCAP;) {
+		size_t n = strcspn(p, ",");
+		snprintf(capnames[ncap], sizeof(capnames[ncap]), "%.*s", (int)n, p);
+		caps[ncap] = !strcmp(capnames[ncap], "inf") ? PLAN_UNBOUNDED
+							    : strtoull(capnames[ncap], NULL, 10);
+		if (!caps[ncap]) {
+			fprintf(stderr, "kvtier bench plan: bad capacity \"%s\"\n", capnames[ncap]);
+			return 2;
+		}
+		strcat(caps_arg, capnames[ncap]);
+		strcat(caps_arg, " ");
+		ncap++;
+		p += n + (p[n] == ',');
+	}
+
+	/* plan: parse once, then each capacity the fastest of `repeat` runs. */
+	double t0 = mono();
+	size_t len = 0;
+	char *buf = slurp(trace, &len);
+	if (!buf) {
+		fprintf(stderr, "kvtier bench plan: cannot read %s\n", trace);
+		return 1;
+	}
+	struct plan_trace pt;
+	int rc = plan_trace_parse(buf, len, PLAN_FMT_AUTO, 0, 0, &pt);
+	free(buf);
+	double parse_s = mono() - t0;
+	if (rc) {
+		fprintf(stderr, "kvtier bench plan: %s: %s %s\n", trace, kvt_strerror(rc), kvt_errmsg());
+		return 1;
+	}
+	struct plan_result res[MAXCAP];
+	double sim_s[MAXCAP], first_s[MAXCAP];
+	for (unsigned k = 0; k < ncap && !rc; k++) {
+		struct plan_conf c;
+		memset(&c, 0, sizeof(c));
+		c.kind = KVT_EVICT_LRU;
+		c.nodes = 1;
+		c.tier[PLAN_T0].capacity = caps[k];
+		for (unsigned r = 0; r < repeat && !rc; r++) {
+			double a = mono();
+			rc = plan_sim_run(&pt, &c, &res[k], NULL);
+			double d = mono() - a;
+			if (!r)
+				first_s[k] = d;
+			if (!r || d < sim_s[k])
+				sim_s[k] = d;
+		}
+	}
+	plan_trace_free(&pt);
+	if (rc) {
+		fprintf(stderr, "kvtier bench plan: simulation failed: %s %s\n", kvt_strerror(rc),
+			kvt_errmsg());
+		return 1;
+	}
+
+	/* The reference: loop-only timings (repeat), then once end to end. */
+	struct ref_row ref[MAXCAP], ref1[MAXCAP];
+	double ref_wall_rep, ref_wall;
+	if (run_ref(py, trace, caps_arg, repeat, ref, ncap, &ref_wall_rep) ||
+	    run_ref(py, trace, caps_arg, 1, ref1, ncap, &ref_wall)) {
+		fprintf(stderr, "kvtier bench plan: the reference (python3 %s) failed\n", py);
+		return 1;
+	}
+
+	int bad = 0;
+	double ref_sum = 0, plan_sum = 0, plan_e2e = parse_s;
+	uint64_t acc = 0;
+	for (unsigned k = 0; k < ncap; k++) {
+		bad += ref[k].hits != res[k].hit_blocks || ref[k].blocks != res[k].blocks;
+		ref_sum += ref[k].secs;
+		plan_sum += sim_s[k];
+		plan_e2e += first_s[k];
+		acc += res[k].blocks;
+	}
+	double ratio = ref_sum / plan_sum, ratio_e2e = ref_wall / plan_e2e;
+	double aps = (double)acc / plan_sum, ref_aps = (double)acc / ref_sum;
+	if (json) {
+		printf("{\"bench\":\"plan\",\"trace\":\"%s\",\"policy\":\"lru\",\"repeat\":%u,"
+		       "\"configs\":[", trace, repeat);
+		for (unsigned k = 0; k < ncap; k++)
+			printf("%s{\"dram_blocks\":\"%s\",\"hit_blocks\":%llu,\"reference_hit_blocks\":%llu,"
+			       "\"blocks\":%llu,\"sim_seconds\":%.6f,\"reference_seconds\":%.6f,"
+			       "\"ratio_vs_reference\":%.2f,\"accesses_per_s_per_core\":%.0f}",
+			       k ? "," : "", capnames[k], (unsigned long long)res[k].hit_blocks,
+			       (unsigned long long)ref[k].hits, (unsigned long long)res[k].blocks,
+			       sim_s[k], ref[k].secs, ref[k].secs / sim_s[k],
+			       (double)res[k].blocks / sim_s[k]);
+		printf("],\"exact\":%s,\"sim_seconds\":%.6f,\"reference_seconds\":%.6f,"
+		       "\"ratio_vs_reference\":%.2f,\"accesses_per_s_per_core\":%.0f,"
+		       "\"reference_accesses_per_s\":%.0f,"
+		       "\"end_to_end\":{\"plan_seconds\":%.6f,\"plan_parse_seconds\":%.6f,"
+		       "\"reference_seconds\":%.6f,\"ratio_vs_reference\":%.2f}}\n",
+		       bad ? "false" : "true", plan_sum, ref_sum, ratio, aps, ref_aps, plan_e2e,
+		       parse_s, ref_wall, ratio_e2e);
+	} else {
+		printf("kvtier bench plan: LRU on %s, fastest of %u (simulation only; both exclude\n"
+		       "trace parsing; the reference times its replay loop inside the script)\n",
+		       trace, repeat);
+		for (unsigned k = 0; k < ncap; k++)
+			printf("  %-6s %s hit blocks %llu (reference %llu) of %llu: plan %.2f ms, "
+			       "reference %.2f ms, %.1fx, %.1f M accesses/s\n",
+			       capnames[k],
+			       ref[k].hits == res[k].hit_blocks ? "ok  " : "DIFF",
+			       (unsigned long long)res[k].hit_blocks, (unsigned long long)ref[k].hits,
+			       (unsigned long long)res[k].blocks, sim_s[k] * 1e3, ref[k].secs * 1e3,
+			       ref[k].secs / sim_s[k], (double)res[k].blocks / sim_s[k] / 1e6);
+		printf("simulation only: ratio_vs_reference %.1fx; plan %.1f M accesses/s per core, "
+		       "reference %.1f M/s\n", ratio, aps / 1e6, ref_aps / 1e6);
+		printf("end to end (parse + one run per capacity; the reference's whole process): "
+		       "plan %.1f ms, reference %.1f ms, %.1fx\n", plan_e2e * 1e3, ref_wall * 1e3,
+		       ratio_e2e);
+	}
+	if (bad)
+		fprintf(stderr, "kvtier bench plan: hit blocks differ from the reference\n");
+	return bad ? 1 : 0;
+}

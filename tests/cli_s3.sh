@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# The S3 tier as a user drives it from the command line, checked against the
+# AWS CLI: kvtier writes chunks to s3rver (SigV4 checked), `aws s3 ls` lists
+# them, `aws s3 cp` fetches one that `kvtier inspect` verifies and whose
+# payload is byte for byte what `kvtier get` returns, a second process finds
+# the prefix through the listing, a foreign object in the prefix is skipped
+# with a log line, and a wrong secret fails with a clear message.
+#
+# Skips (77) without node, tests/s3/node_modules or the `aws` command.
+set -u
+kvtier=${1:?usage: cli_s3.sh path/to/kvtier}
+src=${KVT_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
+command -v node >/dev/null 2>&1 || { echo "skip: node is not installed"; exit 77; }
+[ -d "$src/tests/s3/node_modules/@20minutes/s3rver" ] ||
+	{ echo "skip: run npm ci --prefix tests/s3"; exit 77; }
+command -v aws >/dev/null 2>&1 && aws --version >/dev/null 2>&1 ||
+	{ echo "skip: the aws command is not installed"; exit 77; }
+
+work=$(mktemp -d /tmp/kvt-cli-s3-XXXXXX)
+srv_pid=
+cleanup() {
+	[ -n "$srv_pid" ] && kill "$srv_pid" 2>/dev/null && wait "$srv_pid" 2>/dev/null
+	rm -rf "$work"
+}
+trap cleanup EXIT
+fails=0
+ok()   { echo "ok   $*"; }
+bad()  { echo "FAIL $*"; fails=$((fails + 1)); }
+expect() { # description, command...: must succeed
+	local d=$1; shift
+	if "$@" >"$work/out" 2>"$work/err"; then ok "$d"; else bad "$d: $(cat "$work/err")"; fi
+}
+expect_fail() { # description, pattern stderr must contain ("" = any), command...
+	local d=$1 pat=$2; shift 2
+	if "$@" >"$work/out" 2>"$work/err"; then bad "$d: succeeded"; return; fi
+	if [ -z "$pat" ] || grep -qi -- "$pat" "$work/err"; then ok "$d"; else bad "$d: error was: $(cat "$work/err")"; fi
+}
+
+# --- the server: s3rver on an ephemeral port; it exits when stdin closes --
+mkdir -p "$work/srv"
+mkfifo "$work/srv.in"
+node "$src/tests/s3/server.js" "$work/srv" kvt <"$work/srv.in" >"$work/srv.out" 2>"$work/srv.err" &
+srv_pid=$!
+exec 9>"$work/srv.in" # held open: the server lives while the script does
+port=
+for _ in $(seq 1 100); do
+	read -r _ _ port <"$work/srv.out" 2>/dev/null && [ -n "$port" ] && break
+	sleep 0.1
+done
+[ -n "$port" ] || { echo "FAIL s3 server did not start: $(cat "$work/srv.err")"; exit 1; }
+ep=http://127.0.0.1:$port
+export AWS_ACCESS_KEY_ID=kvtier-test AWS_SECRET_ACCESS_KEY=kvtier-test-secret
+export AWS_DEFAULT_REGION=us-east-1 AWS_CONFIG_FILE=/dev/null AWS_SHARED_CREDENTIALS_FILE=/dev/null
+awss3() { aws --endpoint-url "$ep" s3 "$@"; }
+
+py=/usr/bin/python3
+[ -x $py ] || py=python3
+$py - "$work" <<'PY'
+import os, sys
+w = sys.argv[1]
+open(w + "/prompt.txt", "w").write(" ".join(str((i * 11 + 5) % 50000) for i in range(4 * 64 + 10)))
+# tiny model: 2 layers x 2 heads x 16 dims x 64 tokens x bf16 x K,V = 16 KiB a chunk
+open(w + "/kv.bin", "wb").write(os.urandom(4 * 16384))
+PY
+
+# A one-shot CLI has no cache to see a chunk twice: admit on first sight.
+s3=(--set remote_url=s3://kvt/cli/ --set "s3_endpoint=$ep" --set s3_region=us-east-1
+    --set s3_admission=always --model tiny --chunk-tokens 64)
+common=("${s3[@]}" --set local_cpu=false)
+# S3 as the only tier.  If the store refuses that configuration, say so and
+# go on with DRAM in front (a new process's DRAM is empty, so every read
+# below still comes from S3).
+if ! "$kvtier" stat "${common[@]}" >"$work/out" 2>"$work/err"; then
+	if grep -q "no tier configured" "$work/err"; then
+		# Known store bug (kvt_store_open counts local_cpu, local_disk
+		# and shared_fs as tiers, not the S3 bucket): reported, not
+		# counted; once fixed this branch is not taken.
+		echo "XFAIL an S3-only store is refused: $(cat "$work/err")"
+		common=("${s3[@]}" --set local_cpu=true)
+	else
+		bad "stat on an empty bucket: $(cat "$work/err")"
+	fi
+else
+	ok "S3-only store opens on an empty prefix"
+fi
+
+# --- put; the AWS CLI sees what kvtier wrote --------------------------------
+expect "put 4 chunks (crash-safe) to S3" "$kvtier" put "${common[@]}" --tokens "$work/prompt.txt" --durability crash-safe "$work/kv.bin"
+[ "$(grep -c stored "$work/out")" -eq 4 ] && ok "4 chunks stored" || bad "put output: $(cat "$work/out")"
+awk '$2 == "stored" {print $1}' "$work/out" >"$work/keys.txt"
+expect "aws s3 ls lists the objects" awss3 ls s3://kvt/cli/ --recursive
+for k in $(cat "$work/keys.txt"); do
+	grep -q " cli/${k:0:2}/$k.kvt\$" "$work/out" || bad "aws s3 ls: cli/${k:0:2}/$k.kvt missing: $(cat "$work/out")"
+done
+[ "$(grep -c '\.kvt$' "$work/out")" -eq 4 ] && ok "4 objects named <prefix><2 hex>/<key>.kvt" || bad "listing: $(cat "$work/out")"
+
+k=$(sed -n 2p "$work/keys.txt")
+expect "aws s3 cp fetches one" awss3 cp "s3://kvt/cli/${k:0:2}/$k.kvt" "$work/obj.kvt"
+expect "kvtier inspect verifies the object awscli fetched" "$kvtier" inspect --json "$work/obj.kvt"
+grep -q '"ok": true' "$work/out" && grep -q "\"key\": \"$k\"" "$work/out" &&
+	ok "a valid kvtier object of key $k" || bad "inspect: $(cat "$work/out")"
+plen=$($py -c 'import json,sys; print(json.load(open(sys.argv[1]))["payload_bytes"])' "$work/out" 2>/dev/null || echo 0)
+expect "kvtier get the same chunk in a new process" "$kvtier" get "${common[@]}" --key "$k" -o "$work/got.bin"
+osize=$(stat -c %s "$work/obj.kvt")
+tail -c "$plen" "$work/obj.kvt" >"$work/obj.payload"
+if [ "$plen" -eq 16384 ] && [ "$osize" -gt "$plen" ] && cmp -s "$work/obj.payload" "$work/got.bin" &&
+	cmp -s "$work/got.bin" <(dd if="$work/kv.bin" bs=16384 skip=1 count=1 status=none); then
+	ok "object's payload == kvtier get == the chunk put (byte for byte)"
+else
+	bad "payload of the awscli object ($osize bytes, payload $plen) differs from kvtier get"
+fi
+
+# --- another node finds the prefix through the listing -----------------------
+expect "lookup from a new process" "$kvtier" lookup "${common[@]}" --tokens "$work/prompt.txt" --json
+grep -q '"hit_chunks": 4' "$work/out" && ok "lookup finds 4 chunks through ListObjectsV2" || bad "lookup: $(cat "$work/out")"
+expect "get the whole prefix" "$kvtier" get "${common[@]}" --tokens "$work/prompt.txt" -o "$work/back.bin"
+cmp -s "$work/kv.bin" "$work/back.bin" && ok "payload back bit-exact" || bad "payload differs"
+
+# --- a foreign object in the prefix ---------------------------------------------
+echo "not a chunk" >"$work/notes.txt"
+expect "aws s3 cp uploads a foreign object" awss3 cp "$work/notes.txt" s3://kvt/cli/notes/readme.txt
+expect "kvtier ls with a foreign object" "$kvtier" ls "${common[@]}"
+[ "$(grep -c '^s3 ' "$work/out")" -eq 4 ] && ok "ls: the 4 chunks, not the foreign object" || bad "ls: $(cat "$work/out")"
+grep -q "not kvtier chunks.*notes/readme.txt" "$work/err" && ok "ls: the foreign object is skipped with a log line" ||
+	bad "no log line for the foreign object: $(cat "$work/err")"
+expect "lookup with a foreign object" "$kvtier" lookup "${common[@]}" --tokens "$work/prompt.txt" --json
+grep -q '"hit_chunks": 4' "$work/out" && ok "lookup still finds 4 chunks" || bad "lookup: $(cat "$work/out")"
+
+# --- wrong secret ------------------------------------------------------------------
+AWS_SECRET_ACCESS_KEY=not-the-secret expect_fail "stat with a wrong secret fails" "" "$kvtier" stat "${common[@]}"
+if grep -q "SignatureDoesNotMatch" "$work/err" && grep -qi "credentials" "$work/err"; then
+	ok "the message names the signature and the credentials"
+else
+	bad "wrong secret message: $(cat "$work/err")"
+fi
+AWS_ACCESS_KEY_ID=nobody expect_fail "stat with an unknown key id fails" "InvalidAccessKeyId" "$kvtier" stat "${common[@]}"
+
+[ "$fails" -eq 0 ] && echo "all S3 CLI checks passed" || echo "$fails check(s) failed"
+[ "$fails" -eq 0 ]
