@@ -80,5 +80,6 @@ int cmd_gc(int argc, char **argv);
 int bench_s3(int argc, char **argv);
 /* src/plan/bench_plan.c: plan against tests/plan_reference.py, side by side. */
 int bench_plan(int argc, char **argv);
+int bench_hier(int argc, char **argv);
 
 #endif

@@ -780,6 +780,53 @@ static int demote_target(kvt_store *st, int src, const kvt_key *key)
 	return -1;
 }
 
+/* Copy a lower tier's image into tier `dst` and verify it in the same
+ * pass: the payload is re-checksummed as it is copied (kvt_obj_write_iov),
+ * and the copy is published only if every layer's checksum matches the
+ * header read from the source.  One pass over the bytes where verify, then
+ * copy, would take two.  KVT_ECORRUPT if the source is bad. */
+static int copy_verified(kvt_store *st, int dst, const kvt_tier_rbuf *rb,
+			 const kvt_obj_hdr *src_hdr)
+{
+	const void *layers[KVT_MAX_LAYERS];
+	kvt_tier *t = st->tiers[dst];
+	kvt_obj_hdr *h;
+	kvt_tier_wbuf *w;
+	const uint8_t *base;
+	int rc;
+
+	if (rb->n_iov != 1 || rb->iov[0].iov_len < rb->len) { /* paged source */
+		rc = kvt_obj_verify_iov(src_hdr, rb->iov, rb->n_iov);
+		return rc ? rc : copy_into(st, dst, rb, KVT_DUR_CACHED);
+	}
+	if (writes_off(st, dst))
+		return -EIO;
+	h = malloc(sizeof(*h));
+	if (!h)
+		return kvt_err(KVT_ENOMEM, "out of memory");
+	*h = *src_hdr;
+	base = (const uint8_t *)rb->iov[0].iov_base + KVT_OBJ_HEADER_BYTES;
+	for (uint32_t i = 0; i < h->n_layers; i++)
+		layers[i] = base + h->layers[i].offset;
+	rc = t->ops->put_begin(t, &rb->key, rb->len, &w);
+	if (rc == 0) {
+		rc = kvt_obj_write_iov(h, layers, w->iov, w->n_iov);
+		for (uint32_t i = 0; rc == 0 && i < h->n_layers; i++)
+			if (h->layers[i].csum != src_hdr->layers[i].csum)
+				rc = kvt_err(KVT_ECORRUPT, "layer %u checksum mismatch", i);
+		if (rc)
+			t->ops->put_abort(t, w);
+		else
+			rc = t->ops->put_commit(t, w, KVT_DUR_CACHED);
+	}
+	free(h);
+	if (rc != KVT_EEXIST && rc != KVT_ECORRUPT)
+		tier_note_write(st, dst, rc);
+	if (rc == 0)
+		after_insert(st, dst, &rb->key, rb->len);
+	return rc;
+}
+
 static void move_run(kvt_store *st, struct job *j)
 {
 	struct move_job *m = (struct move_job *)j;
@@ -790,10 +837,8 @@ static void move_run(kvt_store *st, struct job *j)
 		 * lands where reads are not verified. */
 		kvt_obj_hdr *h = malloc(sizeof(*h));
 		if (h && image_header(m->rb, h) == 0 &&
-		    kvt_obj_verify_iov(h, m->rb->iov, m->rb->n_iov) == 0) {
-			if (copy_into(st, 0, m->rb, KVT_DUR_CACHED) == 0)
-				hier_count(st->hier, m->src, HIER_PROMOTION);
-		}
+		    copy_verified(st, 0, m->rb, h) == 0)
+			hier_count(st->hier, m->src, HIER_PROMOTION);
 		free(h);
 		flight_leave(st, &m->key);
 	} else if (m->kind == MOVE_DEMOTE) {
@@ -903,9 +948,6 @@ static int put_chunk(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 
 	if (!mask)
 		return kvt_err(KVT_ENOTSUP, "no tier takes puts (every tier's write is none)");
-	/* A put is a sighting too (a client may never look up first). */
-	for (int i = 1; i < st->n_tiers; i++)
-		hier_seen(st->hier, i, key);
 	rc = store_put(st, ns, key, layers, durability, mask);
 	for (int i = 0; i < st->n_tiers && first < 0; i++)
 		if (mask & (1u << i))
@@ -1260,17 +1302,23 @@ int kvt_lookup(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
 	(void)rc;
 	for (size_t k = 0; k < n_keys; k++) {
 		int found = -1;
-		for (int i = 0; i < st->n_tiers; i++) {
-			hier_seen(st->hier, i, &keys[k]); /* admission counts sightings */
-			if (found < 0 && st->tiers[i]->ops->exists(st->tiers[i], &keys[k]) == 1)
+		for (int i = 0; i < st->n_tiers; i++)
+			if (st->tiers[i]->ops->exists(st->tiers[i], &keys[k]) == 1) {
 				found = i;
-		}
+				break;
+			}
 		if (found < 0)
 			break;
 		if (res && res->tier)
 			res->tier[k] = (uint8_t)found;
 		hit++;
 	}
+	/* Admission counts one sighting per chunk per lookup, the whole chain
+	 * and not only the hits: an engine asks once per request, and a chunk
+	 * asked for again is one worth a slower tier. */
+	for (size_t k = 0; k < n_keys; k++)
+		for (int i = 1; i < st->n_tiers; i++)
+			hier_seen(st->hier, i, &keys[k]);
 	if (res)
 		res->n_hit = hit;
 	return (int)hit;
@@ -1598,13 +1646,12 @@ static int prefetch_run(kvt_store *st, kvt_op *op)
 			break;
 		if (store_borrow(st, &op->ns, k, &ref, &tier))
 			break;
-		if (tier > 0 && st->verify[tier] &&
-		    kvt_obj_verify_iov(&ref->hdr, ref->rb->iov, ref->rb->n_iov)) {
-			drop_corrupt(ref, k);
-			break;
-		}
 		if (tier > 0) {
-			int rc = copy_into(st, 0, ref->rb, KVT_DUR_CACHED);
+			int rc = copy_verified(st, 0, ref->rb, &ref->hdr);
+			if (rc == KVT_ECORRUPT) {
+				drop_corrupt(ref, k);
+				break;
+			}
 			if (rc == 0)
 				hier_count(st->hier, tier, HIER_PROMOTION);
 			op->bytes += ref->hdr.payload_len;
