@@ -31,16 +31,13 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -49,6 +46,7 @@
 #include "format/object.h"
 #include "tier/nvme.h"
 #include "test.h"
+#include "tier_test_util.h"
 
 #define ROUNDS 30
 #define DELAY_MIN_MS 5
@@ -65,59 +63,11 @@
 
 static kvt_ns ns_small, ns_large;
 
-static void ns_make(kvt_ns *ns, uint32_t layers, uint32_t heads,
-		    uint32_t dim, uint32_t tokens, uint64_t seed)
-{
-	memset(ns, 0, sizeof(*ns));
-	test_fill(ns->digest, sizeof(ns->digest), seed);
-	ns->layout = (kvt_layout){ .num_layers = layers, .num_kv_heads = heads,
-				   .head_dim = dim, .dtype = KVT_DTYPE_BF16,
-				   .kv_planes = 2, .block_size = 16,
-				   .chunk_tokens = tokens };
-	ns->hash_scheme = KVT_HASH_SHA256;
-	ns->tp_size = ns->pp_size = 1;
-}
-
 /* --- chunks derived from a counter ------------------------------------------ */
-
-static uint64_t mix64(uint64_t x)
-{
-	x += 0x9E3779B97F4A7C15ull;
-	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-	x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-	return x ^ (x >> 31);
-}
 
 static const kvt_ns *ns_of(uint64_t c)
 {
-	return mix64(c ^ 0x5555) % 16 == 0 ? &ns_large : &ns_small;
-}
-
-/* Random-looking bytes (uniform fan-out) with the counter in the last 8. */
-static kvt_key key_of(uint64_t c)
-{
-	kvt_key k;
-	int i;
-
-	test_fill(k.b, sizeof(k.b), mix64(c) | 1);
-	for (i = 0; i < 8; i++)
-		k.b[24 + i] = (uint8_t)(c >> (8 * i));
-	return k;
-}
-
-/* The counter a key was made from, or UINT64_MAX if no counter makes it. */
-static uint64_t counter_of(const kvt_key *k)
-{
-	uint64_t c = 0;
-	kvt_key e;
-	int i;
-
-	for (i = 0; i < 8; i++)
-		c |= (uint64_t)k->b[24 + i] << (8 * i);
-	if (c >= MAX_COUNTER)
-		return UINT64_MAX;
-	e = key_of(c);
-	return memcmp(e.b, k->b, KVT_KEY_BYTES) ? UINT64_MAX : c;
+	return tt_mix64(c ^ 0x5555) % 16 == 0 ? &ns_large : &ns_small;
 }
 
 static uint64_t payload_seed(uint64_t c)
@@ -125,155 +75,62 @@ static uint64_t payload_seed(uint64_t c)
 	return c * 31 + 17;
 }
 
-static uint64_t img_len(const kvt_ns *ns)
-{
-	return KVT_OBJ_HEADER_BYTES + kvt_layout_payload_bytes(&ns->layout);
-}
-
 /* Put chunk c; `payload` has room for the largest payload. */
 static int put_counter(kvt_tier *t, uint64_t c, uint8_t *payload, int dur)
 {
-	const kvt_ns *ns = ns_of(c);
-	kvt_key key = key_of(c);
-	uint64_t len = img_len(ns), lb = kvt_layout_layer_bytes(&ns->layout);
-	const void *layers[KVT_MAX_LAYERS];
-	kvt_obj_hdr *h = malloc(sizeof(*h));
-	kvt_tier_wbuf *w;
-	uint32_t i;
-	int rc;
+	kvt_key key = tt_key_of(c, -1);
 
-	if (!h)
-		return KVT_ENOMEM;
-	test_fill(payload, len - KVT_OBJ_HEADER_BYTES, payload_seed(c));
-	for (i = 0; i < ns->layout.num_layers; i++)
-		layers[i] = payload + i * lb;
-	rc = t->ops->put_begin(t, &key, len, &w);
-	if (!rc) {
-		rc = kvt_obj_hdr_init(h, ns, &key);
-		if (!rc)
-			rc = kvt_obj_write_iov(h, layers, w->iov, w->n_iov);
-		if (rc)
-			t->ops->put_abort(t, w);
-		else
-			rc = t->ops->put_commit(t, w, dur);
-	}
-	free(h);
-	return rc;
+	return tt_put_image(t, ns_of(c), &key, payload_seed(c), payload, dur);
 }
 
 /* Get key (of counter c) and check the image bit for bit.  0, the tier's
  * code, or a negative step number below -100 naming what differed. */
 static int get_verify(kvt_tier *t, uint64_t c, uint8_t *expect)
 {
-	const kvt_ns *ns = ns_of(c);
-	kvt_key key = key_of(c);
-	uint64_t len = img_len(ns);
-	kvt_tier_rbuf *r;
-	kvt_obj_hdr *h;
-	const uint8_t *img;
-	int rc = t->ops->get(t, &key, &r);
+	kvt_key key = tt_key_of(c, -1);
 
-	if (rc)
-		return rc;
-	h = malloc(sizeof(*h));
-	img = r->iov[0].iov_base;
-	if (!h)
-		rc = KVT_ENOMEM;
-	else if (r->n_iov != 1 || r->len != len)
-		rc = -101;
-	else if ((rc = kvt_obj_decode(img, (size_t)len, h)))
-		;
-	else if ((rc = kvt_obj_hdr_expect(h, ns, &key)))
-		;
-	else {
-		test_fill(expect, len - KVT_OBJ_HEADER_BYTES, payload_seed(c));
-		if (memcmp(img + KVT_OBJ_HEADER_BYTES, expect,
-			   len - KVT_OBJ_HEADER_BYTES))
-			rc = -102;
-	}
-	free(h);
-	t->ops->release(t, r);
-	return rc;
+	return tt_get_verify(t, ns_of(c), &key, payload_seed(c), expect);
 }
 
 /* --- files ------------------------------------------------------------------- */
 
-static int rm_one(const char *p, const struct stat *st, int flag,
-		  struct FTW *f)
-{
-	(void)st, (void)flag, (void)f;
-	return remove(p);
-}
-
-static void rm_rf(const char *root)
-{
-	nftw(root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static int is_hex2(const char *s)
-{
-	return strlen(s) == 2 && strspn(s, "0123456789abcdef") == 2;
-}
-
-/* Walk <root>/<k0>/<k1>/ and call fn for each <64 hex>.kvt; count tmp/. */
+/* Walk <root>/<k0>/<k1>/ and count each <64 hex>.kvt; count tmp/. */
 typedef struct walk {
 	uint64_t kvt_files, other_files, tmp_files;
 	uint8_t *seen; /* per counter: 1 if a published file names it */
 } walk;
 
+static void walk_one(void *arg, const char *name)
+{
+	walk *w = arg;
+	kvt_key k;
+	uint64_t c;
+	char hex[65];
+
+	if (strlen(name) != 68 || strcmp(name + 64, ".kvt")) {
+		w->other_files++;
+		return;
+	}
+	memcpy(hex, name, 64);
+	hex[64] = '\0';
+	if (kvt_key_parse(hex, &k) ||
+	    (c = tt_counter_of(&k, MAX_COUNTER, 0)) == UINT64_MAX) {
+		w->other_files++;
+		return;
+	}
+	w->kvt_files++;
+	w->seen[c] = 1;
+}
+
 static void walk_root(const char *root, walk *w)
 {
-	char p1[PATH_MAX], p2[PATH_MAX + 264]; /* room for any d_name */
-	DIR *d0, *d1, *d2;
-	struct dirent *e0, *e1, *e2;
+	char p[PATH_MAX];
+	int n;
 
-	snprintf(p1, sizeof(p1), "%s/tmp", root);
-	if ((d0 = opendir(p1))) {
-		while ((e0 = readdir(d0)))
-			if (e0->d_name[0] != '.')
-				w->tmp_files++;
-		closedir(d0);
-	}
-	if (!(d0 = opendir(root)))
-		return;
-	while ((e0 = readdir(d0))) {
-		if (!is_hex2(e0->d_name))
-			continue;
-		snprintf(p1, sizeof(p1), "%s/%s", root, e0->d_name);
-		if (!(d1 = opendir(p1)))
-			continue;
-		while ((e1 = readdir(d1))) {
-			if (!is_hex2(e1->d_name))
-				continue;
-			snprintf(p2, sizeof(p2), "%s/%s", p1, e1->d_name);
-			if (!(d2 = opendir(p2)))
-				continue;
-			while ((e2 = readdir(d2))) {
-				kvt_key k;
-				uint64_t c;
-				char hex[65];
-				if (e2->d_name[0] == '.')
-					continue;
-				if (strlen(e2->d_name) != 68 ||
-				    strcmp(e2->d_name + 64, ".kvt")) {
-					w->other_files++;
-					continue;
-				}
-				memcpy(hex, e2->d_name, 64);
-				hex[64] = '\0';
-				if (kvt_key_parse(hex, &k) ||
-				    (c = counter_of(&k)) == UINT64_MAX) {
-					w->other_files++;
-					continue;
-				}
-				w->kvt_files++;
-				w->seen[c] = 1;
-			}
-			closedir(d2);
-		}
-		closedir(d1);
-	}
-	closedir(d0);
+	snprintf(p, sizeof(p), "%s/tmp", root);
+	if ((n = tt_count_dir(p)) > 0)
+		w->tmp_files += (uint64_t)n;
+	tt_walk_leaves(root, walk_one, w);
 }
 
 /* --- the child ---------------------------------------------------------------- */
@@ -299,7 +156,7 @@ static void child_run(const char *root, uint64_t start, int wfd)
 {
 	kvt_nvme_opts o = { .path = root, .capacity = CAPACITY,
 			    .queue_depth = 16, .use_io_uring = 1 };
-	uint8_t *payload = malloc(img_len(&ns_large));
+	uint8_t *payload = malloc(tt_img_len(&ns_large));
 	uint64_t c, bytes = 0, ready = READY;
 	kvt_tier *t = NULL;
 	int rc;
@@ -322,7 +179,7 @@ static void child_run(const char *root, uint64_t start, int wfd)
 			_exit(2);
 		}
 		write_all(wfd, &c, sizeof(c)); /* the acknowledgement */
-		bytes += img_len(ns_of(c));
+		bytes += tt_img_len(ns_of(c));
 	}
 	for (;;)
 		pause(); /* cap reached: wait for the kill */
@@ -334,7 +191,7 @@ static uint64_t rng_state;
 
 static uint64_t rnd(void)
 {
-	rng_state = mix64(rng_state);
+	rng_state = tt_mix64(rng_state);
 	return rng_state;
 }
 
@@ -391,7 +248,7 @@ typedef struct iter_ctx {
 static int iter_fn(void *arg, const kvt_key *key, uint64_t len)
 {
 	iter_ctx *x = arg;
-	uint64_t c = counter_of(key);
+	uint64_t c = tt_counter_of(key, MAX_COUNTER, 0);
 	int rc;
 
 	x->count++;
@@ -403,10 +260,10 @@ static int iter_fn(void *arg, const kvt_key *key, uint64_t len)
 		return 0;
 	}
 	x->s->present[c] = 1;
-	if (len != img_len(ns_of(c))) {
+	if (len != tt_img_len(ns_of(c))) {
 		fprintf(stderr, "  (c) chunk %llu: length %llu, expected %llu\n",
 			(unsigned long long)c, (unsigned long long)len,
-			(unsigned long long)img_len(ns_of(c)));
+			(unsigned long long)tt_img_len(ns_of(c)));
 		x->bad_len++;
 	}
 	if (x->full || !x->s->verified[c]) {
@@ -533,23 +390,13 @@ static void check_tier(const char *root, state *s, uint64_t start,
 int main(void)
 {
 	char base[] = "/var/tmp/kvt_crash_XXXXXX", root[PATH_MAX];
-	struct statvfs sv;
-	uint64_t free_b, seed, total_acked = 0, kills_in_flight = 0;
+	uint64_t seed, total_acked = 0, kills_in_flight = 0;
 	const char *env = getenv("KVT_TEST_SEED");
 	state s;
 	double t0 = now_s();
 	int round;
 
-	if (statvfs("/var/tmp", &sv))
-		SKIP("cannot statvfs /var/tmp");
-	free_b = (uint64_t)sv.f_bavail * sv.f_frsize;
-	if (free_b < NEED_FREE)
-		SKIP("/var/tmp has %llu MiB free; this test needs %llu MiB",
-		     (unsigned long long)(free_b >> 20),
-		     (unsigned long long)(NEED_FREE >> 20));
-	if (!mkdtemp(base))
-		SKIP("cannot create a directory under /var/tmp");
-	snprintf(root, sizeof(root), "%s/tier", base);
+	tt_var_tmp(base, root, sizeof(root), NEED_FREE);
 
 	seed = env ? strtoull(env, NULL, 0)
 		   : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
@@ -557,17 +404,18 @@ int main(void)
 	fprintf(stderr, "test_crash: %s, seed %llu (KVT_TEST_SEED to replay), "
 		"%d rounds\n", root, (unsigned long long)seed, ROUNDS);
 
-	ns_make(&ns_small, 2, 2, 64, 64, 1);   /* 64 KiB payload */
-	ns_make(&ns_large, 4, 4, 128, 256, 2); /* 2 MiB payload */
-	CHECK_EQ(img_len(&ns_small), 4096 + (64u << 10));
-	CHECK_EQ(img_len(&ns_large), 4096 + (2u << 20));
+	/* 64 KiB and 2 MiB payloads */
+	tt_ns_make(&ns_small, 2, 2, 64, 64, KVT_DTYPE_BF16, 0, 1);
+	tt_ns_make(&ns_large, 4, 4, 128, 256, KVT_DTYPE_BF16, 0, 2);
+	CHECK_EQ(tt_img_len(&ns_small), 4096 + (64u << 10));
+	CHECK_EQ(tt_img_len(&ns_large), 4096 + (2u << 20));
 
 	memset(&s, 0, sizeof(s));
 	s.acked = calloc(MAX_COUNTER, 1);
 	s.verified = calloc(MAX_COUNTER, 1);
 	s.present = calloc(MAX_COUNTER, 1);
 	s.prev = calloc(MAX_COUNTER, 1);
-	s.expect = malloc(img_len(&ns_large));
+	s.expect = malloc(tt_img_len(&ns_large));
 	if (!s.acked || !s.verified || !s.present || !s.prev || !s.expect) {
 		fprintf(stderr, "out of memory\n");
 		return 1;
@@ -655,7 +503,7 @@ int main(void)
 		(unsigned long long)s.rounds_run, (unsigned long long)total_acked,
 		(unsigned long long)kills_in_flight, now_s() - t0);
 	if (!test_failures)
-		rm_rf(base);
+		tt_rm_rf(base);
 	else
 		fprintf(stderr, "directory kept for inspection: %s\n", base);
 	free(s.acked);

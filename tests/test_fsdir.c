@@ -26,6 +26,7 @@
 #include "format/object.h"
 #include "tier/fsdir.h"
 #include "test.h"
+#include "tier_test_util.h"
 
 /* 2 layers x 2 planes x 16 tokens x 2 heads x 8 dim x f16 = 1 KiB a layer. */
 static kvt_ns test_ns;
@@ -193,20 +194,6 @@ static uint64_t du(const char *root)
 	return du_total;
 }
 
-static int rm_one(const char *p, const struct stat *st, int flag,
-		  struct FTW *f)
-{
-	(void)st;
-	(void)flag;
-	(void)f;
-	return remove(p);
-}
-
-static void rm_rf(const char *root)
-{
-	nftw(root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 static char *new_dir(void)
 {
 	char tmpl[] = "/tmp/kvt_fsdir_XXXXXX";
@@ -309,7 +296,7 @@ static void test_round_trip(void)
 	t->ops->close(t);
 	for (i = 0; i < 3; i++)
 		free(img[i]);
-	rm_rf(dir);
+	tt_rm_rf(dir);
 	free(dir);
 }
 
@@ -330,7 +317,7 @@ static void test_duplicate(void)
 	t->ops->close(t);
 	free(a);
 	free(b);
-	rm_rf(dir);
+	tt_rm_rf(dir);
 	free(dir);
 }
 
@@ -370,7 +357,7 @@ static void test_warm_restart(void)
 	t2->ops->close(t2);
 	for (i = 0; i < N_RESTART; i++)
 		free(img[i]);
-	rm_rf(dir);
+	tt_rm_rf(dir);
 	free(dir);
 }
 
@@ -428,7 +415,7 @@ static void test_killed_writer(void)
 		CHECK_EQ(get_payload_cmp(t, &k, 500 + i), 0);
 	}
 	t->ops->close(t);
-	rm_rf(dir);
+	tt_rm_rf(dir);
 	free(dir);
 }
 
@@ -517,7 +504,7 @@ static void test_bad_files_at_open(void)
 	t->ops->close(t);
 
 	free(good);
-	rm_rf(dir);
+	tt_rm_rf(dir);
 	free(dir);
 }
 
@@ -592,7 +579,7 @@ static void test_corrupt_after_open(void)
 
 	t->ops->close(t);
 	free(img);
-	rm_rf(dir);
+	tt_rm_rf(dir);
 	free(dir);
 }
 
@@ -671,7 +658,7 @@ static void test_capacity(void)
 		CHECK_EQ(st.put_rejects, 2);
 	}
 	t->ops->close(t);
-	rm_rf(dir);
+	tt_rm_rf(dir);
 	free(dir);
 }
 
@@ -861,7 +848,7 @@ static void test_faults(void)
 	t->ops->close(t);
 	free(img);
 	free(img2);
-	rm_rf(dir);
+	tt_rm_rf(dir);
 	free(dir);
 }
 
@@ -946,7 +933,7 @@ static void test_race(void)
 			free(r[j].img[i]);
 	}
 	pthread_barrier_destroy(&bar);
-	rm_rf(dir);
+	tt_rm_rf(dir);
 	free(dir);
 }
 
@@ -978,7 +965,7 @@ static void test_io(void)
 	CHECK_EQ(errno, 1234); /* errno is never the report */
 	CHECK_EQ(io->touch(io, p), 0);
 	CHECK_EQ(io->unlink(io, p), 0);
-	rm_rf(dir);
+	tt_rm_rf(dir);
 	free(dir);
 }
 

@@ -31,6 +31,7 @@
 #include "format/object.h"
 #include "tier/nvme.h"
 #include "test.h"
+#include "tier_test_util.h"
 
 static kvt_ns ns_small, ns_large;
 
@@ -136,33 +137,6 @@ static long long file_size(const char *p)
 	return stat(p, &st) ? -1 : (long long)st.st_size;
 }
 
-static int count_dir(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
-}
-
-static int rm_one(const char *p, const struct stat *st, int flag,
-		  struct FTW *f)
-{
-	(void)st, (void)flag, (void)f;
-	return remove(p);
-}
-
-static void rm_rf(const char *root)
-{
-	nftw(root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 static char base_dir[256];
 static int dir_seq;
 
@@ -265,9 +239,9 @@ static void test_round_trip(int uring)
 	{
 		char tmp[PATH_MAX];
 		snprintf(tmp, sizeof(tmp), "%s/tmp", dir);
-		CHECK_EQ(count_dir(tmp), 0);
+		CHECK_EQ(tt_count_dir(tmp), 0);
 	}
-	rm_rf(dir);
+	tt_rm_rf(dir);
 	free(dir);
 	free(simg);
 	free(limg);
@@ -311,7 +285,7 @@ static void test_bad_files_at_open(void)
 		CHECK_EQ(file_size(final_path(dir, &k[1])), -1);
 		t->ops->close(t);
 	}
-	rm_rf(dir);
+	tt_rm_rf(dir);
 	free(dir);
 	free(img);
 }
@@ -368,7 +342,7 @@ static void test_capacity(void)
 		t->ops->put_abort(t, w);
 	}
 	t->ops->close(t);
-	rm_rf(dir);
+	tt_rm_rf(dir);
 	free(dir);
 }
 
@@ -443,7 +417,7 @@ static void test_faults(void)
 	f.pwrite_err = -EIO;
 	CHECK_EQ(put_one(t, &ns_small, &k2, 2, KVT_DUR_CACHED, NULL), -EIO);
 	f.pwrite_err = 0;
-	CHECK_EQ(count_dir(tmp), 0); /* no temporary left */
+	CHECK_EQ(tt_count_dir(tmp), 0); /* no temporary left */
 	CHECK_EQ(t->ops->exists(t, &k2), 0);
 	CHECK_EQ(get_cmp(t, &k1, img, sl), 0); /* earlier chunk still served */
 	t->ops->stats(t, &st);
@@ -458,7 +432,7 @@ static void test_faults(void)
 	CHECK_EQ(t->ops->get(t, &k3, &r), KVT_ENOTFOUND);
 	CHECK_EQ(get_cmp(t, &k1, img, sl), 0);
 	t->ops->close(t);
-	rm_rf(dir);
+	tt_rm_rf(dir);
 	free(dir);
 	free(img);
 }
@@ -496,7 +470,7 @@ static void test_buffered_fallback(void)
 		CHECK_EQ(get_cmp(t, &kl, limg, ll), 0);
 		t->ops->close(t);
 	}
-	rm_rf(dir);
+	tt_rm_rf(dir);
 	free(dir);
 	free(img);
 	free(limg);
@@ -550,7 +524,7 @@ static void test_threads(void)
 		CHECK_EQ(a[i].fails, 0);
 	}
 	t->ops->close(t);
-	rm_rf(dir);
+	tt_rm_rf(dir);
 	free(dir);
 }
 
@@ -590,7 +564,7 @@ static void test_rebuild_1000(void)
 		}
 		t->ops->close(t);
 	}
-	rm_rf(dir);
+	tt_rm_rf(dir);
 	free(dir);
 }
 
@@ -651,6 +625,6 @@ int main(void)
 	test_threads();
 	fprintf(stderr, "rebuild\n");
 	test_rebuild_1000();
-	rm_rf(base_dir);
+	tt_rm_rf(base_dir);
 	TEST_DONE();
 }

@@ -53,11 +53,9 @@
 #endif
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <stdint.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -65,6 +63,7 @@
 #include "format/object.h"
 #include "tier/nvme.h"
 #include "test.h"
+#include "tier_test_util.h"
 
 #define ROUNDS 50
 #define PUTS_PER_ROUND 32
@@ -80,33 +79,11 @@
 enum { NS_SMALL, NS_ODD, NS_MEDIUM, N_NS };
 static kvt_ns nss[N_NS];
 
-static void ns_make(kvt_ns *ns, uint32_t layers, uint32_t heads, uint32_t dim,
-		    uint32_t tokens, uint32_t dtype, uint32_t scale,
-		    uint64_t seed)
-{
-	memset(ns, 0, sizeof(*ns));
-	test_fill(ns->digest, sizeof(ns->digest), seed);
-	ns->layout = (kvt_layout){ .num_layers = layers, .num_kv_heads = heads,
-				   .head_dim = dim, .dtype = dtype,
-				   .kv_planes = 2, .scale_bytes = scale,
-				   .block_size = 16, .chunk_tokens = tokens };
-	ns->hash_scheme = KVT_HASH_SHA256;
-	ns->tp_size = ns->pp_size = 1;
-}
-
-static uint64_t mix64(uint64_t x)
-{
-	x += 0x9E3779B97F4A7C15ull;
-	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-	x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-	return x ^ (x >> 31);
-}
-
 static uint64_t rng_state;
 
 static uint64_t rnd(void)
 {
-	rng_state = mix64(rng_state);
+	rng_state = tt_mix64(rng_state);
 	return rng_state;
 }
 
@@ -115,46 +92,8 @@ static uint64_t rnd(void)
  * a few of 1 MiB. */
 static const kvt_ns *ns_of(uint64_t c)
 {
-	uint64_t m = mix64(c ^ 0xABC) % 8;
+	uint64_t m = tt_mix64(c ^ 0xABC) % 8;
 	return &nss[m < 5 ? NS_SMALL : m < 7 ? NS_ODD : NS_MEDIUM];
-}
-
-static uint64_t img_len(const kvt_ns *ns)
-{
-	return KVT_OBJ_HEADER_BYTES + kvt_layout_payload_bytes(&ns->layout);
-}
-
-/* A key for counter c.  Bytes 2..31 derive from c (the counter in the last
- * 8), so any served key names its counter; bytes 0..1 pick the fan-out
- * directory <k0>/<k1> and are free, so that a put can be aimed at a
- * directory an earlier put created. */
-static kvt_key key_of(uint64_t c, int fan)
-{
-	kvt_key k;
-	int i;
-
-	test_fill(k.b, sizeof(k.b), mix64(c) | 1);
-	for (i = 0; i < 8; i++)
-		k.b[24 + i] = (uint8_t)(c >> (8 * i));
-	if (fan >= 0) {
-		k.b[0] = (uint8_t)(fan >> 8);
-		k.b[1] = (uint8_t)fan;
-	}
-	return k;
-}
-
-static uint64_t counter_of(const kvt_key *k)
-{
-	uint64_t c = 0;
-	kvt_key e;
-	int i;
-
-	for (i = 0; i < 8; i++)
-		c |= (uint64_t)k->b[24 + i] << (8 * i);
-	if (c >= MAX_COUNTER)
-		return UINT64_MAX;
-	e = key_of(c, (k->b[0] << 8) | k->b[1]);
-	return memcmp(e.b, k->b, KVT_KEY_BYTES) ? UINT64_MAX : c;
 }
 
 static uint64_t payload_seed(uint64_t c)
@@ -165,31 +104,7 @@ static uint64_t payload_seed(uint64_t c)
 static int put_chunk(kvt_tier *t, uint64_t c, const kvt_key *key,
 		     uint8_t *payload, int dur)
 {
-	const kvt_ns *ns = ns_of(c);
-	uint64_t len = img_len(ns), lb = kvt_layout_layer_bytes(&ns->layout);
-	const void *layers[KVT_MAX_LAYERS];
-	kvt_obj_hdr *h = malloc(sizeof(*h));
-	kvt_tier_wbuf *w;
-	uint32_t i;
-	int rc;
-
-	if (!h)
-		return KVT_ENOMEM;
-	test_fill(payload, len - KVT_OBJ_HEADER_BYTES, payload_seed(c));
-	for (i = 0; i < ns->layout.num_layers; i++)
-		layers[i] = payload + i * lb;
-	rc = t->ops->put_begin(t, key, len, &w);
-	if (!rc) {
-		rc = kvt_obj_hdr_init(h, ns, key);
-		if (!rc)
-			rc = kvt_obj_write_iov(h, layers, w->iov, w->n_iov);
-		if (rc)
-			t->ops->put_abort(t, w);
-		else
-			rc = t->ops->put_commit(t, w, dur);
-	}
-	free(h);
-	return rc;
+	return tt_put_image(t, ns_of(c), key, payload_seed(c), payload, dur);
 }
 
 /* --- the power-loss table -------------------------------------------------------- */
@@ -600,18 +515,6 @@ static int pl_touch(kvt_io *io, const char *path)
 
 /* --- applying the loss to the real files ------------------------------------------ */
 
-static int rm_one(const char *path, const struct stat *st, int flag,
-		  struct FTW *f)
-{
-	(void)st, (void)flag, (void)f;
-	return remove(path);
-}
-
-static void rm_rf(const char *path)
-{
-	nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 typedef struct loss_stats {
 	uint64_t kept, dropped, garbled, unpadded, sectors;
 	uint64_t names_kept, names_undone, dirs_undone;
@@ -776,7 +679,7 @@ static void apply_loss(pl_io *p, loss_stats *ls)
 		}
 		if (c->kind == CH_MKDIR) {
 			ls->dirs_undone++;
-			rm_rf(c->path);
+			tt_rm_rf(c->path);
 			log_loss("mkdir undone (not fsynced in its parent):",
 				 c->path);
 		} else {
@@ -825,7 +728,7 @@ static void workload(kvt_tier *t, pl_io *p, model *m, uint8_t *payload)
 		else
 			fan = (int)(rnd() & 0xffff);
 		fans[n_fans++] = fan;
-		key = key_of(c, fan);
+		key = tt_key_of(c, fan);
 		m->dur[c] = (uint8_t)dur;
 		m->fan[c] = (uint16_t)fan;
 		rc = put_chunk(t, c, &key, payload, dur);
@@ -863,7 +766,7 @@ static int check_served(kvt_tier *t, model *m, const kvt_key *key,
 			uint64_t c, int *tier_rc)
 {
 	const kvt_ns *ns = ns_of(c);
-	uint64_t len = img_len(ns);
+	uint64_t len = tt_img_len(ns);
 	kvt_tier_rbuf *r;
 	kvt_obj_hdr *h;
 	int rc, res;
@@ -900,7 +803,7 @@ static int check_served(kvt_tier *t, model *m, const kvt_key *key,
 static int verify_fn(void *arg, const kvt_key *key, uint64_t len)
 {
 	vctx *x = arg;
-	uint64_t c = counter_of(key);
+	uint64_t c = tt_counter_of(key, MAX_COUNTER, 1);
 	int res, trc;
 
 	(void)len;
@@ -984,7 +887,7 @@ static int run_round(const char *root, pl_io *p, model *m, uint8_t *payload,
 	m->torn_detected += x.torn;
 
 	for (c = 0; c < m->next; c++) {
-		kvt_key k = key_of(c, m->fan[c]);
+		kvt_key k = tt_key_of(c, m->fan[c]);
 		if (!m->must[c] || t->ops->exists(t, &k) == 1)
 			continue;
 		missing++;
@@ -1028,7 +931,7 @@ static int run_round(const char *root, pl_io *p, model *m, uint8_t *payload,
 	}
 	/* what survived intact is on the disk now: it must stay */
 	for (c = 0; c < m->next; c++) {
-		kvt_key k = key_of(c, m->fan[c]);
+		kvt_key k = tt_key_of(c, m->fan[c]);
 		if (!m->must[c] && m->state[c] != ST_NONE &&
 		    t->ops->exists(t, &k) == 1)
 			m->must[c] = 1;
@@ -1053,8 +956,7 @@ int main(void)
 		  pl_touch, NULL },
 	};
 	const char *env = getenv("KVT_TEST_SEED");
-	struct statvfs sv;
-	uint64_t free_b, seed, round, c, present = 0;
+	uint64_t seed, round, c, present = 0;
 	loss_stats ls;
 	model m;
 	uint8_t *payload;
@@ -1064,16 +966,7 @@ int main(void)
 	/* the tier logs every torn file it drops; this test makes hundreds
 	 * on purpose (KVTIER_LOG=warn shows them) */
 	setenv("KVTIER_LOG", "error", 0);
-	if (statvfs("/var/tmp", &sv))
-		SKIP("cannot statvfs /var/tmp");
-	free_b = (uint64_t)sv.f_bavail * sv.f_frsize;
-	if (free_b < NEED_FREE)
-		SKIP("/var/tmp has %llu MiB free; this test needs %llu MiB",
-		     (unsigned long long)(free_b >> 20),
-		     (unsigned long long)(NEED_FREE >> 20));
-	if (!mkdtemp(base))
-		SKIP("cannot create a directory under /var/tmp");
-	snprintf(root, sizeof(root), "%s/tier", base);
+	tt_var_tmp(base, root, sizeof(root), NEED_FREE);
 	/* the root itself is durable before the first round */
 	if (mkdir(root, 0755) || (dfd = open(base, O_RDONLY | O_DIRECTORY)) < 0) {
 		fprintf(stderr, "cannot create %s\n", root);
@@ -1088,13 +981,13 @@ int main(void)
 	fprintf(stderr, "test_powerloss: %s, seed %llu (KVT_TEST_SEED to replay), "
 		"%d rounds\n", root, (unsigned long long)seed, ROUNDS);
 
-	ns_make(&nss[NS_SMALL], 2, 2, 64, 16, KVT_DTYPE_BF16, 0, 1); /* 16 KiB */
+	tt_ns_make(&nss[NS_SMALL], 2, 2, 64, 16, KVT_DTYPE_BF16, 0, 1); /* 16 KiB */
 	/* fp8 with scales: 3 x (2*16*2*64 + 40) bytes, not 4 KiB-aligned */
-	ns_make(&nss[NS_ODD], 3, 2, 64, 16, KVT_DTYPE_FP8_E4M3, 40, 2);
-	ns_make(&nss[NS_MEDIUM], 4, 4, 64, 256, KVT_DTYPE_BF16, 0, 3); /* 1 MiB */
-	CHECK_EQ(img_len(&nss[NS_SMALL]), 4096 + (16u << 10));
-	CHECK(img_len(&nss[NS_ODD]) % 4096 != 0);
-	CHECK_EQ(img_len(&nss[NS_MEDIUM]), 4096 + (1u << 20));
+	tt_ns_make(&nss[NS_ODD], 3, 2, 64, 16, KVT_DTYPE_FP8_E4M3, 40, 2);
+	tt_ns_make(&nss[NS_MEDIUM], 4, 4, 64, 256, KVT_DTYPE_BF16, 0, 3); /* 1 MiB */
+	CHECK_EQ(tt_img_len(&nss[NS_SMALL]), 4096 + (16u << 10));
+	CHECK(tt_img_len(&nss[NS_ODD]) % 4096 != 0);
+	CHECK_EQ(tt_img_len(&nss[NS_MEDIUM]), 4096 + (1u << 20));
 
 	memset(&m, 0, sizeof(m));
 	memset(&ls, 0, sizeof(ls));
@@ -1102,8 +995,8 @@ int main(void)
 	m.dur = calloc(MAX_COUNTER, 1);
 	m.fan = calloc(MAX_COUNTER, sizeof(uint16_t));
 	m.must = calloc(MAX_COUNTER, 1);
-	m.expect = xmalloc(img_len(&nss[NS_MEDIUM]));
-	payload = xmalloc(img_len(&nss[NS_MEDIUM]));
+	m.expect = xmalloc(tt_img_len(&nss[NS_MEDIUM]));
+	payload = xmalloc(tt_img_len(&nss[NS_MEDIUM]));
 	if (!m.state || !m.dur || !m.fan || !m.must)
 		return 1;
 	p.real = kvt_io_posix();
@@ -1147,7 +1040,7 @@ int main(void)
 	undone_clear();
 	free(p.ch);
 	if (!test_failures)
-		rm_rf(base);
+		tt_rm_rf(base);
 	else
 		fprintf(stderr, "directory kept for inspection: %s\n", base);
 	free(m.state);

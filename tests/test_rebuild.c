@@ -36,6 +36,7 @@
 #include "format/object.h"
 #include "tier/nvme.h"
 #include "test.h"
+#include "tier_test_util.h"
 
 #define N_LARGE 100000u
 #define N_MIN 20000u
@@ -49,61 +50,9 @@
 
 static kvt_ns ns_4k, ns_16k;
 
-static void ns_make(kvt_ns *ns, uint32_t layers, uint32_t tokens,
-		    uint64_t seed)
-{
-	memset(ns, 0, sizeof(*ns));
-	test_fill(ns->digest, sizeof(ns->digest), seed);
-	ns->layout = (kvt_layout){ .num_layers = layers, .num_kv_heads = 1,
-				   .head_dim = 64, .dtype = KVT_DTYPE_BF16,
-				   .kv_planes = 2, .block_size = 16,
-				   .chunk_tokens = tokens };
-	ns->hash_scheme = KVT_HASH_SHA256;
-	ns->tp_size = ns->pp_size = 1;
-}
-
-static uint64_t mix64(uint64_t x)
-{
-	x += 0x9E3779B97F4A7C15ull;
-	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-	x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-	return x ^ (x >> 31);
-}
-
 static const kvt_ns *ns_of(uint64_t c)
 {
-	return mix64(c ^ 0x77) % 4 == 0 ? &ns_16k : &ns_4k;
-}
-
-static uint64_t img_len(const kvt_ns *ns)
-{
-	return KVT_OBJ_HEADER_BYTES + kvt_layout_payload_bytes(&ns->layout);
-}
-
-static kvt_key key_of(uint64_t c)
-{
-	kvt_key k;
-	int i;
-
-	test_fill(k.b, sizeof(k.b), mix64(c) | 1);
-	for (i = 0; i < 8; i++)
-		k.b[24 + i] = (uint8_t)(c >> (8 * i));
-	return k;
-}
-
-/* The counter of a key, or UINT64_MAX if no counter below `n` makes it. */
-static uint64_t counter_of(const kvt_key *k, uint64_t n)
-{
-	uint64_t c = 0;
-	kvt_key e;
-	int i;
-
-	for (i = 0; i < 8; i++)
-		c |= (uint64_t)k->b[24 + i] << (8 * i);
-	if (c >= n)
-		return UINT64_MAX;
-	e = key_of(c);
-	return memcmp(e.b, k->b, KVT_KEY_BYTES) ? UINT64_MAX : c;
+	return tt_mix64(c ^ 0x77) % 4 == 0 ? &ns_16k : &ns_4k;
 }
 
 static uint64_t payload_seed(uint64_t c)
@@ -148,44 +97,22 @@ static uint64_t writer_take(writers *w)
 static void *writer_run(void *arg)
 {
 	writers *w = arg;
-	uint8_t *payload = malloc(img_len(&ns_16k));
-	kvt_obj_hdr *h = malloc(sizeof(*h));
+	uint8_t *payload = malloc(tt_img_len(&ns_16k));
 
-	if (!payload || !h) {
+	if (!payload) {
 		atomic_store(&w->failed, KVT_ENOMEM);
 		goto out;
 	}
 	for (;;) {
 		uint64_t c = writer_take(w);
-		const kvt_ns *ns;
-		uint64_t len, lb;
-		const void *layers[KVT_MAX_LAYERS];
 		kvt_key key;
-		kvt_tier_wbuf *wb;
-		uint32_t i;
 		int rc;
 
 		if (c == UINT64_MAX)
 			break;
-		ns = ns_of(c);
-		len = img_len(ns);
-		lb = kvt_layout_layer_bytes(&ns->layout);
-		key = key_of(c);
-		test_fill(payload, len - KVT_OBJ_HEADER_BYTES, payload_seed(c));
-		for (i = 0; i < ns->layout.num_layers; i++)
-			layers[i] = payload + i * lb;
-		rc = w->t->ops->put_begin(w->t, &key, len, &wb);
-		if (!rc) {
-			rc = kvt_obj_hdr_init(h, ns, &key);
-			if (!rc)
-				rc = kvt_obj_write_iov(h, layers, wb->iov,
-						       wb->n_iov);
-			if (rc)
-				w->t->ops->put_abort(w->t, wb);
-			else
-				rc = w->t->ops->put_commit(w->t, wb,
-							   KVT_DUR_CRASH_SAFE);
-		}
+		key = tt_key_of(c, -1);
+		rc = tt_put_image(w->t, ns_of(c), &key, payload_seed(c),
+				  payload, KVT_DUR_CRASH_SAFE);
 		if (rc) {
 			fprintf(stderr, "put %llu: %s (%s)\n",
 				(unsigned long long)c, kvt_strerror(rc),
@@ -196,7 +123,6 @@ static void *writer_run(void *arg)
 	}
 out:
 	free(payload);
-	free(h);
 	return NULL;
 }
 
@@ -288,7 +214,7 @@ typedef struct iter_ctx {
 static int iter_fn(void *arg, const kvt_key *key, uint64_t len)
 {
 	iter_ctx *x = arg;
-	uint64_t c = counter_of(key, x->n);
+	uint64_t c = tt_counter_of(key, x->n, 0);
 
 	x->count++;
 	if (c == UINT64_MAX) {
@@ -297,53 +223,17 @@ static int iter_fn(void *arg, const kvt_key *key, uint64_t len)
 	}
 	if (x->seen[c]++)
 		x->dup++;
-	if (len != img_len(ns_of(c)))
+	if (len != tt_img_len(ns_of(c)))
 		x->bad_len++;
 	return 0;
 }
 
 /* 0 if chunk c reads back bit-exact. */
-static int get_verify(kvt_tier *t, uint64_t c, uint8_t *expect,
-		      kvt_obj_hdr *h)
+static int get_verify(kvt_tier *t, uint64_t c, uint8_t *expect)
 {
-	const kvt_ns *ns = ns_of(c);
-	kvt_key key = key_of(c);
-	uint64_t len = img_len(ns);
-	kvt_tier_rbuf *r;
-	int rc = t->ops->get(t, &key, &r);
+	kvt_key key = tt_key_of(c, -1);
 
-	if (rc)
-		return rc;
-	if (r->n_iov != 1 || r->len != len)
-		rc = -101;
-	else if ((rc = kvt_obj_decode(r->iov[0].iov_base, (size_t)len, h)))
-		;
-	else if ((rc = kvt_obj_hdr_expect(h, ns, &key)))
-		;
-	else {
-		test_fill(expect, len - KVT_OBJ_HEADER_BYTES, payload_seed(c));
-		if (memcmp((const uint8_t *)r->iov[0].iov_base +
-				   KVT_OBJ_HEADER_BYTES,
-			   expect, len - KVT_OBJ_HEADER_BYTES))
-			rc = -102;
-	}
-	t->ops->release(t, r);
-	return rc;
-}
-
-static int count_dir(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
+	return tt_get_verify(t, ns_of(c), &key, payload_seed(c), expect);
 }
 
 int main(void)
@@ -361,7 +251,6 @@ int main(void)
 	writers w;
 	iter_ctx x;
 	uint8_t *expect;
-	kvt_obj_hdr *h;
 	double t_start = now_s(), t0, t_probe, t_write, t_rebuild;
 	uint64_t rng;
 	unsigned i;
@@ -380,10 +269,10 @@ int main(void)
 	snprintf(tmpdir, sizeof(tmpdir), "%s/tmp", root);
 	o.path = root;
 
-	ns_make(&ns_4k, 1, 16, 1);  /* 4 KiB payload */
-	ns_make(&ns_16k, 2, 32, 2); /* 16 KiB payload */
-	CHECK_EQ(img_len(&ns_4k), 4096 + 4096);
-	CHECK_EQ(img_len(&ns_16k), 4096 + 16384);
+	tt_ns_make(&ns_4k, 1, 1, 64, 16, KVT_DTYPE_BF16, 0, 1);  /* 4 KiB payload */
+	tt_ns_make(&ns_16k, 2, 1, 64, 32, KVT_DTYPE_BF16, 0, 2); /* 16 KiB payload */
+	CHECK_EQ(tt_img_len(&ns_4k), 4096 + 4096);
+	CHECK_EQ(tt_img_len(&ns_16k), 4096 + 16384);
 
 	rc = kvt_nvme_open(&o, &t);
 	CHECK_EQ(rc, 0);
@@ -471,7 +360,7 @@ int main(void)
 		uint32_t align = 4096;
 		kvt_nvme_info(t, NULL, NULL, &align);
 		for (c = 0; c < n; c++)
-			expect_used += (img_len(ns_of(c)) + align - 1) &
+			expect_used += (tt_img_len(ns_of(c)) + align - 1) &
 				       ~(uint64_t)(align - 1);
 	}
 	CHECK_EQ(st.used_bytes, expect_used);
@@ -488,23 +377,22 @@ int main(void)
 		free(x.seen);
 	}
 	for (c = 0; c < n; c++) {
-		kvt_key k = key_of(c);
+		kvt_key k = tt_key_of(c, -1);
 		if (t->ops->exists(t, &k) != 1 && bad++ < 10)
 			fprintf(stderr, "chunk %llu is not in the index\n",
 				(unsigned long long)c);
 	}
 	CHECK_EQ(bad, 0);
 
-	expect = malloc(img_len(&ns_16k));
-	h = malloc(sizeof(*h));
+	expect = malloc(tt_img_len(&ns_16k));
 	rng = (uint64_t)time(NULL);
 	bad = 0;
-	if (expect && h) {
+	if (expect) {
 		t0 = now_s();
 		for (i = 0; i < SAMPLE && n; i++) {
-			rng = mix64(rng);
+			rng = tt_mix64(rng);
 			c = rng % n;
-			rc = get_verify(t, c, expect, h);
+			rc = get_verify(t, c, expect);
 			if (rc && bad++ < 10)
 				fprintf(stderr, "chunk %llu: %d %s\n",
 					(unsigned long long)c, rc,
@@ -516,8 +404,7 @@ int main(void)
 	}
 	CHECK_EQ(bad, 0);
 	free(expect);
-	free(h);
-	CHECK_EQ(count_dir(tmpdir), 0);
+	CHECK_EQ(tt_count_dir(tmpdir), 0);
 close:
 	if (t)
 		t->ops->close(t);

@@ -10,8 +10,8 @@
  * so a reader never sees a torn chunk: CRASH_SAFE needs no fsync because the
  * page cache outlives a killed process.
  *
- * The index is a chained hash table on the key's first 8 bytes (uniformly
- * random) and an LRU list, under one mutex.  This tier is bound by I/O, so
+ * The index (findex.c) is a chained hash table and an LRU list, under one
+ * mutex that also guards capacity and counters.  This tier is bound by I/O, so
  * the mutex is held only to look up, insert or remove, never across a
  * system call; files of evicted entries are unlinked after it is dropped.
  * An entry carries a generation so that a reader that found a bad file
@@ -32,6 +32,7 @@
  */
 #include "tier/fsdir.h"
 #include "tier/fanout.h"
+#include "tier/findex.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -42,7 +43,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -61,11 +61,9 @@
  * ones may be another process's or node's write in progress in a shared
  * directory: removing those would fail their put. */
 #define FSDIR_TMP_GRACE_S (15 * 60)
-#define FSDIR_MIN_BUCKETS 1024u
 /* Longest name below the root: "/tmp/" + 64 hex + "." + pid + "." + 20
  * digits + ".tmp", with room to spare. */
 #define FSDIR_NAME_MAX 128u
-#define FSDIR_HEX 64
 #define FSDIR_TMP_TRIES 4
 /* Images at least this long go through O_DIRECT where it is supported:
  * below it the page cache costs less than the alignment dance. */
@@ -79,21 +77,17 @@
 #define FSDIR_REFRESH_MS 2000
 #define FSDIR_REFRESH_DIRS 4096u
 
+/* ix.len and ix.charge are both the bytes of the file, tag included. */
 typedef struct fsdir_ent {
-	kvt_key key;
-	uint64_t len;     /* bytes of the file */
-	uint64_t gen;     /* unique per insertion */
+	struct kvt_findex_ent ix; /* first: freed through either type */
 	int64_t touched;  /* CLOCK_MONOTONIC s of the last mtime refresh */
 	uint32_t seen;    /* refresh cycle that last found its file */
-	struct fsdir_ent *hnext;
-	struct fsdir_ent *newer, *older; /* LRU list */
 } fsdir_ent;
 
 typedef struct fsdir {
 	kvt_tier base;
 	kvt_io *io;
 	char *root;
-	uint64_t capacity;
 	int verify_on_open;
 	int direct;         /* O_DIRECT for images >= FSDIR_DIRECT_MIN */
 	uint32_t taglen;    /* KVT_OBJ_AUTH_TAG_BYTES with a key, else 0 */
@@ -120,15 +114,10 @@ typedef struct fsdir {
 	size_t nleaves, cursor;
 	int in_cycle, cycle_bad;
 	uint32_t epoch;     /* current cycle, stamped into entries it finds */
-	uint64_t cycle_gen; /* t->gen when the cycle began */
+	uint64_t cycle_gen; /* t->ix.gen when the cycle began */
 	kvt_fanout durable; /* directories of the tree made durable */
 
-	pthread_mutex_t mu; /* guards everything below */
-	fsdir_ent **buckets;
-	size_t nbuckets;    /* power of two */
-	fsdir_ent *mru, *lru;
-	uint64_t count, used, reserved, gen;
-	kvt_tier_stats st;  /* counters only; the rest is filled by stats() */
+	struct kvt_findex ix; /* the index, capacity and counters */
 } fsdir;
 
 typedef struct fsdir_wbuf {
@@ -146,25 +135,6 @@ typedef struct fsdir_rbuf {
 	struct stat st;     /* the file it was read from */
 } fsdir_rbuf;
 
-/* Temporary names must differ between every writer of one directory, and
- * pids repeat across nodes (containers often run as pid 1): the counter is
- * process-wide and starts at a random value. */
-static atomic_uint_fast64_t fsdir_tmp_seq;
-static pthread_once_t fsdir_tmp_once = PTHREAD_ONCE_INIT;
-
-static void fsdir_tmp_seed(void)
-{
-	uint64_t r = 0;
-	struct timespec ts;
-
-	if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r)) {
-		clock_gettime(CLOCK_REALTIME, &ts);
-		r = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^
-		    (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 32);
-	}
-	atomic_store(&fsdir_tmp_seq, r >> 16); /* headroom before wrapping */
-}
-
 static int64_t fsdir_mono_s(void)
 {
 	struct timespec ts;
@@ -173,195 +143,24 @@ static int64_t fsdir_mono_s(void)
 	return (int64_t)ts.tv_sec;
 }
 
-/* --- names ---------------------------------------------------------------- */
-
-static void fsdir_hex(const kvt_key *k, char out[FSDIR_HEX + 1])
-{
-	static const char digits[] = "0123456789abcdef";
-	int i;
-
-	for (i = 0; i < KVT_KEY_BYTES; i++) {
-		out[2 * i] = digits[k->b[i] >> 4];
-		out[2 * i + 1] = digits[k->b[i] & 15];
-	}
-	out[FSDIR_HEX] = '\0';
-}
-
-static int fsdir_nibble(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	return -1; /* we write lower case only; anything else is not ours */
-}
-
-/* Parse `n` bytes of lower-case hex; 0 or -1. */
-static int fsdir_unhex(const char *s, uint8_t *out, size_t n)
-{
-	size_t i;
-
-	for (i = 0; i < n; i++) {
-		int hi = fsdir_nibble(s[2 * i]), lo = fsdir_nibble(s[2 * i + 1]);
-		if (hi < 0 || lo < 0)
-			return -1;
-		out[i] = (uint8_t)(hi << 4 | lo);
-	}
-	return 0;
-}
-
-static void fsdir_final_path(const fsdir *t, const kvt_key *k,
-			     char out[PATH_MAX])
-{
-	char hex[FSDIR_HEX + 1];
-
-	fsdir_hex(k, hex);
-	snprintf(out, PATH_MAX, "%s/%.2s/%.2s/%s.kvt", t->root, hex, hex + 2,
-		 hex);
-}
-
-static void fsdir_tmp_path(const fsdir *t, const kvt_key *k,
-			   char out[PATH_MAX])
-{
-	char hex[FSDIR_HEX + 1];
-	uint64_t n = atomic_fetch_add(&fsdir_tmp_seq, 1);
-
-	fsdir_hex(k, hex);
-	snprintf(out, PATH_MAX, "%s/tmp/%s.%ld.%llu.tmp", t->root, hex,
-		 (long)getpid(), (unsigned long long)n);
-}
-
-/* --- index (caller holds t->mu) -------------------------------------------- */
-
-static size_t fsdir_bucket(const fsdir *t, const kvt_key *k)
-{
-	uint64_t h;
-
-	memcpy(&h, k->b, sizeof(h));
-	return (size_t)(h & (t->nbuckets - 1));
-}
+/* --- index (caller holds t->ix.mu) ---------------------------------------- */
 
 static fsdir_ent *fsdir_find(const fsdir *t, const kvt_key *k)
 {
-	fsdir_ent *e;
-
-	for (e = t->buckets[fsdir_bucket(t, k)]; e; e = e->hnext)
-		if (!memcmp(e->key.b, k->b, KVT_KEY_BYTES))
-			return e;
-	return NULL;
+	return (fsdir_ent *)kvt_findex_find_locked(&t->ix, k);
 }
 
-static void fsdir_lru_unlink(fsdir *t, fsdir_ent *e)
-{
-	if (e->newer)
-		e->newer->older = e->older;
-	else
-		t->mru = e->older;
-	if (e->older)
-		e->older->newer = e->newer;
-	else
-		t->lru = e->newer;
-	e->newer = e->older = NULL;
-}
-
-static void fsdir_lru_push(fsdir *t, fsdir_ent *e)
-{
-	e->newer = NULL;
-	e->older = t->mru;
-	if (t->mru)
-		t->mru->newer = e;
-	else
-		t->lru = e;
-	t->mru = e;
-}
-
-/* Double the table when it holds as many entries as buckets.  Growing is
- * best effort: if memory is short the chains just get longer. */
-static void fsdir_grow(fsdir *t)
-{
-	size_t n = t->nbuckets * 2, i;
-	fsdir_ent **b = calloc(n, sizeof(*b));
-
-	if (!b)
-		return;
-	for (i = 0; i < t->nbuckets; i++) {
-		fsdir_ent *e = t->buckets[i], *next;
-		for (; e; e = next) {
-			uint64_t h;
-			next = e->hnext;
-			memcpy(&h, e->key.b, sizeof(h));
-			e->hnext = b[h & (n - 1)];
-			b[h & (n - 1)] = e;
-		}
-	}
-	free(t->buckets);
-	t->buckets = b;
-	t->nbuckets = n;
-}
-
-/* Insert `e` (not present) as the most recently used. */
+/* Insert `e` (not present) as the most recently used; capacity counts the
+ * bytes of its file. */
 static void fsdir_insert(fsdir *t, fsdir_ent *e)
 {
-	size_t b;
-
-	if (t->count >= t->nbuckets)
-		fsdir_grow(t);
-	b = fsdir_bucket(t, &e->key);
-	e->hnext = t->buckets[b];
-	t->buckets[b] = e;
-	e->gen = ++t->gen;
-	fsdir_lru_push(t, e);
-	t->count++;
-	t->used += e->len;
+	e->ix.charge = e->ix.len;
+	kvt_findex_insert_locked(&t->ix, &e->ix);
 }
 
-static void fsdir_remove(fsdir *t, fsdir_ent *e)
+static void fsdir_reap(fsdir *t, struct kvt_findex_ent *victims)
 {
-	fsdir_ent **p = &t->buckets[fsdir_bucket(t, &e->key)];
-
-	while (*p != e)
-		p = &(*p)->hnext;
-	*p = e->hnext;
-	e->hnext = NULL;
-	fsdir_lru_unlink(t, e);
-	t->count--;
-	t->used -= e->len;
-}
-
-/* Evict least recently used entries, never `keep`, until `need` more bytes
- * fit.  Evicted entries go on *victims (chained by hnext) for the caller to
- * unlink once the mutex is dropped. */
-static void fsdir_evict(fsdir *t, uint64_t need, const fsdir_ent *keep,
-			fsdir_ent **victims)
-{
-	while (t->used + t->reserved + need > t->capacity && t->lru &&
-	       t->lru != keep) {
-		fsdir_ent *e = t->lru;
-		fsdir_remove(t, e);
-		t->st.evictions++;
-		t->st.evicted_bytes += e->len;
-		e->hnext = *victims;
-		*victims = e;
-	}
-}
-
-/* Unlink and free evicted entries; no lock held.  A file already gone
- * (another node's GC) is what we wanted anyway. */
-static void fsdir_reap(fsdir *t, fsdir_ent *victims)
-{
-	char path[PATH_MAX];
-
-	while (victims) {
-		fsdir_ent *e = victims;
-		int rc;
-		victims = e->hnext;
-		fsdir_final_path(t, &e->key, path);
-		rc = t->io->unlink(t->io, path);
-		if (rc && rc != -ENOENT)
-			kvt_log(KVT_LOG_WARN, "fsdir: evicting %s: unlink: %s",
-				path, kvt_strerror(rc));
-		free(e);
-	}
+	kvt_findex_reap(victims, t->io, t->root, "fsdir");
 }
 
 /* --- buffers --------------------------------------------------------------- */
@@ -425,7 +224,7 @@ static int fsdir_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len,
 			   kvt_tier_wbuf **out)
 {
 	fsdir *t = (fsdir *)tt;
-	fsdir_ent *victims = NULL;
+	struct kvt_findex_ent *victims = NULL;
 	fsdir_wbuf *w;
 	void *buf = NULL;
 	uint64_t reserved, ilen = len;
@@ -438,29 +237,12 @@ static int fsdir_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len,
 			       "fsdir: an image of %llu bytes is not possible",
 			       (unsigned long long)len);
 	len += t->taglen; /* from here on: the file's length */
-	pthread_mutex_lock(&t->mu);
-	if (len > t->capacity) {
-		t->st.put_rejects++;
-		rc = KVT_ETOOBIG;
-	} else if (fsdir_find(t, key)) {
-		t->st.put_exists++;
-		rc = KVT_EEXIST;
-	} else if (t->reserved + len > t->capacity) {
-		/* Everything published can be evicted; only writes in flight
-		 * cannot. */
-		t->st.put_rejects++;
-		rc = KVT_EFULL;
-	} else {
-		fsdir_evict(t, len, NULL, &victims);
-		t->reserved += len;
-	}
-	reserved = t->reserved;
-	pthread_mutex_unlock(&t->mu);
+	rc = kvt_findex_reserve(&t->ix, key, len, &victims, &reserved);
 	fsdir_reap(t, victims);
 	if (rc == KVT_ETOOBIG)
 		return kvt_err(rc, "fsdir: image of %llu bytes exceeds capacity %llu",
 			       (unsigned long long)len,
-			       (unsigned long long)t->capacity);
+			       (unsigned long long)t->ix.capacity);
 	if (rc == KVT_EFULL)
 		return kvt_err(rc, "fsdir: %llu bytes of writes in flight leave no room for %llu",
 			       (unsigned long long)reserved,
@@ -471,9 +253,7 @@ static int fsdir_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len,
 	w = calloc(1, sizeof(*w));
 	if (!w || !(buf = fsdir_buf_get(t, len, &w->cap))) {
 		free(w);
-		pthread_mutex_lock(&t->mu);
-		t->reserved -= len;
-		pthread_mutex_unlock(&t->mu);
+		kvt_findex_unreserve(&t->ix, len);
 		return kvt_err(KVT_ENOMEM, "fsdir: no memory for a %llu-byte buffer",
 			       (unsigned long long)len);
 	}
@@ -490,9 +270,7 @@ static int fsdir_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len,
 
 static void fsdir_wbuf_free(fsdir *t, fsdir_wbuf *w)
 {
-	pthread_mutex_lock(&t->mu);
-	t->reserved -= w->flen;
-	pthread_mutex_unlock(&t->mu);
+	kvt_findex_unreserve(&t->ix, w->flen);
 	fsdir_buf_put(t, w->iov.iov_base, w->cap);
 	free(w);
 }
@@ -501,57 +279,6 @@ static void fsdir_put_abort(kvt_tier *tt, kvt_tier_wbuf *ww)
 {
 	if (ww)
 		fsdir_wbuf_free((fsdir *)tt, (fsdir_wbuf *)ww);
-}
-
-/* mkdir one fan-out level; for power safety, make a directory we created
- * durable in its parent too. */
-static int fsdir_mkdir_level(fsdir *t, const char *dir, int durability)
-{
-	int rc = t->io->mkdir(t->io, dir, 0755);
-
-	if (rc == -EEXIST)
-		return 0;
-	if (rc)
-		return kvt_err(rc, "fsdir: mkdir %s: %s", dir, kvt_strerror(rc));
-	if (durability == KVT_DUR_POWER_SAFE) {
-		rc = kvt_io_fsync_parent(t->io, dir);
-		if (rc)
-			return kvt_err(rc, "fsdir: fsync parent of %s: %s", dir,
-				       kvt_strerror(rc));
-	}
-	return 0;
-}
-
-/* link(tmp, fin), creating the fan-out directories on first use.  They are
- * made lazily (65536 of them up front would be a slow open on a shared file
- * system), and another node's GC may remove an empty one between our mkdir
- * and link: retry a few times. */
-static int fsdir_link(fsdir *t, const char *tmp, const char *fin,
-		      int durability)
-{
-	size_t rl = strlen(t->root);
-	char dir[PATH_MAX];
-	int rc, i;
-
-	for (i = 0;; i++) {
-		rc = t->io->link(t->io, tmp, fin);
-		if (rc != -ENOENT || i == 3)
-			break;
-		memcpy(dir, fin, rl + 3); /* "<root>/k0" */
-		dir[rl + 3] = '\0';
-		rc = fsdir_mkdir_level(t, dir, durability);
-		if (rc)
-			return rc;
-		memcpy(dir, fin, rl + 6); /* "<root>/k0/k1" */
-		dir[rl + 6] = '\0';
-		rc = fsdir_mkdir_level(t, dir, durability);
-		if (rc)
-			return rc;
-	}
-	if (rc && rc != -EEXIST)
-		return kvt_err(rc, "fsdir: link %s -> %s: %s", tmp, fin,
-			       kvt_strerror(rc));
-	return rc;
 }
 
 /* Write the whole image to a fresh temporary and close it.  On failure the
@@ -565,6 +292,7 @@ static int fsdir_write_tmp(fsdir *t, fsdir_wbuf *w, int durability,
 	uint64_t flen = w->w.len + t->taglen, bulk;
 	int direct = t->direct && flen >= FSDIR_DIRECT_MIN;
 	int fd = -ENOENT, fd2 = -1, rc, i;
+	char hex[KVT_FANOUT_HEX + 1];
 
 	if (t->taglen) {
 		rc = kvt_obj_auth_sign(&w->iov, 1, t->auth_key, t->auth_klen,
@@ -572,8 +300,9 @@ static int fsdir_write_tmp(fsdir *t, fsdir_wbuf *w, int durability,
 		if (rc)
 			return rc;
 	}
+	kvt_fanout_hex(&w->w.key, hex);
 	for (i = 0; i < FSDIR_TMP_TRIES; i++) {
-		fsdir_tmp_path(t, &w->w.key, tmp);
+		kvt_fanout_tmp_path(t->root, hex, tmp);
 		fd = io->open(io, tmp, O_WRONLY | O_CREAT | O_EXCL |
 			      (direct ? O_DIRECT : 0), 0644);
 		if (fd == -EINVAL && direct) {
@@ -585,18 +314,9 @@ static int fsdir_write_tmp(fsdir *t, fsdir_wbuf *w, int durability,
 		}
 		if (fd == -ENOENT) {
 			/* Someone removed tmp/ (a clean-up script): recreate
-			 * it, but never the root: a root that vanished is an
-			 * unmounted file system, and recreating it would put
-			 * the cache on the one underneath. */
-			char dir[PATH_MAX];
-			snprintf(dir, sizeof(dir), "%s/tmp", t->root);
-			rc = io->mkdir(io, dir, 0755);
-			if (rc == -ENOENT)
-				return kvt_err(rc, "fsdir: directory %s has disappeared "
-					       "(unmounted?); not recreating it", t->root);
-			if (rc && rc != -EEXIST)
-				return kvt_err(rc, "fsdir: mkdir %s: %s", dir,
-					       kvt_strerror(rc));
+			 * it, but never the root (see kvt_fanout_mktmp). */
+			if ((rc = kvt_fanout_mktmp(io, t->root, "fsdir")))
+				return rc;
 			continue;
 		}
 		if (fd != -EEXIST) /* EEXIST: a name clash; take another */
@@ -657,15 +377,15 @@ static void fsdir_adopt(fsdir *t, const kvt_key *key, const char *fin)
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return;
-	e->key = *key;
-	e->len = (uint64_t)st.st_size;
+	e->ix.key = *key;
+	e->ix.len = (uint64_t)st.st_size;
 	e->touched = fsdir_mono_s();
-	pthread_mutex_lock(&t->mu);
+	pthread_mutex_lock(&t->ix.mu);
 	if (!fsdir_find(t, key)) {
 		fsdir_insert(t, e);
 		e = NULL;
 	}
-	pthread_mutex_unlock(&t->mu);
+	pthread_mutex_unlock(&t->ix.mu);
 	free(e);
 }
 
@@ -674,9 +394,10 @@ static int fsdir_put_commit(kvt_tier *tt, kvt_tier_wbuf *ww, int durability)
 	fsdir *t = (fsdir *)tt;
 	fsdir_wbuf *w = (fsdir_wbuf *)ww;
 	char tmp[PATH_MAX], fin[PATH_MAX];
-	fsdir_ent *e = NULL, *old, *victims = NULL;
+	fsdir_ent *e = NULL, *old;
+	struct kvt_findex_ent *victims = NULL;
 	uint64_t len = w->flen;
-	int rc, rc2;
+	int rc;
 
 	if (durability < KVT_DUR_CACHED || durability > KVT_DUR_POWER_SAFE) {
 		rc = kvt_err(KVT_EINVAL, "fsdir: durability %d unknown",
@@ -690,19 +411,16 @@ static int fsdir_put_commit(kvt_tier *tt, kvt_tier_wbuf *ww, int durability)
 		rc = kvt_err(KVT_ENOMEM, "fsdir: no memory for an index entry");
 		goto out;
 	}
-	fsdir_final_path(t, &w->w.key, fin);
+	kvt_fanout_final_path(t->root, &w->w.key, fin);
 	rc = fsdir_write_tmp(t, w, durability, tmp);
 	if (rc)
 		goto out;
-	rc = fsdir_link(t, tmp, fin, durability);
-	rc2 = t->io->unlink(t->io, tmp);
-	if (rc2 && rc2 != -ENOENT)
-		kvt_log(KVT_LOG_WARN, "fsdir: unlink %s: %s", tmp,
-			kvt_strerror(rc2));
+	/* Fan-out directories are made lazily (65536 up front would be a slow
+	 * open on a shared file system); another node's GC may remove an empty
+	 * one between our mkdir and link, hence the retries. */
+	rc = kvt_findex_publish(&t->ix, t->io, t->root, tmp, fin, durability,
+				3, "fsdir");
 	if (rc == -EEXIST) {
-		pthread_mutex_lock(&t->mu);
-		t->st.put_exists++;
-		pthread_mutex_unlock(&t->mu);
 		fsdir_adopt(t, &w->w.key, fin);
 		rc = kvt_err(KVT_EEXIST, "fsdir: %s was published by another writer",
 			     fin);
@@ -728,21 +446,21 @@ static int fsdir_put_commit(kvt_tier *tt, kvt_tier_wbuf *ww, int durability)
 		}
 	}
 
-	e->key = w->w.key;
-	e->len = len;
+	e->ix.key = w->w.key;
+	e->ix.len = len;
 	e->touched = fsdir_mono_s();
-	pthread_mutex_lock(&t->mu);
-	t->reserved -= len;
+	pthread_mutex_lock(&t->ix.mu);
+	t->ix.reserved -= len;
 	w->flen = 0; /* reservation released here, not in fsdir_wbuf_free */
-	old = fsdir_find(t, &e->key);
+	old = fsdir_find(t, &e->ix.key);
 	if (old) /* a concurrent loser adopted our file first */
-		fsdir_remove(t, old);
+		kvt_findex_remove_locked(&t->ix, &old->ix);
 	fsdir_insert(t, e);
-	t->st.puts++;
-	t->st.bytes_in += len;
+	t->ix.st.puts++;
+	t->ix.st.bytes_in += len;
 	/* Adopted files are not reserved for, so this can still be over. */
-	fsdir_evict(t, 0, e, &victims);
-	pthread_mutex_unlock(&t->mu);
+	kvt_findex_evict_locked(&t->ix, 0, &e->ix, &victims);
+	pthread_mutex_unlock(&t->ix.mu);
 	free(old);
 	fsdir_reap(t, victims);
 	e = NULL;
@@ -761,24 +479,10 @@ static void fsdir_drop_bad(fsdir *t, const kvt_key *key, uint64_t gen,
 			   const char *path, const struct stat *read_st,
 			   int corrupt)
 {
-	fsdir_ent *e;
 	struct stat now;
-	int newer = 0;
+	int newer; /* this node published another since */
 
-	pthread_mutex_lock(&t->mu);
-	e = fsdir_find(t, key);
-	if (e && e->gen == gen) {
-		fsdir_remove(t, e);
-	} else {
-		newer = e != NULL; /* this node published another since */
-		e = NULL;
-	}
-	if (corrupt)
-		t->st.corrupt++;
-	else
-		t->st.misses++;
-	pthread_mutex_unlock(&t->mu);
-	free(e);
+	free(kvt_findex_drop(&t->ix, key, gen, corrupt, &newer));
 	/* Another node may have replaced the file too: unlink only the file
 	 * that was read.  Inode numbers are reused at once, so the change
 	 * time must match as well. */
@@ -846,24 +550,23 @@ static int fsdir_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 	size_t cap = 0;
 
 	*out = NULL;
-	pthread_mutex_lock(&t->mu);
+	pthread_mutex_lock(&t->ix.mu);
 	e = fsdir_find(t, key);
 	if (!e) {
-		t->st.misses++;
-		pthread_mutex_unlock(&t->mu);
+		t->ix.st.misses++;
+		pthread_mutex_unlock(&t->ix.mu);
 		return KVT_ENOTFOUND;
 	}
-	gen = e->gen;
-	elen = e->len;
-	fsdir_lru_unlink(t, e);
-	fsdir_lru_push(t, e);
+	gen = e->ix.gen;
+	elen = e->ix.len;
+	kvt_findex_touch_locked(&t->ix, &e->ix);
 	if (now - e->touched >= FSDIR_TOUCH_INTERVAL_S) {
 		e->touched = now;
 		touch = 1;
 	}
-	pthread_mutex_unlock(&t->mu);
+	pthread_mutex_unlock(&t->ix.mu);
 
-	fsdir_final_path(t, key, path);
+	kvt_fanout_final_path(t->root, key, path);
 	fd = fsdir_open_read(t, path, elen, &direct);
 	if (fd == -ENOENT) {
 		/* Removed behind our back (another node's GC): a miss. */
@@ -937,17 +640,17 @@ static int fsdir_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 		}
 	}
 
-	pthread_mutex_lock(&t->mu);
-	t->st.hits++;
-	t->st.bytes_out += size;
+	pthread_mutex_lock(&t->ix.mu);
+	t->ix.st.hits++;
+	t->ix.st.bytes_out += size;
 	e = fsdir_find(t, key);
-	if (e && e->gen == gen && e->len != size) {
+	if (e && e->ix.gen == gen && e->ix.len != size) {
 		/* Indexed from a stat of another writer's file, or replaced
 		 * since: account for what is really there. */
-		t->used = t->used - e->len + size;
-		e->len = size;
+		t->ix.used = t->ix.used - e->ix.charge + size;
+		e->ix.len = e->ix.charge = size;
 	}
-	pthread_mutex_unlock(&t->mu);
+	pthread_mutex_unlock(&t->ix.mu);
 	/* A hint only; failure is harmless.  The file's change time moves
 	 * with it: keep the identity a later corrupt() compares current. */
 	if (touch && t->io->touch(t->io, path) == 0)
@@ -990,31 +693,18 @@ static void fsdir_release(kvt_tier *tt, kvt_tier_rbuf *rr)
 
 static int fsdir_exists(kvt_tier *tt, const kvt_key *key)
 {
-	fsdir *t = (fsdir *)tt;
-	int found;
-
-	pthread_mutex_lock(&t->mu);
-	found = fsdir_find(t, key) != NULL;
-	pthread_mutex_unlock(&t->mu);
-	return found;
+	return kvt_findex_exists(&((fsdir *)tt)->ix, key);
 }
 
 /* Remove the entry of `key` and its file.  Returns whether it was indexed. */
 static int fsdir_forget(fsdir *t, const kvt_key *key, int corrupt, int *urc)
 {
 	char path[PATH_MAX];
-	fsdir_ent *e;
+	struct kvt_findex_ent *e = kvt_findex_forget(&t->ix, key, corrupt);
 
-	pthread_mutex_lock(&t->mu);
-	e = fsdir_find(t, key);
-	if (e)
-		fsdir_remove(t, e);
-	if (corrupt)
-		t->st.corrupt++;
-	pthread_mutex_unlock(&t->mu);
 	if (!e && !corrupt)
 		return 0;
-	fsdir_final_path(t, key, path);
+	kvt_fanout_final_path(t->root, key, path);
 	*urc = t->io->unlink(t->io, path);
 	if (*urc == -ENOENT)
 		*urc = 0;
@@ -1039,66 +729,28 @@ static void fsdir_corrupt(kvt_tier *tt, kvt_tier_rbuf *rb)
 	fsdir_rbuf *r = (fsdir_rbuf *)rb;
 	char path[PATH_MAX];
 
-	fsdir_final_path(t, &rb->key, path);
+	kvt_fanout_final_path(t->root, &rb->key, path);
 	fsdir_drop_bad(t, &rb->key, r->gen, path, &r->st, 1);
 	kvt_log(KVT_LOG_WARN, "fsdir: dropping %s: failed verification", path);
 }
-
-typedef struct fsdir_item {
-	kvt_key key;
-	uint64_t len;
-} fsdir_item;
 
 static int fsdir_iterate(kvt_tier *tt,
 			 int (*fn)(void *arg, const kvt_key *key, uint64_t len),
 			 void *arg)
 {
-	fsdir *t = (fsdir *)tt;
-	fsdir_item *items;
-	fsdir_ent *e;
-	size_t n = 0, i;
-	int rc = 0;
-
-	/* Walk a snapshot so that fn may call back into the tier. */
-	pthread_mutex_lock(&t->mu);
-	items = malloc((t->count ? t->count : 1) * sizeof(*items));
-	if (items)
-		for (e = t->mru; e; e = e->older) {
-			items[n].key = e->key;
-			items[n++].len = e->len;
-		}
-	pthread_mutex_unlock(&t->mu);
-	if (!items)
-		return kvt_err(KVT_ENOMEM, "fsdir: no memory to iterate");
-	for (i = 0; i < n && !rc; i++)
-		rc = fn(arg, &items[i].key, items[i].len);
-	free(items);
-	return rc;
+	return kvt_findex_iterate(&((fsdir *)tt)->ix, "fsdir", fn, arg);
 }
 
 static void fsdir_stats(kvt_tier *tt, kvt_tier_stats *out)
 {
 	fsdir *t = (fsdir *)tt;
 
-	pthread_mutex_lock(&t->mu);
-	*out = t->st;
-	out->capacity_bytes = t->capacity;
-	out->used_bytes = t->used;
-	out->chunks = t->count;
-	pthread_mutex_unlock(&t->mu);
-	snprintf(out->name, sizeof(out->name), "fsdir");
-	out->borrowed = atomic_load(&t->borrowed);
+	kvt_findex_stats(&t->ix, out, "fsdir", atomic_load(&t->borrowed));
 }
 
 static void fsdir_free(fsdir *t)
 {
-	fsdir_ent *e, *next;
-
-	for (e = t->mru; e; e = next) {
-		next = e->older;
-		free(e);
-	}
-	free(t->buckets);
+	kvt_findex_fini(&t->ix);
 	free(t->root);
 	free(t->leaves);
 	while (t->npool > 0)
@@ -1107,7 +759,6 @@ static void fsdir_free(fsdir *t)
 		OPENSSL_cleanse(t->auth_key, t->auth_klen);
 		free(t->auth_key);
 	}
-	pthread_mutex_destroy(&t->mu);
 	pthread_mutex_destroy(&t->rmu);
 	pthread_mutex_destroy(&t->scan_mu);
 	pthread_mutex_destroy(&t->pool_mu);
@@ -1147,47 +798,6 @@ static const struct kvt_tier_ops fsdir_ops = {
 };
 
 /* --- open: clean temporaries, rebuild the index ---------------------------- */
-
-static int fsdir_clean_tmp_one(void *arg, const char *name, int is_dir)
-{
-	fsdir *t = arg;
-	size_t n = strlen(name);
-	char path[PATH_MAX];
-	struct stat st;
-
-	if (is_dir || n < 4 || strcmp(name + n - 4, ".tmp"))
-		return 0;
-	snprintf(path, sizeof(path), "%s/tmp/%s", t->root, name);
-	if (t->io->stat(t->io, path, &st))
-		return 0;
-	if ((int64_t)time(NULL) - (int64_t)st.st_mtime >= FSDIR_TMP_GRACE_S)
-		t->io->unlink(t->io, path);
-	return 0;
-}
-
-typedef struct fsdir_found {
-	kvt_key key;
-	uint64_t len;
-	struct timespec mtime;
-} fsdir_found;
-
-typedef struct fsdir_scan {
-	fsdir *t;
-	char dir[PATH_MAX]; /* the directory being read */
-	uint8_t k[2];       /* its fan-out bytes so far */
-	int depth;
-	fsdir_found *found;
-	size_t n, cap;
-	int err;
-} fsdir_scan;
-
-static void fsdir_drop_file(fsdir_scan *s, const char *path,
-			    const char *why)
-{
-	kvt_log(KVT_LOG_WARN, "fsdir: dropping %s: %s", path, why);
-	s->t->io->unlink(s->t->io, path);
-	s->t->st.corrupt++; /* open is single-threaded: no lock needed */
-}
 
 /* Check the published file `path` that should hold `key`: its length, its
  * header (or, with `full`, every checksum and the tag too).  0 good (*st
@@ -1287,134 +897,48 @@ out:
 /* Check one published file; append it to s->found if good, drop it if bad.
  * I/O errors other than "gone" skip the file but keep it: an unreadable
  * file is not proven bad. */
-static void fsdir_scan_file(fsdir_scan *s, const char *name)
+typedef struct fsdir_scan {
+	fsdir *t;
+	int64_t now; /* when the rebuild began: every entry's `touched` */
+} fsdir_scan;
+
+static int fsdir_scan_check(void *arg, const char *path, const kvt_key *key,
+			    uint64_t *len, struct timespec *mtime,
+			    char why[256])
 {
-	char path[PATH_MAX], why[256];
-	fsdir_found f;
+	fsdir *t = ((fsdir_scan *)arg)->t;
 	struct stat st;
-	int rc;
+	int rc = fsdir_check(t, path, key, t->verify_on_open, &st, why);
 
-	memset(&f, 0, sizeof(f));
-	if (snprintf(path, sizeof(path), "%s/%s", s->dir, name) >=
-	    (int)sizeof(path))
-		return; /* not a name we would have made */
-	if (strlen(name) != FSDIR_HEX + 4 ||
-	    fsdir_unhex(name, f.key.b, KVT_KEY_BYTES)) {
-		fsdir_drop_file(s, path, "name is not <64 hex digits>.kvt");
-		return;
-	}
-	if (f.key.b[0] != s->k[0] || f.key.b[1] != s->k[1]) {
-		fsdir_drop_file(s, path, "in the wrong fan-out directory");
-		return;
-	}
-	rc = fsdir_check(s->t, path, &f.key, s->t->verify_on_open, &st, why);
-	if (rc == 1) {
-		fsdir_drop_file(s, path, why);
-		return;
-	}
+	if (rc == 1)
+		return KVT_FINDEX_BAD;
 	if (rc == KVT_ENOMEM)
-		s->err = rc;
+		return rc;
 	if (rc)
-		return;
-	if (s->n == s->cap) {
-		size_t cap = s->cap ? s->cap * 2 : 256;
-		fsdir_found *nf = realloc(s->found, cap * sizeof(*nf));
-		if (!nf) {
-			s->err = kvt_err(KVT_ENOMEM, "fsdir: no memory for the index");
-			return;
-		}
-		s->found = nf;
-		s->cap = cap;
-	}
-	f.len = (uint64_t)st.st_size;
-	f.mtime = st.st_mtim;
-	s->found[s->n++] = f;
+		return KVT_FINDEX_SKIP;
+	*len = (uint64_t)st.st_size;
+	*mtime = st.st_mtim;
+	return KVT_FINDEX_GOOD;
 }
 
-static int fsdir_scan_entry(void *arg, const char *name, int is_dir)
+static void fsdir_scan_init(void *arg, struct kvt_findex_ent *x)
 {
-	fsdir_scan *s = arg;
-	size_t n = strlen(name), dl;
-	uint8_t b;
-	int rc;
-
-	if (s->depth == 2) {
-		/* Only our own names: NFS leaves .nfsXXXX files of unlinked
-		 * open files, and other tools may put things here. */
-		if (!is_dir && n > 4 && !strcmp(name + n - 4, ".kvt"))
-			fsdir_scan_file(s, name);
-		return s->err;
-	}
-	if (!is_dir || n != 2 || fsdir_unhex(name, &b, 1))
-		return 0; /* tmp/ and anything not ours */
-	dl = strlen(s->dir);
-	if (dl + 3 >= sizeof(s->dir))
-		return 0;
-	snprintf(s->dir + dl, sizeof(s->dir) - dl, "/%s", name);
-	s->k[s->depth++] = b;
-	rc = s->t->io->readdir(s->t->io, s->dir, fsdir_scan_entry, s);
-	s->depth--;
-	s->dir[dl] = '\0';
-	if (rc == -ENOENT) /* removed meanwhile by another node's GC */
-		rc = 0;
-	if (rc && !s->err)
-		s->err = kvt_err(rc, "fsdir: readdir %s/%s: %s", s->dir, name,
-				 kvt_strerror(rc));
-	return s->err;
+	x->charge = x->len;
+	((fsdir_ent *)x)->touched = ((fsdir_scan *)arg)->now;
 }
 
-static int fsdir_found_cmp(const void *a, const void *b)
-{
-	const struct timespec *x = &((const fsdir_found *)a)->mtime;
-	const struct timespec *y = &((const fsdir_found *)b)->mtime;
+static const kvt_findex_scan_ops fsdir_scan_ops = {
+	.check = fsdir_scan_check,
+	.init = fsdir_scan_init,
+	.ent_size = sizeof(fsdir_ent),
+};
 
-	if (x->tv_sec != y->tv_sec)
-		return x->tv_sec < y->tv_sec ? -1 : 1;
-	if (x->tv_nsec != y->tv_nsec)
-		return x->tv_nsec < y->tv_nsec ? -1 : 1;
-	return 0;
-}
-
-/* Walk the fan-out directories and index every good file, oldest mtime
- * least recently used. */
 static int fsdir_rebuild(fsdir *t)
 {
-	fsdir_scan *s = calloc(1, sizeof(*s));
-	fsdir_ent *victims = NULL;
-	int64_t now = fsdir_mono_s();
-	size_t i;
-	int rc;
+	fsdir_scan s = { t, fsdir_mono_s() };
 
-	if (!s)
-		return kvt_err(KVT_ENOMEM, "fsdir: no memory to scan");
-	s->t = t;
-	snprintf(s->dir, sizeof(s->dir), "%s", t->root);
-	rc = t->io->readdir(t->io, t->root[0] ? t->root : "/",
-			    fsdir_scan_entry, s);
-	if (rc && !s->err)
-		s->err = kvt_err(rc, "fsdir: readdir %s/: %s", t->root,
-				 kvt_strerror(rc));
-	rc = s->err;
-	if (!rc && s->n)
-		qsort(s->found, s->n, sizeof(*s->found), fsdir_found_cmp);
-	for (i = 0; !rc && i < s->n; i++) {
-		fsdir_ent *e = calloc(1, sizeof(*e));
-		if (!e) {
-			rc = kvt_err(KVT_ENOMEM, "fsdir: no memory for the index");
-			break;
-		}
-		e->key = s->found[i].key;
-		e->len = s->found[i].len;
-		e->touched = now;
-		fsdir_insert(t, e);
-	}
-	if (!rc) {
-		fsdir_evict(t, 0, NULL, &victims);
-		fsdir_reap(t, victims);
-	}
-	free(s->found);
-	free(s);
-	return rc;
+	return kvt_findex_rebuild(&t->ix, t->io, t->root, "fsdir",
+				  &fsdir_scan_ops, &s);
 }
 
 /* --- refresh: what other nodes published or removed since open ----------- */
@@ -1432,7 +956,7 @@ static int fsdir_ls_k1(void *arg, const char *name, int is_dir)
 	fsdir_ls *l = arg;
 	uint8_t b;
 
-	if (!is_dir || strlen(name) != 2 || fsdir_unhex(name, &b, 1))
+	if (!is_dir || strlen(name) != 2 || kvt_fanout_unhex(name, &b, 1))
 		return 0;
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? l->cap * 2 : 256;
@@ -1453,7 +977,7 @@ static int fsdir_ls_k0(void *arg, const char *name, int is_dir)
 	uint8_t b;
 	int rc;
 
-	if (!is_dir || strlen(name) != 2 || fsdir_unhex(name, &b, 1))
+	if (!is_dir || strlen(name) != 2 || kvt_fanout_unhex(name, &b, 1))
 		return 0;
 	snprintf(dir, sizeof(dir), "%s/%s", l->t->root, name);
 	l->k0 = b;
@@ -1478,16 +1002,16 @@ static int fsdir_leaf_one(void *arg, const char *name, int is_dir)
 	fsdir_ent *e;
 	kvt_key k;
 
-	if (is_dir || strlen(name) != FSDIR_HEX + 4 ||
-	    strcmp(name + FSDIR_HEX, ".kvt") ||
-	    fsdir_unhex(name, k.b, KVT_KEY_BYTES) || k.b[0] != l->k0 ||
+	if (is_dir || strlen(name) != KVT_FANOUT_HEX + 4 ||
+	    strcmp(name + KVT_FANOUT_HEX, ".kvt") ||
+	    kvt_fanout_unhex(name, k.b, KVT_KEY_BYTES) || k.b[0] != l->k0 ||
 	    k.b[1] != l->k1)
 		return 0; /* not ours (.nfsXXXX, a tool's file): leave it */
-	pthread_mutex_lock(&t->mu);
+	pthread_mutex_lock(&t->ix.mu);
 	e = fsdir_find(t, &k);
 	if (e)
 		e->seen = t->epoch;
-	pthread_mutex_unlock(&t->mu);
+	pthread_mutex_unlock(&t->ix.mu);
 	if (e)
 		return 0;
 	if (l->n == l->cap) {
@@ -1511,16 +1035,16 @@ static int fsdir_adopt_checked(fsdir *t, const kvt_key *key)
 	fsdir_ent *e;
 	int rc;
 
-	fsdir_final_path(t, key, path);
+	kvt_fanout_final_path(t->root, key, path);
 	rc = fsdir_check(t, path, key, 0, &st, why);
 	if (rc == 1) {
 		/* Complete by construction (link publishes whole files), so
 		 * really bad: planted, from another format or another key. */
 		kvt_log(KVT_LOG_WARN, "fsdir: dropping %s: %s", path, why);
 		t->io->unlink(t->io, path);
-		pthread_mutex_lock(&t->mu);
-		t->st.corrupt++;
-		pthread_mutex_unlock(&t->mu);
+		pthread_mutex_lock(&t->ix.mu);
+		t->ix.st.corrupt++;
+		pthread_mutex_unlock(&t->ix.mu);
 		return 0;
 	}
 	if (rc)
@@ -1528,16 +1052,16 @@ static int fsdir_adopt_checked(fsdir *t, const kvt_key *key)
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return 0;
-	e->key = *key;
-	e->len = (uint64_t)st.st_size;
+	e->ix.key = *key;
+	e->ix.len = (uint64_t)st.st_size;
 	e->touched = fsdir_mono_s();
-	pthread_mutex_lock(&t->mu);
+	pthread_mutex_lock(&t->ix.mu);
 	if (!fsdir_find(t, key)) {
 		e->seen = t->epoch;
 		fsdir_insert(t, e);
 		e = NULL;
 	}
-	pthread_mutex_unlock(&t->mu);
+	pthread_mutex_unlock(&t->ix.mu);
 	free(e);
 	return 1;
 }
@@ -1547,22 +1071,23 @@ static int fsdir_adopt_checked(fsdir *t, const kvt_key *key)
  * eviction or GC). */
 static void fsdir_cycle_finish(fsdir *t)
 {
-	fsdir_ent *e, *older, *gone = NULL;
+	struct kvt_findex_ent *x, *older, *gone = NULL;
 
-	pthread_mutex_lock(&t->mu);
-	for (e = t->mru; e; e = older) {
-		older = e->older;
-		if (e->seen != t->epoch && e->gen <= t->cycle_gen) {
-			fsdir_remove(t, e);
-			e->hnext = gone;
-			gone = e;
+	pthread_mutex_lock(&t->ix.mu);
+	for (x = t->ix.mru; x; x = older) {
+		fsdir_ent *e = (fsdir_ent *)x;
+		older = x->older;
+		if (e->seen != t->epoch && x->gen <= t->cycle_gen) {
+			kvt_findex_remove_locked(&t->ix, x);
+			x->hnext = gone;
+			gone = x;
 		}
 	}
-	pthread_mutex_unlock(&t->mu);
+	pthread_mutex_unlock(&t->ix.mu);
 	while (gone) {
-		e = gone;
-		gone = e->hnext;
-		free(e);
+		x = gone;
+		gone = x->hnext;
+		free(x);
 	}
 }
 
@@ -1596,10 +1121,10 @@ static int fsdir_refresh_step(fsdir *t, size_t max_dirs)
 		t->nleaves = ls.n;
 		t->cursor = 0;
 		t->cycle_bad = 0;
-		pthread_mutex_lock(&t->mu);
+		pthread_mutex_lock(&t->ix.mu);
 		t->epoch++;
-		t->cycle_gen = t->gen;
-		pthread_mutex_unlock(&t->mu);
+		t->cycle_gen = t->ix.gen;
+		pthread_mutex_unlock(&t->ix.mu);
 		t->in_cycle = 1;
 	}
 	memset(&l, 0, sizeof(l));
@@ -1682,13 +1207,13 @@ int kvt_fsdir_probe(kvt_tier *tt, const kvt_key *key)
 
 	if (!t || t->base.ops != &fsdir_ops || !key)
 		return kvt_err(KVT_EINVAL, "fsdir: probe needs a tier and a key");
-	fsdir_final_path(t, key, path);
+	kvt_fanout_final_path(t->root, key, path);
 	rc = t->io->stat(t->io, path, &st);
-	pthread_mutex_lock(&t->mu);
+	pthread_mutex_lock(&t->ix.mu);
 	e = fsdir_find(t, key);
 	if (e)
-		gen = e->gen;
-	pthread_mutex_unlock(&t->mu);
+		gen = e->ix.gen;
+	pthread_mutex_unlock(&t->ix.mu);
 	if (rc == -ENOENT) {
 		if (e)
 			fsdir_drop_bad(t, key, gen, path, NULL, 0);
@@ -1763,8 +1288,8 @@ static int gc_entry(void *arg, const char *name, int is_dir)
 	int rc;
 
 	if (g->depth == 2) {
-		if (is_dir || n != FSDIR_HEX + 4 || strcmp(name + FSDIR_HEX, ".kvt") ||
-		    fsdir_unhex(name, it.key.b, KVT_KEY_BYTES))
+		if (is_dir || n != KVT_FANOUT_HEX + 4 || strcmp(name + KVT_FANOUT_HEX, ".kvt") ||
+		    kvt_fanout_unhex(name, it.key.b, KVT_KEY_BYTES))
 			return 0; /* not ours */
 		if (snprintf(path, sizeof(path), "%s/%s", g->dir, name) >=
 			    (int)sizeof(path) ||
@@ -1785,7 +1310,7 @@ static int gc_entry(void *arg, const char *name, int is_dir)
 		g->r->bytes += it.size;
 		return 0;
 	}
-	if (!is_dir || n != 2 || fsdir_unhex(name, &b, 1))
+	if (!is_dir || n != 2 || kvt_fanout_unhex(name, &b, 1))
 		return 0;
 	dl = strlen(g->dir);
 	snprintf(g->dir + dl, sizeof(g->dir) - dl, "/%s", name);
@@ -1817,7 +1342,7 @@ int kvt_fsdir_gc(const char *root, const kvt_fsdir_gc_opts *o,
 {
 	gc_walk g;
 	struct timespec t0, t1;
-	char path[PATH_MAX], hex[FSDIR_HEX + 1];
+	char path[PATH_MAX], hex[KVT_FANOUT_HEX + 1];
 	size_t i, rl;
 	int rc;
 
@@ -1870,7 +1395,7 @@ int kvt_fsdir_gc(const char *root, const kvt_fsdir_gc_opts *o,
 
 			if (!expired && (!o->budget || r->bytes_left <= o->budget))
 				break; /* sorted: everything after is newer */
-			fsdir_hex(&it->key, hex);
+			kvt_fanout_hex(&it->key, hex);
 			if (snprintf(path, sizeof(path), "%s/%.2s/%.2s/%s.kvt",
 				     rootc, hex, hex + 2, hex) >= (int)sizeof(path))
 				continue; /* rl was checked: cannot happen */
@@ -1911,10 +1436,8 @@ static int fsdir_sync_init(fsdir *t)
 	pthread_condattr_t ca;
 	int rc;
 
-	if (pthread_mutex_init(&t->mu, NULL))
-		return -1;
 	if (pthread_mutex_init(&t->rmu, NULL))
-		goto f1;
+		return -1;
 	if (pthread_mutex_init(&t->scan_mu, NULL))
 		goto f2;
 	if (pthread_mutex_init(&t->pool_mu, NULL))
@@ -1932,8 +1455,6 @@ f3:
 	pthread_mutex_destroy(&t->scan_mu);
 f2:
 	pthread_mutex_destroy(&t->rmu);
-f1:
-	pthread_mutex_destroy(&t->mu);
 	return -1;
 }
 
@@ -1944,9 +1465,7 @@ static void fsdir_probe_direct(fsdir *t)
 	char path[PATH_MAX];
 	int fd;
 
-	snprintf(path, sizeof(path), "%s/tmp/direct-probe.%ld.%llu.tmp", t->root,
-		 (long)getpid(),
-		 (unsigned long long)atomic_fetch_add(&fsdir_tmp_seq, 1));
+	kvt_fanout_tmp_path(t->root, "direct-probe", path);
 	fd = t->io->open(t->io, path, O_WRONLY | O_CREAT | O_EXCL | O_DIRECT,
 			 0644);
 	if (fd >= 0)
@@ -1982,13 +1501,12 @@ int kvt_fsdir_open(const kvt_fsdir_opts *o, kvt_tier **out)
 	if (len + FSDIR_NAME_MAX >= PATH_MAX)
 		return kvt_err(KVT_EINVAL, "fsdir: path %s is too long", o->path);
 
-	pthread_once(&fsdir_tmp_once, fsdir_tmp_seed);
 	t = calloc(1, sizeof(*t));
-	if (!t)
+	if (!t || kvt_findex_init(&t->ix, o->capacity)) {
+		free(t);
 		return kvt_err(KVT_ENOMEM, "fsdir: no memory");
+	}
 	t->root = malloc(len + 1);
-	t->nbuckets = FSDIR_MIN_BUCKETS;
-	t->buckets = calloc(t->nbuckets, sizeof(*t->buckets));
 	if (o->auth_key) {
 		t->auth_key = malloc(o->auth_key_len);
 		if (t->auth_key)
@@ -1996,10 +1514,9 @@ int kvt_fsdir_open(const kvt_fsdir_opts *o, kvt_tier **out)
 		t->auth_klen = o->auth_key_len;
 		t->taglen = KVT_OBJ_AUTH_TAG_BYTES;
 	}
-	if (!t->root || !t->buckets || (o->auth_key && !t->auth_key) ||
-	    fsdir_sync_init(t)) {
+	if (!t->root || (o->auth_key && !t->auth_key) || fsdir_sync_init(t)) {
 		free(t->root);
-		free(t->buckets);
+		kvt_findex_fini(&t->ix);
 		free(t->auth_key);
 		free(t);
 		return kvt_err(KVT_ENOMEM, "fsdir: no memory");
@@ -2010,7 +1527,6 @@ int kvt_fsdir_open(const kvt_fsdir_opts *o, kvt_tier **out)
 		t->root[0] = '\0'; /* names are "<root>/..."; avoid "//" */
 	t->base.ops = &fsdir_ops;
 	t->io = o->io ? o->io : kvt_io_posix();
-	t->capacity = o->capacity;
 	t->verify_on_open = o->verify_on_open;
 	t->refresh_ms = o->refresh_ms ? o->refresh_ms : FSDIR_REFRESH_MS;
 	if (t->refresh_ms < 0)
@@ -2025,7 +1541,7 @@ int kvt_fsdir_open(const kvt_fsdir_opts *o, kvt_tier **out)
 			     kvt_strerror(rc));
 		goto fail;
 	}
-	rc = t->io->readdir(t->io, tmpdir, fsdir_clean_tmp_one, t);
+	rc = kvt_fanout_clean_tmp(t->io, t->root, FSDIR_TMP_GRACE_S);
 	if (rc) {
 		rc = kvt_err(rc, "fsdir: readdir %s: %s", tmpdir,
 			     kvt_strerror(rc));

@@ -25,11 +25,14 @@
  * queue_depth segments in flight.  The ring-wide in-flight count never
  * exceeds queue_depth, so the completion queue (2 × depth) cannot overflow.
  *
- * The index is a chained hash table + LRU list under `mu`, never held across
- * a system call; files of evicted entries are unlinked after it is dropped.
+ * The index is findex.c's (hash table + LRU list under `ix.mu`, never held
+ * across a system call; files of evicted entries are unlinked after it is
+ * dropped).  Capacity counts each file's length rounded up to the alignment,
+ * plus the writes in flight.
  */
 #include "tier/nvme.h"
 #include "tier/fanout.h"
+#include "tier/findex.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -41,7 +44,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -56,8 +58,6 @@
 
 #define NV_DEFAULT_ALIGN 4096u
 #define NV_MAX_ALIGN (1u << 16)
-#define NV_MIN_BUCKETS 1024u
-#define NV_HEX 64
 #define NV_NAME_MAX 128u /* "/tmp/" + 64 hex + pid + counter + ".tmp" */
 #define NV_TMP_TRIES 4
 /* Temporaries older than this (seconds) are left over from a crash. */
@@ -72,13 +72,9 @@
 #define MADV_POPULATE_WRITE 23
 #endif
 
-typedef struct nv_ent {
-	kvt_key key;
-	uint64_t len;  /* exact image bytes */
-	uint64_t disk; /* len rounded up to the alignment: what capacity counts */
-	uint64_t gen;
-	struct nv_ent *hnext, *newer, *older;
-} nv_ent;
+/* The index entry: len is the exact image, charge that rounded up to the
+ * alignment, which is what capacity counts. */
+typedef struct kvt_findex_ent nv_ent;
 
 typedef struct nv_req nv_req;
 
@@ -109,7 +105,6 @@ typedef struct nvme {
 	kvt_tier base;
 	kvt_io *io;
 	char *root;
-	uint64_t capacity;
 	uint32_t align, seg_bytes, qd;
 	int direct;    /* files opened with O_DIRECT */
 	int uring;     /* ring below is live */
@@ -127,12 +122,7 @@ typedef struct nvme {
 	uint32_t pool_n;
 	uint64_t pool_bytes;
 
-	pthread_mutex_t mu; /* guards the index and stats below */
-	nv_ent **buckets;
-	size_t nbuckets;
-	nv_ent *mru, *lru;
-	uint64_t count, used, reserved, gen;
-	kvt_tier_stats st;
+	struct kvt_findex ix; /* the index, capacity and counters */
 } nvme;
 
 typedef struct nv_wbuf {
@@ -149,18 +139,6 @@ typedef struct nv_rbuf {
 	nv_pbuf *pb; /* as in nv_wbuf */
 	uint64_t gen; /* the index entry it was read through */
 } nv_rbuf;
-
-static atomic_uint_fast64_t nv_tmp_seq;
-static pthread_once_t nv_tmp_once = PTHREAD_ONCE_INIT;
-
-static void nv_tmp_seed(void)
-{
-	uint64_t r = 0;
-
-	if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r))
-		r = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-	atomic_store(&nv_tmp_seq, r >> 16);
-}
 
 static uint64_t nv_round(const nvme *t, uint64_t n)
 {
@@ -305,169 +283,11 @@ static void nv_buf_put(nvme *t, uint8_t *buf, nv_pbuf *pb)
 	}
 }
 
-/* --- names ---------------------------------------------------------------- */
-
-static void nv_hex(const kvt_key *k, char out[NV_HEX + 1])
-{
-	static const char d[] = "0123456789abcdef";
-	int i;
-
-	for (i = 0; i < KVT_KEY_BYTES; i++) {
-		out[2 * i] = d[k->b[i] >> 4];
-		out[2 * i + 1] = d[k->b[i] & 15];
-	}
-	out[NV_HEX] = '\0';
-}
-
-/* Lower-case hex only (what we write); 0 or -1. */
-static int nv_unhex(const char *s, uint8_t *out, size_t n)
-{
-	size_t i;
-
-	for (i = 0; i < 2 * n; i++) {
-		char c = s[i];
-		int v = c >= '0' && c <= '9' ? c - '0'
-			: c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-		if (v < 0)
-			return -1;
-		if (i & 1)
-			out[i / 2] |= (uint8_t)v;
-		else
-			out[i / 2] = (uint8_t)(v << 4);
-	}
-	return 0;
-}
-
-static void nv_final_path(const nvme *t, const kvt_key *k, char out[PATH_MAX])
-{
-	char hex[NV_HEX + 1];
-
-	nv_hex(k, hex);
-	snprintf(out, PATH_MAX, "%s/%.2s/%.2s/%s.kvt", t->root, hex, hex + 2,
-		 hex);
-}
-
-static void nv_tmp_path(const nvme *t, const char *stem, char out[PATH_MAX])
-{
-	snprintf(out, PATH_MAX, "%s/tmp/%s.%ld.%llu.tmp", t->root, stem,
-		 (long)getpid(),
-		 (unsigned long long)atomic_fetch_add(&nv_tmp_seq, 1));
-}
-
-/* --- index (caller holds t->mu) --------------------------------------------- */
-
-/* Mix the whole key: real keys are hashes, but keys built by hand (tests,
- * benchmarks: a constant prefix and a counter further on) would otherwise
- * all share one chain and make every lookup linear in the index size. */
-_Static_assert(KVT_KEY_BYTES % 8 == 0, "nv_bucket reads the key in words");
-
-static size_t nv_bucket(size_t nbuckets, const kvt_key *k)
-{
-	uint64_t w[KVT_KEY_BYTES / 8], h = 0;
-	size_t i;
-
-	memcpy(w, k->b, sizeof(w));
-	for (i = 0; i < KVT_KEY_BYTES / 8; i++)
-		h = (h ^ w[i]) * 0x9e3779b97f4a7c15ull;
-	return (size_t)((h ^ (h >> 32)) & (nbuckets - 1));
-}
-
-static nv_ent *nv_find(const nvme *t, const kvt_key *k)
-{
-	nv_ent *e = t->buckets[nv_bucket(t->nbuckets, k)];
-
-	while (e && memcmp(e->key.b, k->b, KVT_KEY_BYTES))
-		e = e->hnext;
-	return e;
-}
-
-static void nv_lru_del(nvme *t, nv_ent *e)
-{
-	*(e->newer ? &e->newer->older : &t->mru) = e->older;
-	*(e->older ? &e->older->newer : &t->lru) = e->newer;
-	e->newer = e->older = NULL;
-}
-
-static void nv_lru_add(nvme *t, nv_ent *e)
-{
-	e->newer = NULL;
-	e->older = t->mru;
-	*(t->mru ? &t->mru->newer : &t->lru) = e;
-	t->mru = e;
-}
-
-static void nv_insert(nvme *t, nv_ent *e)
-{
-	size_t b;
-
-	if (t->count >= t->nbuckets) { /* grow; best effort */
-		size_t n = t->nbuckets * 2, i;
-		nv_ent **nb = calloc(n, sizeof(*nb));
-		if (nb) {
-			for (i = 0; i < t->nbuckets; i++) {
-				nv_ent *x = t->buckets[i], *next;
-				for (; x; x = next) {
-					next = x->hnext;
-					x->hnext = nb[nv_bucket(n, &x->key)];
-					nb[nv_bucket(n, &x->key)] = x;
-				}
-			}
-			free(t->buckets);
-			t->buckets = nb;
-			t->nbuckets = n;
-		}
-	}
-	b = nv_bucket(t->nbuckets, &e->key);
-	e->hnext = t->buckets[b];
-	t->buckets[b] = e;
-	e->gen = ++t->gen;
-	nv_lru_add(t, e);
-	t->count++;
-	t->used += e->disk;
-}
-
-static void nv_remove(nvme *t, nv_ent *e)
-{
-	nv_ent **p = &t->buckets[nv_bucket(t->nbuckets, &e->key)];
-
-	while (*p != e)
-		p = &(*p)->hnext;
-	*p = e->hnext;
-	e->hnext = NULL;
-	nv_lru_del(t, e);
-	t->count--;
-	t->used -= e->disk;
-}
-
-/* Evict LRU entries until `need` more bytes fit; victims are chained by
- * hnext for nv_reap once the mutex is dropped. */
-static void nv_evict(nvme *t, uint64_t need, nv_ent **victims)
-{
-	while (t->lru && t->used + t->reserved + need > t->capacity) {
-		nv_ent *e = t->lru;
-		nv_remove(t, e);
-		t->st.evictions++;
-		t->st.evicted_bytes += e->len;
-		e->hnext = *victims;
-		*victims = e;
-	}
-}
+/* --- index ----------------------------------------------------------------- */
 
 static void nv_reap(nvme *t, nv_ent *victims)
 {
-	char path[PATH_MAX];
-
-	while (victims) {
-		nv_ent *e = victims;
-		int rc;
-		victims = e->hnext;
-		nv_final_path(t, &e->key, path);
-		rc = t->io->unlink(t->io, path);
-		if (rc && rc != -ENOENT)
-			kvt_log(KVT_LOG_WARN, "nvme: evicting %s: unlink: %s",
-				path, kvt_strerror(rc));
-		free(e);
-	}
+	kvt_findex_reap(victims, t->io, t->root, "nvme");
 }
 
 /* --- data path ------------------------------------------------------------- */
@@ -642,27 +462,12 @@ static int nv_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len,
 			       "nvme: an image of %llu bytes is not possible",
 			       (unsigned long long)len);
 	disk = nv_round(t, len);
-	pthread_mutex_lock(&t->mu);
-	if (disk > t->capacity) {
-		t->st.put_rejects++;
-		rc = KVT_ETOOBIG;
-	} else if (nv_find(t, key)) {
-		t->st.put_exists++;
-		rc = KVT_EEXIST;
-	} else if (t->reserved + disk > t->capacity) {
-		t->st.put_rejects++;
-		rc = KVT_EFULL;
-	} else {
-		nv_evict(t, disk, &victims);
-		t->reserved += disk;
-	}
-	reserved = t->reserved;
-	pthread_mutex_unlock(&t->mu);
+	rc = kvt_findex_reserve(&t->ix, key, disk, &victims, &reserved);
 	nv_reap(t, victims);
 	if (rc == KVT_ETOOBIG)
 		return kvt_err(rc, "nvme: image of %llu bytes exceeds capacity %llu",
 			       (unsigned long long)len,
-			       (unsigned long long)t->capacity);
+			       (unsigned long long)t->ix.capacity);
 	if (rc == KVT_EFULL)
 		return kvt_err(rc, "nvme: %llu bytes of writes in flight leave no room for %llu",
 			       (unsigned long long)reserved,
@@ -675,9 +480,7 @@ static int nv_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len,
 		buf = nv_buf_get(t, disk, &w->pb);
 	if (!buf) {
 		free(w);
-		pthread_mutex_lock(&t->mu);
-		t->reserved -= disk;
-		pthread_mutex_unlock(&t->mu);
+		kvt_findex_unreserve(&t->ix, disk);
 		return kvt_err(KVT_ENOMEM, "nvme: no memory for a %llu-byte buffer",
 			       (unsigned long long)disk);
 	}
@@ -696,9 +499,7 @@ static int nv_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len,
 
 static void nv_wbuf_free(nvme *t, nv_wbuf *w)
 {
-	pthread_mutex_lock(&t->mu);
-	t->reserved -= w->disk;
-	pthread_mutex_unlock(&t->mu);
+	kvt_findex_unreserve(&t->ix, w->disk);
 	nv_buf_put(t, w->buf, w->pb);
 	free(w);
 }
@@ -716,28 +517,19 @@ static int nv_write_tmp(nvme *t, nv_wbuf *w, int durability,
 			char tmp[PATH_MAX])
 {
 	kvt_io *io = t->io;
-	char hex[NV_HEX + 1];
+	char hex[KVT_FANOUT_HEX + 1];
 	const char *call;
 	int fd = -ENOENT, rc, i;
 
-	nv_hex(&w->w.key, hex);
+	kvt_fanout_hex(&w->w.key, hex);
 	for (i = 0; i < NV_TMP_TRIES; i++) {
-		nv_tmp_path(t, hex, tmp);
+		kvt_fanout_tmp_path(t->root, hex, tmp);
 		fd = nv_open_file(t, tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
 		if (fd == -ENOENT) {
-			/* tmp/ removed by someone: recreate it, but never the
-			 * root.  A root that vanished is an unmounted or lost
-			 * device; recreating it would spill the cache onto
-			 * whatever file system is underneath. */
-			char dir[PATH_MAX];
-			snprintf(dir, sizeof(dir), "%s/tmp", t->root);
-			rc = io->mkdir(io, dir, 0755);
-			if (rc == -ENOENT)
-				return kvt_err(rc, "nvme: directory %s has disappeared "
-					       "(unmounted?); not recreating it", t->root);
-			if (rc && rc != -EEXIST)
-				return kvt_err(rc, "nvme: mkdir %s: %s", dir,
-					       kvt_strerror(rc));
+			/* tmp/ removed by someone: recreate it (never the
+			 * root: a vanished root is an unmounted device). */
+			if ((rc = kvt_fanout_mktmp(io, t->root, "nvme")))
+				return rc;
 			continue;
 		}
 		if (fd != -EEXIST)
@@ -769,56 +561,13 @@ static int nv_write_tmp(nvme *t, nv_wbuf *w, int durability,
 	return 0;
 }
 
-static int nv_mkdir_level(nvme *t, const char *dir, int durability)
-{
-	int rc = t->io->mkdir(t->io, dir, 0755);
-
-	if (rc == -EEXIST)
-		return 0;
-	if (rc)
-		return kvt_err(rc, "nvme: mkdir %s: %s", dir, kvt_strerror(rc));
-	if (durability == KVT_DUR_POWER_SAFE) {
-		rc = kvt_io_fsync_parent(t->io, dir);
-		if (rc)
-			return kvt_err(rc, "nvme: fsync parent of %s: %s", dir,
-				       kvt_strerror(rc));
-	}
-	return 0;
-}
-
-/* link(tmp, fin), making the two fan-out directories on first use. */
-static int nv_link(nvme *t, const char *tmp, const char *fin, int durability)
-{
-	size_t rl = strlen(t->root);
-	char dir[PATH_MAX];
-	int rc, i;
-
-	for (i = 0;; i++) {
-		rc = t->io->link(t->io, tmp, fin);
-		if (rc != -ENOENT || i == 2)
-			break;
-		memcpy(dir, fin, rl + 3);
-		dir[rl + 3] = '\0';
-		if ((rc = nv_mkdir_level(t, dir, durability)))
-			return rc;
-		memcpy(dir, fin, rl + 6);
-		dir[rl + 6] = '\0';
-		if ((rc = nv_mkdir_level(t, dir, durability)))
-			return rc;
-	}
-	if (rc && rc != -EEXIST)
-		return kvt_err(rc, "nvme: link %s -> %s: %s", tmp, fin,
-			       kvt_strerror(rc));
-	return rc;
-}
-
 static int nv_put_commit(kvt_tier *tt, kvt_tier_wbuf *ww, int durability)
 {
 	nvme *t = (nvme *)tt;
 	nv_wbuf *w = (nv_wbuf *)ww;
 	char tmp[PATH_MAX], fin[PATH_MAX];
 	nv_ent *e = NULL, *victims = NULL;
-	int rc, rc2;
+	int rc;
 
 	if (durability < KVT_DUR_CACHED || durability > KVT_DUR_POWER_SAFE) {
 		rc = kvt_err(KVT_EINVAL, "nvme: durability %d unknown",
@@ -830,19 +579,13 @@ static int nv_put_commit(kvt_tier *tt, kvt_tier_wbuf *ww, int durability)
 		rc = kvt_err(KVT_ENOMEM, "nvme: no memory for an index entry");
 		goto out;
 	}
-	nv_final_path(t, &w->w.key, fin);
+	kvt_fanout_final_path(t->root, &w->w.key, fin);
 	rc = nv_write_tmp(t, w, durability, tmp);
 	if (rc)
 		goto out;
-	rc = nv_link(t, tmp, fin, durability);
-	rc2 = t->io->unlink(t->io, tmp);
-	if (rc2 && rc2 != -ENOENT)
-		kvt_log(KVT_LOG_WARN, "nvme: unlink %s: %s", tmp,
-			kvt_strerror(rc2));
+	rc = kvt_findex_publish(&t->ix, t->io, t->root, tmp, fin, durability,
+				2, "nvme");
 	if (rc == -EEXIST) {
-		pthread_mutex_lock(&t->mu);
-		t->st.put_exists++;
-		pthread_mutex_unlock(&t->mu);
 		rc = kvt_err(KVT_EEXIST, "nvme: %s was published by another writer",
 			     fin);
 		goto out;
@@ -865,22 +608,22 @@ static int nv_put_commit(kvt_tier *tt, kvt_tier_wbuf *ww, int durability)
 	}
 	e->key = w->w.key;
 	e->len = w->w.len;
-	e->disk = w->disk;
-	pthread_mutex_lock(&t->mu);
-	t->reserved -= w->disk;
+	e->charge = w->disk;
+	pthread_mutex_lock(&t->ix.mu);
+	t->ix.reserved -= w->disk;
 	w->disk = 0;
-	if (nv_find(t, &e->key)) {
+	if (kvt_findex_find_locked(&t->ix, &e->key)) {
 		/* Cannot happen in one process (the name was free), but a
 		 * second process sharing the directory may have raced us. */
 		free(e);
 	} else {
-		nv_insert(t, e);
+		kvt_findex_insert_locked(&t->ix, e);
 	}
 	e = NULL;
-	t->st.puts++;
-	t->st.bytes_in += w->w.len;
-	nv_evict(t, 0, &victims); /* capacity is never exceeded */
-	pthread_mutex_unlock(&t->mu);
+	t->ix.st.puts++;
+	t->ix.st.bytes_in += w->w.len;
+	kvt_findex_evict_locked(&t->ix, 0, NULL, &victims); /* capacity is never exceeded */
+	pthread_mutex_unlock(&t->ix.mu);
 	nv_reap(t, victims);
 	rc = 0;
 out:
@@ -896,19 +639,8 @@ out:
 static void nv_drop(nvme *t, const kvt_key *key, uint64_t gen,
 		    const char *path, int corrupt)
 {
-	nv_ent *e;
+	nv_ent *e = kvt_findex_drop(&t->ix, key, gen, corrupt, NULL);
 
-	pthread_mutex_lock(&t->mu);
-	e = nv_find(t, key);
-	if (e && e->gen == gen)
-		nv_remove(t, e);
-	else
-		e = NULL;
-	if (corrupt)
-		t->st.corrupt++;
-	else
-		t->st.misses++;
-	pthread_mutex_unlock(&t->mu);
 	if (e)
 		t->io->unlink(t->io, path);
 	free(e);
@@ -927,19 +659,18 @@ static int nv_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 	int fd, rc;
 
 	*out = NULL;
-	pthread_mutex_lock(&t->mu);
-	e = nv_find(t, key);
+	pthread_mutex_lock(&t->ix.mu);
+	e = kvt_findex_find_locked(&t->ix, key);
 	if (!e) {
-		t->st.misses++;
-		pthread_mutex_unlock(&t->mu);
+		t->ix.st.misses++;
+		pthread_mutex_unlock(&t->ix.mu);
 		return KVT_ENOTFOUND;
 	}
 	gen = e->gen;
-	nv_lru_del(t, e);
-	nv_lru_add(t, e);
-	pthread_mutex_unlock(&t->mu);
+	kvt_findex_touch_locked(&t->ix, e);
+	pthread_mutex_unlock(&t->ix.mu);
 
-	nv_final_path(t, key, path);
+	kvt_fanout_final_path(t->root, key, path);
 	fd = nv_open_file(t, path, O_RDONLY, 0);
 	if (fd == -ENOENT) {
 		nv_drop(t, key, gen, path, 0);
@@ -1004,10 +735,10 @@ static int nv_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 	}
 	free(h);
 
-	pthread_mutex_lock(&t->mu);
-	t->st.hits++;
-	t->st.bytes_out += size;
-	pthread_mutex_unlock(&t->mu);
+	pthread_mutex_lock(&t->ix.mu);
+	t->ix.st.hits++;
+	t->ix.st.bytes_out += size;
+	pthread_mutex_unlock(&t->ix.mu);
 	r->r.key = *key;
 	r->r.len = size;
 	r->iov.iov_base = buf;
@@ -1044,32 +775,19 @@ static void nv_release(kvt_tier *tt, kvt_tier_rbuf *rr)
 
 static int nv_exists(kvt_tier *tt, const kvt_key *key)
 {
-	nvme *t = (nvme *)tt;
-	int found;
-
-	pthread_mutex_lock(&t->mu);
-	found = nv_find(t, key) != NULL;
-	pthread_mutex_unlock(&t->mu);
-	return found;
+	return kvt_findex_exists(&((nvme *)tt)->ix, key);
 }
 
 static int nv_forget(nvme *t, const kvt_key *key, int corrupt)
 {
 	char path[PATH_MAX];
-	nv_ent *e;
+	nv_ent *e = kvt_findex_forget(&t->ix, key, corrupt);
 	int rc;
 
-	pthread_mutex_lock(&t->mu);
-	e = nv_find(t, key);
-	if (e)
-		nv_remove(t, e);
-	if (corrupt)
-		t->st.corrupt++;
-	pthread_mutex_unlock(&t->mu);
 	if (!e)
 		return KVT_ENOTFOUND;
 	free(e);
-	nv_final_path(t, key, path);
+	kvt_fanout_final_path(t->root, key, path);
 	rc = t->io->unlink(t->io, path);
 	if (rc && rc != -ENOENT)
 		return kvt_err(rc, "nvme: unlink %s: %s", path, kvt_strerror(rc));
@@ -1086,63 +804,28 @@ static void nv_corrupt(kvt_tier *tt, kvt_tier_rbuf *rb)
 	nvme *t = (nvme *)tt;
 	char path[PATH_MAX];
 
-	nv_final_path(t, &rb->key, path);
+	kvt_fanout_final_path(t->root, &rb->key, path);
 	nv_drop(t, &rb->key, ((nv_rbuf *)rb)->gen, path, 1);
 	kvt_log(KVT_LOG_WARN, "nvme: dropping %s: failed verification", path);
 }
-
-typedef struct nv_item {
-	kvt_key key;
-	uint64_t len;
-} nv_item;
 
 static int nv_iterate(kvt_tier *tt,
 		      int (*fn)(void *arg, const kvt_key *key, uint64_t len),
 		      void *arg)
 {
-	nvme *t = (nvme *)tt;
-	nv_item *items;
-	nv_ent *e;
-	size_t n = 0, i;
-	int rc = 0;
-
-	pthread_mutex_lock(&t->mu); /* snapshot: fn may call back into us */
-	items = malloc((t->count ? t->count : 1) * sizeof(*items));
-	for (e = t->mru; items && e; e = e->older) {
-		items[n].key = e->key;
-		items[n++].len = e->len;
-	}
-	pthread_mutex_unlock(&t->mu);
-	if (!items)
-		return kvt_err(KVT_ENOMEM, "nvme: no memory to iterate");
-	for (i = 0; i < n && !rc; i++)
-		rc = fn(arg, &items[i].key, items[i].len);
-	free(items);
-	return rc;
+	return kvt_findex_iterate(&((nvme *)tt)->ix, "nvme", fn, arg);
 }
 
 static void nv_stats(kvt_tier *tt, kvt_tier_stats *out)
 {
 	nvme *t = (nvme *)tt;
 
-	pthread_mutex_lock(&t->mu);
-	*out = t->st;
-	out->capacity_bytes = t->capacity;
-	out->used_bytes = t->used;
-	out->chunks = t->count;
-	pthread_mutex_unlock(&t->mu);
-	snprintf(out->name, sizeof(out->name), "nvme");
-	out->borrowed = atomic_load(&t->borrowed);
+	kvt_findex_stats(&t->ix, out, "nvme", atomic_load(&t->borrowed));
 }
 
 static void nv_free(nvme *t)
 {
-	nv_ent *e, *next;
-
-	for (e = t->mru; e; e = next) {
-		next = e->older;
-		free(e);
-	}
+	kvt_findex_fini(&t->ix);
 	if (t->uring)
 		io_uring_queue_exit(&t->ring);
 	while (t->pool) {
@@ -1150,12 +833,10 @@ static void nv_free(nvme *t)
 		t->pool = pb->next;
 		nv_pbuf_unmap(pb);
 	}
-	free(t->buckets);
 	free(t->root);
 	pthread_cond_destroy(&t->ring_cv);
 	pthread_mutex_destroy(&t->ring_mu);
 	pthread_mutex_destroy(&t->pool_mu);
-	pthread_mutex_destroy(&t->mu);
 	free(t);
 }
 
@@ -1202,7 +883,7 @@ static int nv_probe(nvme *t)
 	struct statx sx;
 	int fd;
 
-	nv_tmp_path(t, "probe", path);
+	kvt_fanout_tmp_path(t->root, "probe", path);
 	fd = t->io->open(t->io, path, O_WRONLY | O_CREAT | O_EXCL | O_DIRECT,
 			 0644);
 	if (fd == -EINVAL) {
@@ -1232,74 +913,28 @@ static int nv_probe(nvme *t)
 	return 0;
 }
 
-static int nv_clean_tmp(void *arg, const char *name, int is_dir)
-{
-	nvme *t = arg;
-	size_t n = strlen(name);
-	char path[PATH_MAX];
-	struct stat st;
-
-	if (is_dir || n < 4 || strcmp(name + n - 4, ".tmp"))
-		return 0;
-	snprintf(path, sizeof(path), "%s/tmp/%s", t->root, name);
-	if (!t->io->stat(t->io, path, &st) &&
-	    (int64_t)time(NULL) - (int64_t)st.st_mtime >= NV_TMP_GRACE_S)
-		t->io->unlink(t->io, path);
-	return 0;
-}
-
-typedef struct nv_found {
-	kvt_key key;
-	uint64_t len;
-	struct timespec mtime;
-} nv_found;
-
 typedef struct nv_scan {
 	nvme *t;
-	char dir[PATH_MAX];
-	uint8_t k[2];
-	int depth;
 	uint8_t *hdr; /* aligned, t->align bytes */
 	kvt_obj_hdr h;
-	nv_found *found;
-	size_t n, cap;
-	int err;
 } nv_scan;
 
-static void nv_scan_drop(nv_scan *s, const char *path, const char *why)
+/* Read and check the header of a published file. */
+static int nv_scan_check(void *arg, const char *path, const kvt_key *key,
+			 uint64_t *len, struct timespec *mtime, char why[256])
 {
-	kvt_log(KVT_LOG_WARN, "nvme: dropping %s: %s", path, why);
-	s->t->io->unlink(s->t->io, path);
-	s->t->st.corrupt++; /* open is single-threaded */
-}
-
-static void nv_scan_file(nv_scan *s, const char *name)
-{
+	nv_scan *s = arg;
 	nvme *t = s->t;
-	char path[PATH_MAX], why[256];
 	struct stat st;
-	nv_found f;
 	uint64_t got = 0;
-	int fd, rc;
+	int fd, rc, res = KVT_FINDEX_SKIP;
 
-	memset(&f, 0, sizeof(f));
-	if (snprintf(path, sizeof(path), "%s/%s", s->dir, name) >=
-	    (int)sizeof(path))
-		return;
-	if (strlen(name) != NV_HEX + 4 || nv_unhex(name, f.key.b, KVT_KEY_BYTES)) {
-		nv_scan_drop(s, path, "name is not <64 hex digits>.kvt");
-		return;
-	}
-	if (f.key.b[0] != s->k[0] || f.key.b[1] != s->k[1]) {
-		nv_scan_drop(s, path, "in the wrong fan-out directory");
-		return;
-	}
 	fd = nv_open_file(t, path, O_RDONLY, 0);
 	if (fd < 0) {
 		if (fd != -ENOENT)
 			kvt_log(KVT_LOG_WARN, "nvme: skipping %s: open: %s",
 				path, kvt_strerror(fd));
-		return;
+		return KVT_FINDEX_SKIP;
 	}
 	rc = t->io->fstat(t->io, fd, &st);
 	if (rc) {
@@ -1314,92 +949,49 @@ static void nv_scan_file(nv_scan *s, const char *name)
 			kvt_strerror(rc));
 		goto out;
 	}
+	res = KVT_FINDEX_BAD;
 	rc = kvt_obj_hdr_decode(s->hdr, (size_t)(got < KVT_OBJ_HEADER_BYTES
 							 ? got
 							 : KVT_OBJ_HEADER_BYTES),
 				&s->h);
 	if (rc) {
-		snprintf(why, sizeof(why), "%s (%s)", kvt_strerror(rc),
-			 kvt_errmsg());
-		goto bad;
+		snprintf(why, 256, "%s (%s)", kvt_strerror(rc), kvt_errmsg());
+		goto out;
 	}
-	if (memcmp(s->h.key.b, f.key.b, KVT_KEY_BYTES)) {
-		snprintf(why, sizeof(why), "header names another key");
-		goto bad;
+	if (memcmp(s->h.key.b, key->b, KVT_KEY_BYTES)) {
+		snprintf(why, 256, "header names another key");
+		goto out;
 	}
-	f.len = (uint64_t)s->h.header_len + s->h.payload_len;
-	if ((uint64_t)st.st_size < f.len) {
-		snprintf(why, sizeof(why), "file is %llu bytes, header says %llu",
+	*len = (uint64_t)s->h.header_len + s->h.payload_len;
+	if ((uint64_t)st.st_size < *len) {
+		snprintf(why, 256, "file is %llu bytes, header says %llu",
 			 (unsigned long long)st.st_size,
-			 (unsigned long long)f.len);
-		goto bad;
+			 (unsigned long long)*len);
+		goto out;
 	}
-	if (s->n == s->cap) {
-		size_t cap = s->cap ? s->cap * 2 : 256;
-		nv_found *nf = realloc(s->found, cap * sizeof(*nf));
-		if (!nf) {
-			s->err = kvt_err(KVT_ENOMEM, "nvme: no memory for the index");
-			goto out;
-		}
-		s->found = nf;
-		s->cap = cap;
-	}
-	f.mtime = st.st_mtim;
-	s->found[s->n++] = f;
-	goto out;
-bad:
-	nv_scan_drop(s, path, why);
+	*mtime = st.st_mtim;
+	res = KVT_FINDEX_GOOD;
 out:
 	t->io->close(t->io, fd);
+	return res;
 }
 
-static int nv_scan_entry(void *arg, const char *name, int is_dir)
+static void nv_scan_init(void *arg, nv_ent *e)
 {
-	nv_scan *s = arg;
-	size_t n = strlen(name), dl;
-	uint8_t b;
-	int rc;
-
-	if (s->depth == 2) {
-		if (!is_dir && n > 4 && !strcmp(name + n - 4, ".kvt"))
-			nv_scan_file(s, name);
-		return s->err;
-	}
-	if (!is_dir || n != 2 || nv_unhex(name, &b, 1))
-		return 0; /* tmp/ and anything not ours */
-	dl = strlen(s->dir);
-	if (dl + 4 >= sizeof(s->dir))
-		return 0;
-	snprintf(s->dir + dl, sizeof(s->dir) - dl, "/%s", name);
-	s->k[s->depth++] = b;
-	rc = s->t->io->readdir(s->t->io, s->dir, nv_scan_entry, s);
-	s->depth--;
-	if (rc && rc != -ENOENT && !s->err)
-		s->err = kvt_err(rc, "nvme: readdir %s: %s", s->dir,
-				 kvt_strerror(rc));
-	s->dir[dl] = '\0';
-	return s->err;
+	e->charge = nv_round(((nv_scan *)arg)->t, e->len);
 }
 
-static int nv_found_cmp(const void *a, const void *b)
-{
-	const struct timespec *x = &((const nv_found *)a)->mtime;
-	const struct timespec *y = &((const nv_found *)b)->mtime;
-
-	if (x->tv_sec != y->tv_sec)
-		return x->tv_sec < y->tv_sec ? -1 : 1;
-	if (x->tv_nsec != y->tv_nsec)
-		return x->tv_nsec < y->tv_nsec ? -1 : 1;
-	return 0;
-}
+static const kvt_findex_scan_ops nv_scan_ops = {
+	.check = nv_scan_check,
+	.init = nv_scan_init,
+	.ent_size = sizeof(nv_ent),
+};
 
 /* Index every good file, oldest mtime least recently used, then evict down
  * to the capacity. */
 static int nv_rebuild(nvme *t)
 {
-	nv_scan *s = calloc(1, sizeof(*s));
-	nv_ent *victims = NULL;
-	size_t i;
+	nv_scan *s = calloc(1, sizeof(*s)); /* the header is large */
 	int rc;
 
 	if (!s || posix_memalign((void **)&s->hdr, t->align, t->align)) {
@@ -1407,30 +999,8 @@ static int nv_rebuild(nvme *t)
 		return kvt_err(KVT_ENOMEM, "nvme: no memory to scan");
 	}
 	s->t = t;
-	snprintf(s->dir, sizeof(s->dir), "%s", t->root);
-	rc = t->io->readdir(t->io, t->root[0] ? t->root : "/", nv_scan_entry, s);
-	if (rc && !s->err)
-		s->err = kvt_err(rc, "nvme: readdir %s: %s", t->root,
-				 kvt_strerror(rc));
-	rc = s->err;
-	if (!rc && s->n)
-		qsort(s->found, s->n, sizeof(*s->found), nv_found_cmp);
-	for (i = 0; !rc && i < s->n; i++) {
-		nv_ent *e = calloc(1, sizeof(*e));
-		if (!e) {
-			rc = kvt_err(KVT_ENOMEM, "nvme: no memory for the index");
-			break;
-		}
-		e->key = s->found[i].key;
-		e->len = s->found[i].len;
-		e->disk = nv_round(t, e->len);
-		nv_insert(t, e);
-	}
-	if (!rc) {
-		nv_evict(t, 0, &victims);
-		nv_reap(t, victims);
-	}
-	free(s->found);
+	rc = kvt_findex_rebuild(&t->ix, t->io, t->root, "nvme", &nv_scan_ops,
+				s);
 	free(s->hdr);
 	free(s);
 	return rc;
@@ -1475,20 +1045,16 @@ int kvt_nvme_open(const kvt_nvme_opts *o, kvt_tier **out)
 	if (len + NV_NAME_MAX >= PATH_MAX)
 		return kvt_err(KVT_EINVAL, "nvme: path %s is too long", o->path);
 
-	pthread_once(&nv_tmp_once, nv_tmp_seed);
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		return kvt_err(KVT_ENOMEM, "nvme: no memory");
 	t->root = malloc(len + 1);
-	t->nbuckets = NV_MIN_BUCKETS;
-	t->buckets = calloc(t->nbuckets, sizeof(*t->buckets));
-	if (!t->root || !t->buckets) {
+	if (!t->root || kvt_findex_init(&t->ix, o->capacity)) {
 		free(t->root);
-		free(t->buckets);
+		kvt_findex_fini(&t->ix);
 		free(t);
 		return kvt_err(KVT_ENOMEM, "nvme: no memory");
 	}
-	pthread_mutex_init(&t->mu, NULL);
 	pthread_mutex_init(&t->ring_mu, NULL);
 	pthread_mutex_init(&t->pool_mu, NULL);
 	pthread_cond_init(&t->ring_cv, NULL);
@@ -1498,7 +1064,6 @@ int kvt_nvme_open(const kvt_nvme_opts *o, kvt_tier **out)
 		t->root[0] = '\0';
 	t->base.ops = &nvme_ops;
 	t->io = o->io ? o->io : kvt_io_posix();
-	t->capacity = o->capacity;
 	t->qd = o->queue_depth ? o->queue_depth : KVT_NVME_DEFAULT_QD;
 	atomic_init(&t->borrowed, 0);
 
@@ -1519,7 +1084,7 @@ int kvt_nvme_open(const kvt_nvme_opts *o, kvt_tier **out)
 		t->seg_bytes = t->align;
 	if (o->use_io_uring)
 		nv_ring_init(t);
-	rc = t->io->readdir(t->io, tmpdir, nv_clean_tmp, t);
+	rc = kvt_fanout_clean_tmp(t->io, t->root, NV_TMP_GRACE_S);
 	if (rc) {
 		rc = kvt_err(rc, "nvme: readdir %s: %s", tmpdir, kvt_strerror(rc));
 		goto fail;

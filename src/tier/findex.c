@@ -1,0 +1,476 @@
+/*
+ * findex.c — the index of the file-per-chunk tiers; see findex.h.
+ */
+#include "tier/findex.h"
+#include "tier/fanout.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "common/log.h"
+
+#define FINDEX_MIN_BUCKETS 1024u
+
+/* Mix the whole key: real keys are hashes, but keys built by hand (tests,
+ * benchmarks: a constant prefix and a counter further on) would otherwise
+ * all share one chain and make every lookup linear in the index size. */
+_Static_assert(KVT_KEY_BYTES % 8 == 0, "findex_bucket reads the key in words");
+
+static size_t findex_bucket(size_t nbuckets, const kvt_key *k)
+{
+	uint64_t w[KVT_KEY_BYTES / 8], h = 0;
+	size_t i;
+
+	memcpy(w, k->b, sizeof(w));
+	for (i = 0; i < KVT_KEY_BYTES / 8; i++)
+		h = (h ^ w[i]) * 0x9e3779b97f4a7c15ull;
+	return (size_t)((h ^ (h >> 32)) & (nbuckets - 1));
+}
+
+int kvt_findex_init(struct kvt_findex *ix, uint64_t capacity)
+{
+	memset(ix, 0, sizeof(*ix));
+	ix->nbuckets = FINDEX_MIN_BUCKETS;
+	ix->buckets = calloc(ix->nbuckets, sizeof(*ix->buckets));
+	if (!ix->buckets)
+		return -1;
+	ix->capacity = capacity;
+	pthread_mutex_init(&ix->mu, NULL);
+	return 0;
+}
+
+void kvt_findex_fini(struct kvt_findex *ix)
+{
+	struct kvt_findex_ent *e, *next;
+
+	if (!ix->buckets)
+		return;
+	for (e = ix->mru; e; e = next) {
+		next = e->older;
+		free(e);
+	}
+	free(ix->buckets);
+	ix->buckets = NULL;
+	pthread_mutex_destroy(&ix->mu);
+}
+
+struct kvt_findex_ent *kvt_findex_find_locked(const struct kvt_findex *ix,
+					      const kvt_key *k)
+{
+	struct kvt_findex_ent *e = ix->buckets[findex_bucket(ix->nbuckets, k)];
+
+	while (e && memcmp(e->key.b, k->b, KVT_KEY_BYTES))
+		e = e->hnext;
+	return e;
+}
+
+static void findex_lru_del(struct kvt_findex *ix, struct kvt_findex_ent *e)
+{
+	*(e->newer ? &e->newer->older : &ix->mru) = e->older;
+	*(e->older ? &e->older->newer : &ix->lru) = e->newer;
+	e->newer = e->older = NULL;
+}
+
+static void findex_lru_add(struct kvt_findex *ix, struct kvt_findex_ent *e)
+{
+	e->newer = NULL;
+	e->older = ix->mru;
+	*(ix->mru ? &ix->mru->newer : &ix->lru) = e;
+	ix->mru = e;
+}
+
+void kvt_findex_touch_locked(struct kvt_findex *ix, struct kvt_findex_ent *e)
+{
+	findex_lru_del(ix, e);
+	findex_lru_add(ix, e);
+}
+
+/* Double the table when it holds as many entries as buckets.  Growing is
+ * best effort: if memory is short the chains just get longer. */
+static void findex_grow(struct kvt_findex *ix)
+{
+	size_t n = ix->nbuckets * 2, i;
+	struct kvt_findex_ent **nb = calloc(n, sizeof(*nb));
+
+	if (!nb)
+		return;
+	for (i = 0; i < ix->nbuckets; i++) {
+		struct kvt_findex_ent *x = ix->buckets[i], *next;
+		for (; x; x = next) {
+			size_t b = findex_bucket(n, &x->key);
+			next = x->hnext;
+			x->hnext = nb[b];
+			nb[b] = x;
+		}
+	}
+	free(ix->buckets);
+	ix->buckets = nb;
+	ix->nbuckets = n;
+}
+
+void kvt_findex_insert_locked(struct kvt_findex *ix, struct kvt_findex_ent *e)
+{
+	size_t b;
+
+	if (ix->count >= ix->nbuckets)
+		findex_grow(ix);
+	b = findex_bucket(ix->nbuckets, &e->key);
+	e->hnext = ix->buckets[b];
+	ix->buckets[b] = e;
+	e->gen = ++ix->gen;
+	findex_lru_add(ix, e);
+	ix->count++;
+	ix->used += e->charge;
+}
+
+void kvt_findex_remove_locked(struct kvt_findex *ix, struct kvt_findex_ent *e)
+{
+	struct kvt_findex_ent **p =
+		&ix->buckets[findex_bucket(ix->nbuckets, &e->key)];
+
+	while (*p != e)
+		p = &(*p)->hnext;
+	*p = e->hnext;
+	e->hnext = NULL;
+	findex_lru_del(ix, e);
+	ix->count--;
+	ix->used -= e->charge;
+}
+
+void kvt_findex_evict_locked(struct kvt_findex *ix, uint64_t need,
+			     const struct kvt_findex_ent *keep,
+			     struct kvt_findex_ent **victims)
+{
+	while (ix->lru && ix->lru != keep &&
+	       ix->used + ix->reserved + need > ix->capacity) {
+		struct kvt_findex_ent *e = ix->lru;
+		kvt_findex_remove_locked(ix, e);
+		ix->st.evictions++;
+		ix->st.evicted_bytes += e->len;
+		e->hnext = *victims;
+		*victims = e;
+	}
+}
+
+int kvt_findex_reserve(struct kvt_findex *ix, const kvt_key *key,
+		       uint64_t charge, struct kvt_findex_ent **victims,
+		       uint64_t *reserved)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&ix->mu);
+	if (charge > ix->capacity) {
+		ix->st.put_rejects++;
+		rc = KVT_ETOOBIG;
+	} else if (kvt_findex_find_locked(ix, key)) {
+		ix->st.put_exists++;
+		rc = KVT_EEXIST;
+	} else if (ix->reserved + charge > ix->capacity) {
+		/* Everything published can be evicted; only writes in flight
+		 * cannot. */
+		ix->st.put_rejects++;
+		rc = KVT_EFULL;
+	} else {
+		kvt_findex_evict_locked(ix, charge, NULL, victims);
+		ix->reserved += charge;
+	}
+	*reserved = ix->reserved;
+	pthread_mutex_unlock(&ix->mu);
+	return rc;
+}
+
+void kvt_findex_unreserve(struct kvt_findex *ix, uint64_t charge)
+{
+	pthread_mutex_lock(&ix->mu);
+	ix->reserved -= charge;
+	pthread_mutex_unlock(&ix->mu);
+}
+
+void kvt_findex_reap(struct kvt_findex_ent *victims, kvt_io *io,
+		     const char *root, const char *tier)
+{
+	char path[PATH_MAX];
+
+	while (victims) {
+		struct kvt_findex_ent *e = victims;
+		int rc;
+		victims = e->hnext;
+		kvt_fanout_final_path(root, &e->key, path);
+		rc = io->unlink(io, path);
+		if (rc && rc != -ENOENT)
+			kvt_log(KVT_LOG_WARN, "%s: evicting %s: unlink: %s",
+				tier, path, kvt_strerror(rc));
+		free(e);
+	}
+}
+
+int kvt_findex_publish(struct kvt_findex *ix, kvt_io *io, const char *root,
+		       const char *tmp, const char *fin, int durability,
+		       int retries, const char *tier)
+{
+	int rc = kvt_fanout_link(io, root, tmp, fin, durability, retries, tier);
+	int rc2 = io->unlink(io, tmp);
+
+	if (rc2 && rc2 != -ENOENT)
+		kvt_log(KVT_LOG_WARN, "%s: unlink %s: %s", tier, tmp,
+			kvt_strerror(rc2));
+	if (rc == -EEXIST) {
+		pthread_mutex_lock(&ix->mu);
+		ix->st.put_exists++;
+		pthread_mutex_unlock(&ix->mu);
+	}
+	return rc;
+}
+
+int kvt_findex_exists(struct kvt_findex *ix, const kvt_key *key)
+{
+	int found;
+
+	pthread_mutex_lock(&ix->mu);
+	found = kvt_findex_find_locked(ix, key) != NULL;
+	pthread_mutex_unlock(&ix->mu);
+	return found;
+}
+
+struct kvt_findex_ent *kvt_findex_drop(struct kvt_findex *ix,
+				       const kvt_key *key, uint64_t gen,
+				       int corrupt, int *other)
+{
+	struct kvt_findex_ent *e;
+
+	pthread_mutex_lock(&ix->mu);
+	e = kvt_findex_find_locked(ix, key);
+	if (other)
+		*other = e && e->gen != gen;
+	if (e && e->gen == gen)
+		kvt_findex_remove_locked(ix, e);
+	else
+		e = NULL;
+	if (corrupt)
+		ix->st.corrupt++;
+	else
+		ix->st.misses++;
+	pthread_mutex_unlock(&ix->mu);
+	return e;
+}
+
+struct kvt_findex_ent *kvt_findex_forget(struct kvt_findex *ix,
+					 const kvt_key *key, int corrupt)
+{
+	struct kvt_findex_ent *e;
+
+	pthread_mutex_lock(&ix->mu);
+	e = kvt_findex_find_locked(ix, key);
+	if (e)
+		kvt_findex_remove_locked(ix, e);
+	if (corrupt)
+		ix->st.corrupt++;
+	pthread_mutex_unlock(&ix->mu);
+	return e;
+}
+
+typedef struct findex_item {
+	kvt_key key;
+	uint64_t len;
+} findex_item;
+
+int kvt_findex_iterate(struct kvt_findex *ix, const char *tier,
+		       int (*fn)(void *arg, const kvt_key *key, uint64_t len),
+		       void *arg)
+{
+	findex_item *items;
+	struct kvt_findex_ent *e;
+	size_t n = 0, i;
+	int rc = 0;
+
+	pthread_mutex_lock(&ix->mu);
+	items = malloc((ix->count ? ix->count : 1) * sizeof(*items));
+	for (e = ix->mru; items && e; e = e->older) {
+		items[n].key = e->key;
+		items[n++].len = e->len;
+	}
+	pthread_mutex_unlock(&ix->mu);
+	if (!items)
+		return kvt_err(KVT_ENOMEM, "%s: no memory to iterate", tier);
+	for (i = 0; i < n && !rc; i++)
+		rc = fn(arg, &items[i].key, items[i].len);
+	free(items);
+	return rc;
+}
+
+void kvt_findex_stats(struct kvt_findex *ix, kvt_tier_stats *out,
+		      const char *name, uint64_t borrowed)
+{
+	pthread_mutex_lock(&ix->mu);
+	*out = ix->st;
+	out->capacity_bytes = ix->capacity;
+	out->used_bytes = ix->used;
+	out->chunks = ix->count;
+	pthread_mutex_unlock(&ix->mu);
+	snprintf(out->name, sizeof(out->name), "%s", name);
+	out->borrowed = borrowed;
+}
+
+/* --- rebuild at open ------------------------------------------------------ */
+
+typedef struct findex_found {
+	kvt_key key;
+	uint64_t len;
+	struct timespec mtime;
+} findex_found;
+
+typedef struct findex_scan {
+	struct kvt_findex *ix;
+	kvt_io *io;
+	const char *tier;
+	const kvt_findex_scan_ops *ops;
+	void *arg;
+	char dir[PATH_MAX]; /* the directory being read */
+	uint8_t k[2];       /* its fan-out bytes so far */
+	int depth;
+	findex_found *found;
+	size_t n, cap;
+	int err;
+} findex_scan;
+
+static void findex_scan_drop(findex_scan *s, const char *path,
+			     const char *why)
+{
+	kvt_log(KVT_LOG_WARN, "%s: dropping %s: %s", s->tier, path, why);
+	s->io->unlink(s->io, path);
+	s->ix->st.corrupt++; /* open is single-threaded: no lock needed */
+}
+
+static void findex_scan_file(findex_scan *s, const char *name)
+{
+	char path[PATH_MAX], why[256];
+	findex_found f;
+	int rc;
+
+	memset(&f, 0, sizeof(f));
+	if (snprintf(path, sizeof(path), "%s/%s", s->dir, name) >=
+	    (int)sizeof(path))
+		return; /* not a name we would have made */
+	if (strlen(name) != KVT_FANOUT_HEX + 4 ||
+	    kvt_fanout_unhex(name, f.key.b, KVT_KEY_BYTES)) {
+		findex_scan_drop(s, path, "name is not <64 hex digits>.kvt");
+		return;
+	}
+	if (f.key.b[0] != s->k[0] || f.key.b[1] != s->k[1]) {
+		findex_scan_drop(s, path, "in the wrong fan-out directory");
+		return;
+	}
+	why[0] = '\0';
+	rc = s->ops->check(s->arg, path, &f.key, &f.len, &f.mtime, why);
+	if (rc == KVT_FINDEX_BAD)
+		findex_scan_drop(s, path, why);
+	if (rc < 0)
+		s->err = rc;
+	if (rc)
+		return;
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 256;
+		findex_found *nf = realloc(s->found, cap * sizeof(*nf));
+		if (!nf) {
+			s->err = kvt_err(KVT_ENOMEM, "%s: no memory for the index",
+					 s->tier);
+			return;
+		}
+		s->found = nf;
+		s->cap = cap;
+	}
+	s->found[s->n++] = f;
+}
+
+static int findex_scan_entry(void *arg, const char *name, int is_dir)
+{
+	findex_scan *s = arg;
+	size_t n = strlen(name), dl;
+	uint8_t b;
+	int rc;
+
+	if (s->depth == 2) {
+		/* Only our own names: NFS leaves .nfsXXXX files of unlinked
+		 * open files, and other tools may put things here. */
+		if (!is_dir && n > 4 && !strcmp(name + n - 4, ".kvt"))
+			findex_scan_file(s, name);
+		return s->err;
+	}
+	if (!is_dir || n != 2 || kvt_fanout_unhex(name, &b, 1))
+		return 0; /* tmp/ and anything not ours */
+	dl = strlen(s->dir);
+	if (dl + 3 >= sizeof(s->dir))
+		return 0;
+	snprintf(s->dir + dl, sizeof(s->dir) - dl, "/%s", name);
+	s->k[s->depth++] = b;
+	rc = s->io->readdir(s->io, s->dir, findex_scan_entry, s);
+	s->depth--;
+	if (rc == -ENOENT) /* removed meanwhile (another node's GC) */
+		rc = 0;
+	if (rc && !s->err)
+		s->err = kvt_err(rc, "%s: readdir %s: %s", s->tier, s->dir,
+				 kvt_strerror(rc));
+	s->dir[dl] = '\0';
+	return s->err;
+}
+
+static int findex_found_cmp(const void *a, const void *b)
+{
+	const struct timespec *x = &((const findex_found *)a)->mtime;
+	const struct timespec *y = &((const findex_found *)b)->mtime;
+
+	if (x->tv_sec != y->tv_sec)
+		return x->tv_sec < y->tv_sec ? -1 : 1;
+	if (x->tv_nsec != y->tv_nsec)
+		return x->tv_nsec < y->tv_nsec ? -1 : 1;
+	return 0;
+}
+
+int kvt_findex_rebuild(struct kvt_findex *ix, kvt_io *io, const char *root,
+		       const char *tier, const kvt_findex_scan_ops *ops,
+		       void *arg)
+{
+	findex_scan *s = calloc(1, sizeof(*s));
+	struct kvt_findex_ent *victims = NULL;
+	size_t i;
+	int rc;
+
+	if (!s)
+		return kvt_err(KVT_ENOMEM, "%s: no memory to scan", tier);
+	s->ix = ix;
+	s->io = io;
+	s->tier = tier;
+	s->ops = ops;
+	s->arg = arg;
+	snprintf(s->dir, sizeof(s->dir), "%s", root);
+	rc = io->readdir(io, root[0] ? root : "/", findex_scan_entry, s);
+	if (rc && !s->err)
+		s->err = kvt_err(rc, "%s: readdir %s/: %s", tier, root,
+				 kvt_strerror(rc));
+	rc = s->err;
+	if (!rc && s->n)
+		qsort(s->found, s->n, sizeof(*s->found), findex_found_cmp);
+	for (i = 0; !rc && i < s->n; i++) {
+		struct kvt_findex_ent *e = calloc(1, ops->ent_size);
+		if (!e) {
+			rc = kvt_err(KVT_ENOMEM, "%s: no memory for the index",
+				     tier);
+			break;
+		}
+		e->key = s->found[i].key;
+		e->len = s->found[i].len;
+		ops->init(arg, e);
+		kvt_findex_insert_locked(ix, e);
+	}
+	if (!rc) {
+		kvt_findex_evict_locked(ix, 0, NULL, &victims);
+		kvt_findex_reap(victims, io, root, tier);
+	}
+	free(s->found);
+	free(s);
+	return rc;
+}
