@@ -40,4 +40,13 @@ int bench_chunk_desc(const char *cmd, const char *preset, kvt_ns_desc *d);
  * pay the same TLB costs.  free() it. */
 uint8_t *bench_buffer(size_t bytes);
 
+/* a/b into out; -1 if it does not fit. */
+int bench_path_join(char *out, size_t cap, const char *a, const char *b);
+
+/* rm -rf of a benchmark's own scratch directory; -1 if anything stayed. */
+int bench_remove_tree(const char *path);
+
+/* n bytes of xorshift noise from seed x (payloads nothing compresses). */
+void bench_fill_random(uint8_t *p, size_t n, uint64_t x);
+
 #endif

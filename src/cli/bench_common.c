@@ -4,7 +4,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <errno.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/bench.h"
 #include "cli/cli.h"
@@ -97,3 +101,47 @@ uint8_t *bench_buffer(size_t bytes)
 	memset(p, 0, len);
 	return p;
 }
+
+int bench_path_join(char *out, size_t cap, const char *a, const char *b)
+{
+	int n = snprintf(out, cap, "%s/%s", a, b);
+	return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+int bench_remove_tree(const char *path)
+{
+	struct stat sb;
+	DIR *d;
+	struct dirent *e;
+	int bad = 0;
+
+	if (lstat(path, &sb))
+		return errno == ENOENT ? 0 : -1;
+	if (!S_ISDIR(sb.st_mode))
+		return unlink(path) ? -1 : 0;
+	if (!(d = opendir(path)))
+		return -1;
+	while ((e = readdir(d))) {
+		char sub[4096];
+
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		if (bench_path_join(sub, sizeof(sub), path, e->d_name) || bench_remove_tree(sub))
+			bad = 1;
+	}
+	closedir(d);
+	if (rmdir(path))
+		bad = 1;
+	return bad ? -1 : 0;
+}
+
+void bench_fill_random(uint8_t *p, size_t n, uint64_t x)
+{
+	for (size_t i = 0; i + 8 <= n; i += 8) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		memcpy(p + i, &x, 8);
+	}
+}
+

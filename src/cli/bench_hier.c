@@ -176,39 +176,6 @@ struct bench {
 /* Helpers                                                                   */
 /* ------------------------------------------------------------------------ */
 
-static int path_join(char *out, size_t cap, const char *a, const char *b)
-{
-	int n = snprintf(out, cap, "%s/%s", a, b);
-	return n < 0 || (size_t)n >= cap ? -1 : 0;
-}
-
-static int remove_tree(const char *path)
-{
-	struct stat sb;
-	DIR *d;
-	struct dirent *e;
-	int bad = 0;
-
-	if (lstat(path, &sb))
-		return errno == ENOENT ? 0 : -1;
-	if (!S_ISDIR(sb.st_mode))
-		return unlink(path) ? -1 : 0;
-	if (!(d = opendir(path)))
-		return -1;
-	while ((e = readdir(d))) {
-		char sub[4096];
-
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-			continue;
-		if (path_join(sub, sizeof(sub), path, e->d_name) || remove_tree(sub))
-			bad = 1;
-	}
-	closedir(d);
-	if (rmdir(path))
-		bad = 1;
-	return bad ? -1 : 0;
-}
-
 static int free_space(struct bench *b)
 {
 	struct statvfs sv;
@@ -239,16 +206,6 @@ static void hkey(kvt_key *k, uint32_t tag, uint64_t seq)
 	memcpy(k->b + 8, &seq, 8);
 	memcpy(k->b + 16, &tag, 4);
 	memcpy(k->b + 24, "kvthier!", 8);
-}
-
-static void fill_random(uint8_t *p, size_t n, uint64_t x)
-{
-	for (size_t i = 0; i + 8 <= n; i += 8) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		memcpy(p + i, &x, 8);
-	}
 }
 
 static int cfg_set_all(kvt_config *cfg, const char *const kv[][2], size_t n)
@@ -470,7 +427,7 @@ static int bench_promotion(struct bench *b)
 	char dir[1100];
 	int ret = 1, rc;
 
-	if (path_join(dir, sizeof(dir), b->base, "promo"))
+	if (bench_path_join(dir, sizeof(dir), b->base, "promo"))
 		return cli_fail(CMD, "path", KVT_EINVAL);
 	for (size_t i = 0; i < N_SIZES; i++) {
 		uint64_t n, room = (uint64_t)((double)b->free_bytes / 1.2);
@@ -506,7 +463,7 @@ static int bench_promotion(struct bench *b)
 		cli_fail(CMD, "buffers", KVT_ENOMEM);
 		goto out;
 	}
-	fill_random(src, (size_t)max, 0x9e3779b97f4a7c15ull);
+	bench_fill_random(src, (size_t)max, 0x9e3779b97f4a7c15ull);
 
 	for (size_t i = 0; i < N_SIZES; i++) {
 		struct promo *p = &b->promo[i];
@@ -543,14 +500,14 @@ static int bench_promotion(struct bench *b)
 					goto out;
 			}
 		}
-		remove_tree(dir);
+		bench_remove_tree(dir);
 	}
 	ret = 0;
 out:
 	free(src);
 	for (int i = 0; i < IN_FLIGHT; i++)
 		free(bufs[i]);
-	remove_tree(dir);
+	bench_remove_tree(dir);
 	return ret;
 }
 
@@ -725,8 +682,8 @@ static int tr_run(struct bench *b, const struct plan_trace *pt, const char *dir,
 		cli_fail(CMD, "replay buffers", KVT_ENOMEM);
 		goto out;
 	}
-	fill_random(payload, TR_PAYLOAD, 0x2545f4914f6cdd1dull);
-	remove_tree(dir);
+	bench_fill_random(payload, TR_PAYLOAD, 0x2545f4914f6cdd1dull);
+	bench_remove_tree(dir);
 	if (tr_open(dir, c, &st))
 		goto out;
 	if ((rc = kvt_ns_init(st, &d, &ns))) {
@@ -842,7 +799,7 @@ static int tr_run(struct bench *b, const struct plan_trace *pt, const char *dir,
 	ret = 0;
 out:
 	kvt_store_close(st);
-	remove_tree(dir);
+	bench_remove_tree(dir);
 	free(payload);
 	free(buf);
 	free(keys);
@@ -883,7 +840,7 @@ static int bench_trace(struct bench *b, const char *trace_opt)
 	b->tr_nreq = pt.t.nreq;
 	b->tr_blocks = pt.t.nblocks;
 	b->tr_ids = pt.t.nids;
-	if (path_join(dir, sizeof(dir), b->base, "replay")) {
+	if (bench_path_join(dir, sizeof(dir), b->base, "replay")) {
 		plan_trace_free(&pt);
 		return cli_fail(CMD, "path", KVT_EINVAL);
 	}
@@ -1243,7 +1200,7 @@ int bench_hier(int argc, char **argv)
 	else
 		print_table(b);
 out:
-	if (b->base_made && remove_tree(b->base))
+	if (b->base_made && bench_remove_tree(b->base))
 		fprintf(stderr, "kvtier " CMD ": could not remove all of %s\n", b->base);
 	free(b);
 	return ret;

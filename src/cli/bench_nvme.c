@@ -192,41 +192,8 @@ static const char *fs_name(unsigned long magic)
 	return "unknown";
 }
 
-static int path_join(char *out, size_t cap, const char *a, const char *b)
-{
-	int n = snprintf(out, cap, "%s/%s", a, b);
-	return n < 0 || (size_t)n >= cap ? -1 : 0;
-}
-
 /* rm -r of what this run created.  Errors are ignored: a cleanup that
  * fails leaves files behind, which the report mentions. */
-static int remove_tree(const char *path)
-{
-	struct stat sb;
-	DIR *d;
-	struct dirent *e;
-	int bad = 0;
-
-	if (lstat(path, &sb))
-		return errno == ENOENT ? 0 : -1;
-	if (!S_ISDIR(sb.st_mode))
-		return unlink(path) ? -1 : 0;
-	if (!(d = opendir(path)))
-		return -1;
-	while ((e = readdir(d))) {
-		char sub[4096];
-
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-			continue;
-		if (path_join(sub, sizeof(sub), path, e->d_name) || remove_tree(sub))
-			bad = 1;
-	}
-	closedir(d);
-	if (rmdir(path))
-		bad = 1;
-	return bad ? -1 : 0;
-}
-
 static int fs_probe(struct bench *b)
 {
 	struct statfs sf;
@@ -257,7 +224,7 @@ static int find_fio(struct bench *b)
 		if (n && n < sizeof(dir)) {
 			memcpy(dir, path, n);
 			dir[n] = '\0';
-			if (path_join(b->fio, sizeof(b->fio), dir, "fio") == 0 &&
+			if (bench_path_join(b->fio, sizeof(b->fio), dir, "fio") == 0 &&
 			    access(b->fio, X_OK) == 0)
 				return 1;
 		}
@@ -301,7 +268,7 @@ static void fio_version(struct bench *b)
 	size_t len = 0;
 
 	snprintf(b->fio_version, sizeof(b->fio_version), "unknown");
-	if (path_join(out, sizeof(out), b->base, "fio.version") ||
+	if (bench_path_join(out, sizeof(out), b->base, "fio.version") ||
 	    run_child(argv, out, NULL) || cli_read_file(out, &txt, &len))
 		return;
 	while (len && (txt[len - 1] == '\n' || txt[len - 1] == '\r'))
@@ -366,9 +333,9 @@ static int fio_run(struct bench *b, enum op op, uint64_t bs, uint64_t size,
 	double bw = 0;
 	int rc;
 
-	if (path_join(dir, sizeof(dir), b->base, "fio") ||
-	    path_join(out, sizeof(out), b->base, "fio.json") ||
-	    path_join(err, sizeof(err), b->base, "fio.stderr"))
+	if (bench_path_join(dir, sizeof(dir), b->base, "fio") ||
+	    bench_path_join(out, sizeof(out), b->base, "fio.json") ||
+	    bench_path_join(err, sizeof(err), b->base, "fio.stderr"))
 		return cli_fail(CMD, "fio paths", KVT_EINVAL);
 	if (mkdir(dir, 0700) && errno != EEXIST) {
 		fprintf(stderr, "kvtier " CMD ": mkdir %s: %s\n", dir, strerror(errno));
@@ -420,8 +387,8 @@ static void fio_clean(struct bench *b)
 {
 	char dir[1100];
 
-	if (path_join(dir, sizeof(dir), b->base, "fio") == 0)
-		remove_tree(dir);
+	if (bench_path_join(dir, sizeof(dir), b->base, "fio") == 0)
+		bench_remove_tree(dir);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -462,16 +429,6 @@ static int open_store(const char *dir, uint64_t capacity, kvt_store **st,
 	if (!*st)
 		return quiet_fail ? rc : cli_fail(CMD, "kvt_store_open", rc ? rc : KVT_ENOMEM);
 	return 0;
-}
-
-static void fill_random(uint8_t *p, size_t n, uint64_t x)
-{
-	for (size_t i = 0; i + 8 <= n; i += 8) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		memcpy(p + i, &x, 8);
-	}
 }
 
 /* n puts (bufs == NULL) or gets of keys tag/seq0.., IN_FLIGHT outstanding,
@@ -635,8 +592,8 @@ static int bench_bandwidth(struct bench *b)
 		cli_fail(CMD, "buffers", KVT_ENOMEM);
 		goto out;
 	}
-	fill_random(src, (size_t)max, 0x9e3779b97f4a7c15ull);
-	if (path_join(dir, sizeof(dir), b->base, "store")) {
+	bench_fill_random(src, (size_t)max, 0x9e3779b97f4a7c15ull);
+	if (bench_path_join(dir, sizeof(dir), b->base, "store")) {
 		cli_fail(CMD, "store path", KVT_EINVAL);
 		goto out;
 	}
@@ -681,8 +638,8 @@ out:
 	free(src);
 	for (int i = 0; i < IN_FLIGHT; i++)
 		free(bufs[i]);
-	if (path_join(dir, sizeof(dir), b->base, "store") == 0)
-		remove_tree(dir);
+	if (bench_path_join(dir, sizeof(dir), b->base, "store") == 0)
+		bench_remove_tree(dir);
 	fio_clean(b);
 	return ret;
 }
@@ -717,7 +674,7 @@ static int scan_dir(struct scan *s, const char *path)
 
 		if (e->d_name[0] == '.')
 			continue;
-		if (path_join(sub, sizeof(sub), path, e->d_name)) {
+		if (bench_path_join(sub, sizeof(sub), path, e->d_name)) {
 			bad = 1;
 			break;
 		}
@@ -786,8 +743,8 @@ static int bench_rebuild(struct bench *b)
 		fprintf(stderr, "kvtier " CMD ": rebuild layout is not 8 KiB\n");
 		return 1;
 	}
-	fill_random(payload, sizeof(payload), 0x2545f4914f6cdd1dull);
-	if (path_join(dir, sizeof(dir), b->base, "rebuild"))
+	bench_fill_random(payload, sizeof(payload), 0x2545f4914f6cdd1dull);
+	if (bench_path_join(dir, sizeof(dir), b->base, "rebuild"))
 		return cli_fail(CMD, "rebuild path", KVT_EINVAL);
 	capacity = (uint64_t)n * REBUILD_FILE_BYTES + (64u << 20);
 	if (open_store(dir, capacity, &st, 0))
@@ -856,7 +813,7 @@ static int bench_rebuild(struct bench *b)
 out:
 	kvt_store_close(st);
 	free(s.buf);
-	remove_tree(dir);
+	bench_remove_tree(dir);
 	return ret;
 }
 
@@ -1133,7 +1090,7 @@ int bench_nvme(int argc, char **argv)
 	else
 		print_table(b);
 out:
-	if (b->base_made && remove_tree(b->base))
+	if (b->base_made && bench_remove_tree(b->base))
 		fprintf(stderr, "kvtier " CMD ": could not remove all of %s\n", b->base);
 	free(b);
 	return ret;
