@@ -248,8 +248,9 @@ static int hier_setup(kvt_store *st)
 			 * see: victims still held by queued demotions (up to a
 			 * tenth, max_bg_bytes) and writes in flight (3%), so
 			 * the tier's own LRU never has to decide. */
-			.capacity = i == 0 ? ts.capacity_bytes / 100 * 87
-					   : ts.capacity_bytes / 100 * 97,
+			.capacity = i == 0 && st->kind[i] == KVT_CT_DRAM
+					? ts.capacity_bytes / 100 * 87
+					: ts.capacity_bytes / 100 * 97,
 			.round = st->kind[i] == KVT_CT_DRAM ? st->cfg.dram_page_size
 			       : st->kind[i] == KVT_CT_NVME ? 4096 : 1,
 			/* an unbounded tier (S3 by default) has no policy */
