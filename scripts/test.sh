@@ -65,5 +65,5 @@ if [ "${1:-}" != "--quick" ]; then
 fi
 
 echo
-echo "kvtier tests: $passed passed, $failed failed"
+echo "kvtier: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
