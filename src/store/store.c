@@ -837,7 +837,10 @@ static void move_run(kvt_store *st, struct job *j)
 		/* This is a second read of the lower tier: verify it before it
 		 * lands where reads are not verified. */
 		kvt_obj_hdr *h = malloc(sizeof(*h));
-		if (h && image_header(m->rb, h) == 0 &&
+		/* A chunk deleted since the read that asked for it is not
+		 * brought back (the window left is one copy long). */
+		if (h && src->ops->exists(src, &m->key) == 1 &&
+		    image_header(m->rb, h) == 0 &&
 		    copy_verified(st, 0, m->rb, h) == 0)
 			hier_count(st->hier, m->src, HIER_PROMOTION);
 		free(h);
