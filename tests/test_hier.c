@@ -313,8 +313,10 @@ static void promotion_and_prefetch(void)
 	CHECK_EQ(kvt_prefetch(st, &ns, k, 12, 10000, &op), 0);
 	CHECK_EQ(kvt_op_wait(op, 20000), 12);
 	kvt_op_free(op);
-	for (int i = 0; i < 12; i++)
+	for (int i = 0; i < 12; i++) {
 		CHECK_EQ(tier_of(st, &ns, &k[i]), 0);
+		CHECK(get_ok(st, &ns, &k[i], 700 + (uint64_t)i)); /* bit-exact */
+	}
 	/* A deadline already past: a partial hit, never a stall. */
 	CHECK_EQ(kvt_prefetch(st, &ns, k + 12, 12, 0, &op), 0);
 	n = kvt_op_wait(op, 20000);
@@ -325,6 +327,32 @@ static void promotion_and_prefetch(void)
 	CHECK_EQ(kvt_prefetch(st, &ns, k + 24, 16, 10000, &op), 0);
 	CHECK_EQ(kvt_op_wait(op, 20000), 6);
 	kvt_op_free(op);
+	kvt_store_close(st);
+
+	/* A chunk damaged on disk ends a prefetch there and is dropped: it
+	 * never reaches DRAM. */
+	st = open_with(NULL);
+	{
+		char hex[65], path[256];
+		FILE *f;
+		kvt_key_hex(&k[34], hex);
+		snprintf(path, sizeof(path), "%s/%.2s/%.2s/%s.kvt", dir, hex, hex + 2, hex);
+		f = fopen(path, "r+b");
+		CHECK(f != NULL);
+		if (f) {
+			int c;
+			fseek(f, 4096 + 777, SEEK_SET);
+			c = fgetc(f);
+			fseek(f, 4096 + 777, SEEK_SET);
+			fputc(c ^ 0x5a, f);
+			fclose(f);
+		}
+	}
+	CHECK_EQ(kvt_prefetch(st, &ns, k + 32, 6, 10000, &op), 0);
+	CHECK_EQ(kvt_op_wait(op, 20000), 2);
+	kvt_op_free(op);
+	CHECK_EQ(tier_of(st, &ns, &k[34]), -1);
+	CHECK(get_ok(st, &ns, &k[33], 733));
 	kvt_store_close(st);
 }
 

@@ -1631,6 +1631,87 @@ int kvt_put_async(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	return op_submit(st, op, out);
 }
 
+/* Reads straight into DRAM pages: the reservation the tier asks for. */
+struct into_ctx {
+	kvt_tier *dram;
+	const kvt_key *key;
+	kvt_tier_wbuf *w;
+	uint64_t len;
+};
+
+static int into_reserve(void *arg, uint64_t len, const struct iovec **iov,
+			int *n_iov)
+{
+	struct into_ctx *c = arg;
+	int rc = c->dram->ops->put_begin(c->dram, c->key, len, &c->w);
+
+	if (rc)
+		return rc;
+	c->len = len;
+	*iov = c->w->iov;
+	*n_iov = c->w->n_iov;
+	return 0;
+}
+
+/* Promote `key` from tier `src` by reading it into reserved DRAM pages, then
+ * decoding and verifying it there before it is published: no bounce buffer,
+ * no copy.  0, KVT_EEXIST (already in DRAM), or an error (a bad image is
+ * dropped from `src`). */
+static int promote_into(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+			int src)
+{
+	kvt_tier *t = st->tiers[src], *dram = st->tiers[0];
+	struct into_ctx c = { .dram = dram, .key = key };
+	kvt_obj_hdr *h;
+	double t0 = now_s();
+	int rc = t->ops->get_into(t, key, into_reserve, &c);
+
+	if (rc) {
+		if (c.w)
+			dram->ops->put_abort(dram, c.w);
+		return rc;
+	}
+	h = malloc(sizeof(*h));
+	if (!h) {
+		dram->ops->put_abort(dram, c.w);
+		return kvt_err(KVT_ENOMEM, "out of memory");
+	}
+	{
+		kvt_tier_rbuf view = { .key = *key, .len = c.len, .iov = c.w->iov,
+				       .n_iov = c.w->n_iov };
+		rc = image_header(&view, h);
+		if (rc == 0)
+			rc = kvt_obj_hdr_expect(h, ns, key);
+		if (rc == 0 && c.len != KVT_OBJ_HEADER_BYTES + h->payload_len)
+			rc = kvt_err(KVT_ETRUNCATED, "image is %llu bytes, header says %llu",
+				     (unsigned long long)c.len,
+				     (unsigned long long)(KVT_OBJ_HEADER_BYTES + h->payload_len));
+		if (rc == 0)
+			rc = kvt_obj_verify_iov(h, c.w->iov, c.w->n_iov);
+	}
+	free(h);
+	if (rc) {
+		char hex[65];
+		dram->ops->put_abort(dram, c.w);
+		if (rc == KVT_EMISMATCH)
+			return rc; /* another namespace's chunk: not ours to drop */
+		kvt_key_hex(key, hex);
+		kvt_log(KVT_LOG_WARN, "%s tier: dropping %s: %s (%s)", t->ops->name,
+			hex, kvt_strerror(rc), kvt_errmsg());
+		t->ops->del(t, key);
+		hier_remove(st->hier, src, key);
+		return rc;
+	}
+	rc = dram->ops->put_commit(dram, c.w, KVT_DUR_CACHED);
+	if (rc == 0) {
+		after_insert(st, 0, key, c.len);
+		hier_count(st->hier, src, HIER_PROMOTION);
+		hier_hit(st->hier, src, key);
+		perf_note(st, src, c.len, now_s() - t0);
+	}
+	return rc;
+}
+
 /* Prefetch, run by a worker: walk the chain; a chunk already in the first
  * tier counts; one in a lower tier is read (verified) and copied up now; the
  * first chunk in no tier ends the prefix.  The deadline is checked between
@@ -1648,6 +1729,23 @@ static int prefetch_run(kvt_store *st, kvt_op *op)
 			continue;
 		if (mono_ns() > op->deadline_ns)
 			break;
+		if (st->kind[0] == KVT_CT_DRAM) {
+			int src = -1, rc;
+			for (int t = 1; t < st->n_tiers && src < 0; t++)
+				if (st->tiers[t]->ops->exists(st->tiers[t], k) == 1)
+					src = t;
+			if (src > 0 && st->tiers[src]->ops->get_into) {
+				rc = promote_into(st, &op->ns, k, src);
+				if (rc == 0 || rc == KVT_EEXIST) {
+					op->bytes += kvt_layout_payload_bytes(&op->ns.layout);
+					continue;
+				}
+				if (rc != KVT_EFULL && rc != -EIO)
+					break;
+				/* DRAM full of borrowed pages or I/O: the
+				 * buffered path below may still manage. */
+			}
+		}
 		if (store_borrow(st, &op->ns, k, &ref, &tier))
 			break;
 		if (tier > 0) {

@@ -37,6 +37,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sys/uio.h>
 #include <liburing.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -646,6 +647,98 @@ static void nv_drop(nvme *t, const kvt_key *key, uint64_t gen,
 	free(e);
 }
 
+/* Read a whole file into the caller's segments with preadv: one call moves
+ * up to IOV_MAX segments, which the kernel turns into parallel direct I/O,
+ * so a promotion lands in DRAM pages with no bounce buffer. */
+static int nv_get_into(kvt_tier *tt, const kvt_key *key,
+		       int (*reserve)(void *arg, uint64_t len,
+				      const struct iovec **iov, int *n_iov),
+		       void *arg)
+{
+	nvme *t = (nvme *)tt;
+	char path[PATH_MAX];
+	const struct iovec *iov;
+	struct iovec *v = NULL;
+	struct stat st;
+	uint64_t gen, size, got = 0;
+	nv_ent *e;
+	int fd, rc, n = 0;
+
+	pthread_mutex_lock(&t->ix.mu);
+	e = kvt_findex_find_locked(&t->ix, key);
+	if (!e) {
+		t->ix.st.misses++;
+		pthread_mutex_unlock(&t->ix.mu);
+		return KVT_ENOTFOUND;
+	}
+	gen = e->gen;
+	kvt_findex_touch_locked(&t->ix, e);
+	pthread_mutex_unlock(&t->ix.mu);
+
+	kvt_fanout_final_path(t->root, key, path);
+	fd = nv_open_file(t, path, O_RDONLY, 0);
+	if (fd == -ENOENT) {
+		nv_drop(t, key, gen, path, 0);
+		return KVT_ENOTFOUND;
+	}
+	if (fd < 0)
+		return kvt_err(fd, "nvme: open %s: %s", path, kvt_strerror(fd));
+	rc = t->io->fstat(t->io, fd, &st);
+	size = rc ? 0 : (uint64_t)st.st_size;
+	if (!rc && (size < KVT_OBJ_HEADER_BYTES ||
+		    size > KVT_OBJ_HEADER_BYTES + KVT_OBJ_MAX_PAYLOAD))
+		rc = kvt_err(KVT_ECORRUPT, "nvme: %s is %llu bytes", path,
+			     (unsigned long long)size);
+	if (!rc)
+		rc = reserve(arg, size, &iov, &n);
+	if (!rc && !(v = malloc(sizeof(*v) * (size_t)(n ? n : 1))))
+		rc = kvt_err(KVT_ENOMEM, "nvme: no memory to read %s", path);
+	if (!rc) {
+		memcpy(v, iov, sizeof(*v) * (size_t)n);
+		/* O_DIRECT moves whole blocks: round the tail up (the
+		 * reserve contract leaves room for it). */
+		if (t->direct && n)
+			v[n - 1].iov_len = (size_t)nv_round(t, v[n - 1].iov_len);
+		for (int i = 0; i < n && got < size;) {
+			int cnt = n - i < IOV_MAX ? n - i : IOV_MAX;
+			ssize_t r = preadv(fd, v + i, cnt, (off_t)got);
+			if (r < 0) {
+				rc = -errno;
+				break;
+			}
+			if (r == 0)
+				break;
+			got += (uint64_t)r;
+			/* advance past whole segments read */
+			while (i < n && (uint64_t)r >= v[i].iov_len) {
+				r -= (ssize_t)v[i].iov_len;
+				i++;
+			}
+			if (i < n && r > 0) { /* a short read inside a segment */
+				v[i].iov_base = (char *)v[i].iov_base + r;
+				v[i].iov_len -= (size_t)r;
+			}
+		}
+	}
+	free(v);
+	t->io->close(t->io, fd);
+	if (!rc && got < size)
+		rc = kvt_err(KVT_ECORRUPT, "nvme: %s: read %llu of %llu bytes", path,
+			     (unsigned long long)got, (unsigned long long)size);
+	if (rc < 0 && rc > KVT_ERR_BASE) {
+		nv_drop(t, key, gen, path, 0);
+		kvt_log(KVT_LOG_WARN, "nvme: dropping %s: read: %s", path, kvt_strerror(rc));
+		return kvt_err(rc, "nvme: preadv %s: %s", path, kvt_strerror(rc));
+	}
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&t->ix.mu);
+	t->ix.st.hits++;
+	t->ix.st.bytes_out += size;
+	pthread_mutex_unlock(&t->ix.mu);
+	return 0;
+}
+
 static int nv_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 {
 	nvme *t = (nvme *)tt;
@@ -852,6 +945,7 @@ static const struct kvt_tier_ops nvme_ops = {
 	.put_commit = nv_put_commit,
 	.put_abort = nv_put_abort,
 	.get = nv_get,
+	.get_into = nv_get_into,
 	.release = nv_release,
 	.exists = nv_exists,
 	.del = nv_del,

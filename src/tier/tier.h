@@ -65,6 +65,19 @@ struct kvt_tier_ops {
 	int (*get)(kvt_tier *t, const kvt_key *key, kvt_tier_rbuf **r);
 	void (*release)(kvt_tier *t, kvt_tier_rbuf *r);
 
+	/* Optional (NULL if the tier has no such path): read the image of
+	 * `key` straight into memory the caller reserves — DRAM pages, so a
+	 * promotion needs no intermediate buffer and no copy.  `reserve` is
+	 * called once with the image length and returns segments at least
+	 * that long, the last one writable up to its length rounded up to
+	 * 4 KiB.  The tier checks nothing inside the image: the caller
+	 * decodes and verifies it.  0, KVT_ENOTFOUND, reserve's error, or
+	 * -errno (the file is then dropped, as a failed get does). */
+	int (*get_into)(kvt_tier *t, const kvt_key *key,
+			int (*reserve)(void *arg, uint64_t len,
+				       const struct iovec **iov, int *n_iov),
+			void *arg);
+
 	/* 1 present, 0 absent.  Must answer from memory. */
 	int (*exists)(kvt_tier *t, const kvt_key *key);
 	/* 0 or KVT_ENOTFOUND.  Borrowers keep their view until release. */
