@@ -647,6 +647,35 @@ static void nv_drop(nvme *t, const kvt_key *key, uint64_t gen,
 	free(e);
 }
 
+/* The start of every read: find the entry (a miss counts), refresh its
+ * recency, open its file.  A file gone behind our back is a miss too. */
+static int nv_open_read(nvme *t, const kvt_key *key, char path[PATH_MAX],
+			uint64_t *gen, int *fd)
+{
+	nv_ent *e;
+
+	pthread_mutex_lock(&t->ix.mu);
+	e = kvt_findex_find_locked(&t->ix, key);
+	if (!e) {
+		t->ix.st.misses++;
+		pthread_mutex_unlock(&t->ix.mu);
+		return KVT_ENOTFOUND;
+	}
+	*gen = e->gen;
+	kvt_findex_touch_locked(&t->ix, e);
+	pthread_mutex_unlock(&t->ix.mu);
+
+	kvt_fanout_final_path(t->root, key, path);
+	*fd = nv_open_file(t, path, O_RDONLY, 0);
+	if (*fd == -ENOENT) {
+		nv_drop(t, key, *gen, path, 0);
+		return KVT_ENOTFOUND;
+	}
+	if (*fd < 0)
+		return kvt_err(*fd, "nvme: open %s: %s", path, kvt_strerror(*fd));
+	return 0;
+}
+
 /* Read a whole file into the caller's segments with preadv: one call moves
  * up to IOV_MAX segments, which the kernel turns into parallel direct I/O,
  * so a promotion lands in DRAM pages with no bounce buffer. */
@@ -661,28 +690,10 @@ static int nv_get_into(kvt_tier *tt, const kvt_key *key,
 	struct iovec *v = NULL;
 	struct stat st;
 	uint64_t gen, size, got = 0;
-	nv_ent *e;
 	int fd, rc, n = 0;
 
-	pthread_mutex_lock(&t->ix.mu);
-	e = kvt_findex_find_locked(&t->ix, key);
-	if (!e) {
-		t->ix.st.misses++;
-		pthread_mutex_unlock(&t->ix.mu);
-		return KVT_ENOTFOUND;
-	}
-	gen = e->gen;
-	kvt_findex_touch_locked(&t->ix, e);
-	pthread_mutex_unlock(&t->ix.mu);
-
-	kvt_fanout_final_path(t->root, key, path);
-	fd = nv_open_file(t, path, O_RDONLY, 0);
-	if (fd == -ENOENT) {
-		nv_drop(t, key, gen, path, 0);
-		return KVT_ENOTFOUND;
-	}
-	if (fd < 0)
-		return kvt_err(fd, "nvme: open %s: %s", path, kvt_strerror(fd));
+	if ((rc = nv_open_read(t, key, path, &gen, &fd)))
+		return rc;
 	rc = t->io->fstat(t->io, fd, &st);
 	size = rc ? 0 : (uint64_t)st.st_size;
 	if (!rc && (size < KVT_OBJ_HEADER_BYTES ||
@@ -745,32 +756,14 @@ static int nv_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 	char path[PATH_MAX], why[256];
 	kvt_obj_hdr *h = NULL;
 	nv_rbuf *r = NULL;
-	nv_ent *e;
 	struct stat st;
 	uint64_t gen, size, want, got = 0;
 	void *buf = NULL;
 	int fd, rc;
 
 	*out = NULL;
-	pthread_mutex_lock(&t->ix.mu);
-	e = kvt_findex_find_locked(&t->ix, key);
-	if (!e) {
-		t->ix.st.misses++;
-		pthread_mutex_unlock(&t->ix.mu);
-		return KVT_ENOTFOUND;
-	}
-	gen = e->gen;
-	kvt_findex_touch_locked(&t->ix, e);
-	pthread_mutex_unlock(&t->ix.mu);
-
-	kvt_fanout_final_path(t->root, key, path);
-	fd = nv_open_file(t, path, O_RDONLY, 0);
-	if (fd == -ENOENT) {
-		nv_drop(t, key, gen, path, 0);
-		return KVT_ENOTFOUND;
-	}
-	if (fd < 0)
-		return kvt_err(fd, "nvme: open %s: %s", path, kvt_strerror(fd));
+	if ((rc = nv_open_read(t, key, path, &gen, &fd)))
+		return rc;
 	rc = t->io->fstat(t->io, fd, &st);
 	if (rc) {
 		t->io->close(t->io, fd);
