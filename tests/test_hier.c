@@ -304,7 +304,9 @@ static void promotion_and_prefetch(void)
 		pthread_join(th[i], NULL);
 		CHECK(r[i].ok);
 	}
-	for (int w = 0; w < 300 && tier_of(st, &ns, &k[0]) != 0; w++)
+	/* The promotion is published, then counted: wait for both. */
+	for (int w = 0; w < 300 && (tier_of(st, &ns, &k[0]) != 0 ||
+				    stats(st, 1).promotions == 0); w++)
 		usleep(10000);
 	CHECK_EQ(tier_of(st, &ns, &k[0]), 0);
 	CHECK_EQ(stats(st, 1).promotions, 1);
