@@ -284,6 +284,35 @@ static void test_capacity_random(enum kvt_evict_kind kind)
 	kvt_evict_destroy(e);
 }
 
+/* The dense-id map (id_limit) is a faster index, not another policy: the
+ * same access sequence gives the same hits and victims with and without
+ * it, and an id beyond the limit is refused. */
+static void test_id_limit(enum kvt_evict_kind kind)
+{
+	struct kvt_evict_conf c = { .kind = kind, .capacity = 150 };
+	kvt_evict *a = NULL, *b = NULL;
+	int diff = 0;
+
+	CHECK_EQ(kvt_evict_create(&c, &a), 0);
+	c.id_limit = 1000;
+	CHECK_EQ(kvt_evict_create(&c, &b), 0);
+	for (int step = 0; step < 100000; step++) {
+		uint64_t r = rnd(), id = (r >> 8) % 1000;
+		if (r & 1)
+			id &= 63;
+		diff += kvt_evict_access(a, id, 1 + id % 3) != kvt_evict_access(b, id, 1 + id % 3);
+		diff += kvt_evict_used(a) != kvt_evict_used(b);
+	}
+	CHECK_EQ(diff, 0);
+	for (uint64_t id = 0; id < 1000; id++)
+		diff += kvt_evict_contains(a, id) != kvt_evict_contains(b, id);
+	CHECK_EQ(diff, 0);
+	CHECK_EQ(kvt_evict_insert(b, 1000, 1), KVT_EINVAL);
+	CHECK_EQ(kvt_evict_contains(b, 1000), 0);
+	kvt_evict_destroy(a);
+	kvt_evict_destroy(b);
+}
+
 static void test_sketch(void)
 {
 	kvt_admit *a = NULL;
@@ -506,6 +535,8 @@ int main(void)
 	test_pinning(KVT_EVICT_S3FIFO);
 	test_capacity_random(KVT_EVICT_LRU);
 	test_capacity_random(KVT_EVICT_S3FIFO);
+	test_id_limit(KVT_EVICT_LRU);
+	test_id_limit(KVT_EVICT_S3FIFO);
 	test_sketch();
 	test_admit_rules();
 	test_parse();
