@@ -7,18 +7,7 @@ kvtier=${1:?usage: cli_basic.sh path/to/kvtier}
 src=${KVT_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 work=$(mktemp -d /tmp/kvt-cli-XXXXXX)
 trap 'rm -rf "$work"' EXIT
-fails=0
-ok()   { echo "ok   $*"; }
-bad()  { echo "FAIL $*"; fails=$((fails + 1)); }
-expect() { # description, command...: must succeed
-	local d=$1; shift
-	if "$@" >"$work/out" 2>"$work/err"; then ok "$d"; else bad "$d: $(cat "$work/err")"; fi
-}
-expect_fail() { # description, pattern stderr must contain ("" = any), command...
-	local d=$1 pat=$2; shift 2
-	if "$@" >"$work/out" 2>"$work/err"; then bad "$d: succeeded"; return; fi
-	if [ -z "$pat" ] || grep -q -- "$pat" "$work/err"; then ok "$d"; else bad "$d: error was: $(cat "$work/err")"; fi
-}
+. "$(dirname "$0")/lib_cli.sh"
 
 # --- hash: vLLM's published block hashes from its own KV events ---------
 py=/usr/bin/python3

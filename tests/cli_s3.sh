@@ -23,18 +23,7 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
-fails=0
-ok()   { echo "ok   $*"; }
-bad()  { echo "FAIL $*"; fails=$((fails + 1)); }
-expect() { # description, command...: must succeed
-	local d=$1; shift
-	if "$@" >"$work/out" 2>"$work/err"; then ok "$d"; else bad "$d: $(cat "$work/err")"; fi
-}
-expect_fail() { # description, pattern stderr must contain ("" = any), command...
-	local d=$1 pat=$2; shift 2
-	if "$@" >"$work/out" 2>"$work/err"; then bad "$d: succeeded"; return; fi
-	if [ -z "$pat" ] || grep -qi -- "$pat" "$work/err"; then ok "$d"; else bad "$d: error was: $(cat "$work/err")"; fi
-}
+. "$(dirname "$0")/lib_cli.sh"
 
 # --- the server: s3rver on an ephemeral port; it exits when stdin closes --
 mkdir -p "$work/srv"

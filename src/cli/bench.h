@@ -49,4 +49,13 @@ int bench_remove_tree(const char *path);
 /* n bytes of xorshift noise from seed x (payloads nothing compresses). */
 void bench_fill_random(uint8_t *p, size_t n, uint64_t x);
 
+#define BENCH_IN_FLIGHT 16
+
+/* Put (bufs NULL: `src` each time, crash-safe) or get (into bufs[slot]) n
+ * chunks keyed bench_chunk_key(tag, kind, seq0 + i, magic), keeping
+ * BENCH_IN_FLIGHT async ops outstanding.  *secs is the wall time. */
+int bench_async_run(kvt_store *st, const kvt_ns *ns, uint32_t tag, uint8_t kind,
+		    uint64_t seq0, long n, const uint8_t *src, uint8_t *const *bufs,
+		    size_t bytes, const char magic[8], double *secs);
+
 #endif

@@ -188,26 +188,7 @@ static int free_space(struct bench *b)
 	return 0;
 }
 
-static uint64_t splitmix64(uint64_t x)
-{
-	x += 0x9E3779B97F4A7C15ull;
-	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-	x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-	return x ^ (x >> 31);
-}
-
 /* A key whose first 8 bytes (the hierarchy's policy id) are well mixed. */
-static void hkey(kvt_key *k, uint32_t tag, uint64_t seq)
-{
-	uint64_t id = splitmix64(((uint64_t)tag << 40) ^ seq);
-
-	memset(k, 0, sizeof(*k));
-	memcpy(k->b, &id, 8);
-	memcpy(k->b + 8, &seq, 8);
-	memcpy(k->b + 16, &tag, 4);
-	memcpy(k->b + 24, "kvthier!", 8);
-}
-
 static int cfg_set_all(kvt_config *cfg, const char *const kv[][2], size_t n)
 {
 	int rc = 0;
@@ -271,52 +252,6 @@ static int promo_open(const char *dir, uint64_t disk_bytes, uint64_t dram_bytes,
 }
 
 /* n puts (bufs == NULL) or gets, IN_FLIGHT outstanding, oldest first. */
-static int async_run(kvt_store *st, const kvt_ns *ns, uint32_t tag, long n,
-		     const uint8_t *src, uint8_t *const *bufs, size_t bytes,
-		     double *secs)
-{
-	kvt_op *ops[IN_FLIGHT] = { 0 };
-	long next = 0, done = 0;
-	int rc = 0;
-	double t0 = cli_now();
-
-	while (done < n) {
-		while (next < n && next - done < IN_FLIGHT) {
-			int slot = (int)(next % IN_FLIGHT);
-			kvt_key k;
-
-			hkey(&k, tag, (uint64_t)next);
-			rc = bufs ? kvt_get_async(st, ns, &k, bufs[slot], bytes, &ops[slot])
-				  : kvt_put_async(st, ns, &k, src, bytes,
-						  KVT_DUR_CRASH_SAFE, &ops[slot]);
-			if (rc) {
-				ops[slot] = NULL;
-				goto drain;
-			}
-			next++;
-		}
-		{
-			int slot = (int)(done % IN_FLIGHT);
-
-			rc = kvt_op_wait(ops[slot], -1);
-			if (rc == 0 && bufs && kvt_op_bytes(ops[slot]) != bytes)
-				rc = KVT_ETRUNCATED;
-			kvt_op_free(ops[slot]);
-			ops[slot] = NULL;
-			done++;
-			if (rc)
-				goto drain;
-		}
-	}
-	*secs = cli_now() - t0;
-	return 0;
-drain:
-	for (int i = 0; i < IN_FLIGHT; i++)
-		if (ops[i])
-			kvt_op_free(ops[i]);
-	return rc;
-}
-
 static int promo_bound(const char *dir, uint64_t disk, const kvt_ns_desc *d,
 		       struct promo *p, int r, const uint8_t *src,
 		       uint8_t *const *bufs, uint32_t tag)
@@ -329,8 +264,8 @@ static int promo_bound(const char *dir, uint64_t disk, const kvt_ns_desc *d,
 	if (promo_open(dir, disk, 0, &st))
 		return 1;
 	if ((rc = kvt_ns_init(st, d, &ns)) ||
-	    (rc = async_run(st, &ns, tag, p->chunks, NULL, bufs, (size_t)p->chunk_bytes,
-			    &secs))) {
+	    (rc = bench_async_run(st, &ns, tag, 'H', 0, p->chunks, NULL, bufs,
+					    (size_t)p->chunk_bytes, "kvthier!", &secs))) {
 		kvt_store_close(st);
 		return cli_fail(CMD, "kvt_get_async (nvme_read bound)", rc);
 	}
@@ -362,7 +297,7 @@ static int promo_subject(const char *dir, uint64_t disk, uint64_t dram,
 	if (!keys)
 		return cli_fail(CMD, "keys", KVT_ENOMEM);
 	for (long i = 0; i < n; i++)
-		hkey(&keys[i], tag, (uint64_t)i);
+		bench_chunk_key(&keys[i], tag, 'H', (uint64_t)i, "kvthier!");
 	if (promo_open(dir, disk, dram, &st))
 		goto out;
 	if ((rc = kvt_ns_init(st, d, &ns))) {
@@ -483,8 +418,8 @@ static int bench_promotion(struct bench *b)
 		if (promo_open(dir, disk, 0, &st))
 			goto out;
 		if ((rc = kvt_ns_init(st, &d[i], &ns)) ||
-		    (rc = async_run(st, &ns, tag, p->chunks, src, NULL,
-				    (size_t)p->chunk_bytes, &secs))) {
+		    (rc = bench_async_run(st, &ns, tag, 'H', 0, p->chunks, src, NULL,
+					    (size_t)p->chunk_bytes, "kvthier!", &secs))) {
 			kvt_store_close(st);
 			cli_fail(CMD, "kvt_put_async (crash-safe fill)", rc);
 			goto out;
@@ -708,7 +643,7 @@ static int tr_run(struct bench *b, const struct plan_trace *pt, const char *dir,
 		kvt_lookup_result lr = { .n_hit = 0, .tier = where };
 
 		for (uint64_t i = 0; i < n; i++)
-			hkey(&keys[i], 0x48494552u /* "HIER" */, ids[i]);
+			bench_chunk_key(&keys[i], 0x48494552u /* "HIER" */, 'H', ids[i], "kvthier!");
 		rc = kvt_lookup(st, &ns, keys, (size_t)n, &lr);
 		if (rc < 0) {
 			cli_fail(CMD, "kvt_lookup", rc);

@@ -433,52 +433,6 @@ static int open_store(const char *dir, uint64_t capacity, kvt_store **st,
 
 /* n puts (bufs == NULL) or gets of keys tag/seq0.., IN_FLIGHT outstanding,
  * oldest waited for first.  Gets rotate through bufs[IN_FLIGHT]. */
-static int async_run(kvt_store *st, const kvt_ns *ns, uint32_t tag,
-		     uint8_t kind, uint64_t seq0, long n, const uint8_t *src,
-		     uint8_t *const *bufs, size_t bytes, double *secs)
-{
-	kvt_op *ops[IN_FLIGHT] = { 0 };
-	long next = 0, done = 0;
-	int rc = 0;
-	double t0 = cli_now();
-
-	while (done < n) {
-		while (next < n && next - done < IN_FLIGHT) {
-			int slot = (int)(next % IN_FLIGHT);
-			kvt_key k;
-
-			bench_chunk_key(&k, tag, kind, seq0 + (uint64_t)next, "kvtnvme!");
-			rc = bufs ? kvt_get_async(st, ns, &k, bufs[slot], bytes, &ops[slot])
-				  : kvt_put_async(st, ns, &k, src, bytes,
-						  KVT_DUR_CRASH_SAFE, &ops[slot]);
-			if (rc) {
-				ops[slot] = NULL;
-				goto drain;
-			}
-			next++;
-		}
-		{
-			int slot = (int)(done % IN_FLIGHT);
-
-			rc = kvt_op_wait(ops[slot], -1);
-			if (rc == 0 && bufs && kvt_op_bytes(ops[slot]) != bytes)
-				rc = KVT_ETRUNCATED;
-			kvt_op_free(ops[slot]);
-			ops[slot] = NULL;
-			done++;
-			if (rc)
-				goto drain;
-		}
-	}
-	*secs = cli_now() - t0;
-	return 0;
-drain:
-	for (int i = 0; i < IN_FLIGHT; i++)
-		if (ops[i])
-			kvt_op_free(ops[i]);
-	return rc;
-}
-
 static int delete_all(kvt_store *st, const kvt_ns *ns, uint32_t tag,
 		      uint8_t kind, uint64_t seq0, long n)
 {
@@ -507,9 +461,9 @@ static int subject_round(struct bench *b, kvt_store *st, const kvt_ns *ns,
 	int rc;
 
 	(void)b;
-	if ((rc = async_run(st, ns, tag, 'W', seq0, fw->chunks, src, NULL, bytes, &ws)))
+	if ((rc = bench_async_run(st, ns, tag, 'W', seq0, fw->chunks, src, NULL, bytes, "kvtnvme!", &ws)))
 		return cli_fail(CMD, "kvt_put_async (write)", rc);
-	if ((rc = async_run(st, ns, tag, 'W', seq0, fw->chunks, NULL, bufs, bytes, &rs)))
+	if ((rc = bench_async_run(st, ns, tag, 'W', seq0, fw->chunks, NULL, bufs, bytes, "kvtnvme!", &rs)))
 		return cli_fail(CMD, "kvt_get_async (read)", rc);
 	/* Untimed: the last chunk read is what was put. */
 	if (memcmp(bufs[(fw->chunks - 1) % IN_FLIGHT], src, bytes)) {
@@ -610,8 +564,8 @@ static int bench_bandwidth(struct bench *b)
 		}
 		/* Warm-up, untimed: the first files of a store create its
 		 * directories, and the first fio run loads fio's pages. */
-		if ((rc = async_run(st, &ns, (uint32_t)i, 'U', 0, IN_FLIGHT, src, NULL,
-				    (size_t)fw->chunk_bytes, &(double){ 0 })) ||
+		if ((rc = bench_async_run(st, &ns, (uint32_t)i, 'U', 0, IN_FLIGHT, src, NULL,
+				    (size_t)fw->chunk_bytes, "kvtnvme!", &(double){ 0 })) ||
 		    (rc = delete_all(st, &ns, (uint32_t)i, 'U', 0, IN_FLIGHT))) {
 			cli_fail(CMD, "warm-up", rc);
 			goto out;
@@ -753,8 +707,8 @@ static int bench_rebuild(struct bench *b)
 		cli_fail(CMD, "rebuild namespace", rc);
 		goto out;
 	}
-	if ((rc = async_run(st, &ns, 99, 'R', 0, n, payload, NULL, sizeof(payload),
-			    &(double){ 0 }))) {
+	if ((rc = bench_async_run(st, &ns, 99, 'R', 0, n, payload, NULL, sizeof(payload),
+				  "kvtnvme!", &(double){ 0 }))) {
 		cli_fail(CMD, "kvt_put_async (rebuild chunks)", rc);
 		goto out;
 	}

@@ -3,8 +3,8 @@
  *
  * One mutex per tier guards its policy objects; it is held for O(1)
  * bookkeeping only, never across I/O or a copy.  Policies name objects by a
- * 64-bit id: the key's first 8 bytes (keys are hashes, so uniformly
- * distributed); a small map turns a victim's id back into its full key.
+ * 64-bit id: the whole key (already a hash for real chunks) is
+ * folded to 64 bits; a small map turns a victim's id back into its full key.
  */
 #include "store/hier.h"
 
@@ -50,10 +50,19 @@ struct kvt_hier {
 	struct hier_tier t[MAX_TIERS];
 };
 
+/* The policies name objects by 64 bits.  Fold all 32 bytes of the key in,
+ * so that keys differing anywhere get different ids (real keys are hashes,
+ * but a client's own keys need not be). */
 static uint64_t key_id(const kvt_key *k)
 {
-	uint64_t id;
-	memcpy(&id, k->b, sizeof(id));
+	uint64_t w[4], id = 0;
+
+	memcpy(w, k->b, sizeof(w));
+	for (int i = 0; i < 4; i++) {
+		id ^= w[i];
+		id *= 0x9E3779B97F4A7C15ull;
+		id ^= id >> 29;
+	}
 	return id;
 }
 

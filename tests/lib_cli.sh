@@ -1,0 +1,16 @@
+# Shared by the tests/cli_*.sh scripts (sourced; named so that CMake does
+# not take it for a test): outcome lines and the two
+# ways a command is expected to end.  The caller sets $work (a scratch
+# directory) and reads $fails at the end.
+fails=0
+ok()   { echo "ok   $*"; }
+bad()  { echo "FAIL $*"; fails=$((fails + 1)); }
+expect() { # description, command...: must succeed
+	local d=$1; shift
+	if "$@" >"$work/out" 2>"$work/err"; then ok "$d"; else bad "$d: $(cat "$work/err")"; fi
+}
+expect_fail() { # description, pattern stderr must contain ("" = any; any case), command...
+	local d=$1 pat=$2; shift 2
+	if "$@" >"$work/out" 2>"$work/err"; then bad "$d: succeeded"; return; fi
+	if [ -z "$pat" ] || grep -qi -- "$pat" "$work/err"; then ok "$d"; else bad "$d: error was: $(cat "$work/err")"; fi
+}
