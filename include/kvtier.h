@@ -322,7 +322,16 @@ int kvt_ns_init(kvt_store *st, const kvt_ns_desc *desc, kvt_ns *ns);
 
 /* How durable a put must be before it returns.  The DRAM tier only gives
  * KVT_DUR_CACHED; asking for more from a store without a disk tier is
- * KVT_ENOTSUP. */
+ * KVT_ENOTSUP.
+ *
+ * KVT_DUR_CACHED promises the first tier that takes puts and nothing more:
+ * the copies to the write-through tiers below are made in the background
+ * after kvt_put returns 0, and they can fail (a full or read-only disk, a
+ * dead endpoint) or be refused by admission; a process that exits at once
+ * loses them.  Such failures are counted in kvt_tier_stats.write_errors
+ * and last_write_error.  To know where a chunk is, call kvt_store_flush and
+ * kvt_locate; to be told at put time, ask KVT_DUR_CRASH_SAFE or more, which
+ * writes every tier that takes puts before returning. */
 enum kvt_durability {
 	KVT_DUR_CACHED = 0,     /* in memory; may be evicted or lost */
 	KVT_DUR_CRASH_SAFE = 1, /* survives the process being killed */
@@ -497,7 +506,21 @@ typedef struct kvt_tier_stats {
 	uint32_t writes_off;      /* 1 while the store admits no writes to the
 				   * tier after repeated I/O errors (it keeps
 				   * serving reads) */
+	char last_write_error[160]; /* why the last failed write to the tier
+				     * failed ("" if none has) */
 } kvt_tier_stats;
+
+/* Wait until the background copies queued so far (write-through to lower
+ * tiers, demotions) have run, or `timeout_ms` passes (-1: no limit).  0 or
+ * KVT_ETIMEDOUT.  A copy that failed is counted in its tier's
+ * write_errors and last_write_error; kvt_locate then says where each chunk
+ * is.  A short-lived process that put chunks calls this before it exits. */
+int kvt_store_flush(kvt_store *st, int timeout_ms);
+
+/* Which tiers hold `key` now: bit i of *mask for tier i.  From memory, like
+ * kvt_lookup.  Returns how many, or a negative code. */
+int kvt_locate(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+	       uint32_t *mask);
 
 /* Number of tiers of the store. */
 int kvt_store_tiers(const kvt_store *st);
@@ -514,17 +537,27 @@ int kvt_store_iterate(kvt_store *st, int tier,
 
 /* What kvt_store_verify found. */
 typedef struct kvt_verify_result {
-	uint64_t checked; /* chunks read and verified */
-	uint64_t bad;     /* chunks that failed (and were dropped if asked) */
-	uint64_t bytes;   /* payload bytes verified */
+	uint64_t checked;      /* objects read and verified, bad ones included */
+	uint64_t bad;          /* objects that failed, wherever found */
+	uint64_t unverifiable; /* of `bad`, those only unverifiable here: a
+				* newer format, a tag without its key */
+	uint64_t repaired;     /* of `bad`, those moved into the quarantine */
+	uint64_t bytes;        /* payload bytes verified */
 } kvt_verify_result;
 
 /* Read every chunk of tier `tier` and check it whole: header, key, every
- * layer's checksum (an fsck).  Each bad chunk is reported to `bad_fn` (may be
- * NULL) with its key and the reason (a kvt_errmsg() string valid during the
- * call), and with `drop` nonzero removed from the tier.  Chunks put or
- * evicted meanwhile may or may not be seen.  Returns 0 or a negative code;
- * the tally is in *res. */
+ * layer's checksum (an fsck), and list the objects the tier found bad
+ * before (at open, on a read) and left in place.  Each bad object is
+ * reported to `bad_fn` (may be NULL) with its key, KVT_ECORRUPT (damaged)
+ * or KVT_ENOTSUP (not verifiable here), and the reason with its path (a
+ * string valid during the call).  Without `drop` nothing on any medium
+ * changes: a bad copy is only no longer served.  With `drop` (repair) each
+ * damaged object is moved into the tier's quarantine directory
+ * (<dir>/quarantine/<hex>.<time>.kvt, with a .why file beside it); a
+ * shared tier leaves what it merely cannot verify, since another node may
+ * read it.  Chunks put or evicted meanwhile may or may not be seen.
+ * Returns 0 or a negative code (-EROFS: `drop` on a read-only store); the
+ * tally is in *res. */
 int kvt_store_verify(kvt_store *st, int tier, int drop,
 		     void (*bad_fn)(void *arg, const kvt_key *key, int err,
 				    const char *why),

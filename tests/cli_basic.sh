@@ -67,11 +67,12 @@ expect_fail "inspect garbage" "bad magic" "$kvtier" inspect "$work/junk.kvt"
 
 # --- verify (fsck) finds a damaged chunk on disk and repairs ---------------
 expect "verify a healthy store" "$kvtier" verify "${common[@]}"
-grep -q "nvme: 4 chunk(s) checked, 0 bad" "$work/out" && ok "verify checks 4 chunks" || bad "verify: $(cat "$work/out")"
+grep -q "nvme: 4 object(s) checked, 0 bad" "$work/out" && ok "verify checks 4 chunks" || bad "verify: $(cat "$work/out")"
 printf '\x55' | dd of="$obj" bs=1 seek=6000 conv=notrunc status=none
 expect_fail "verify finds the flipped byte" "" "$kvtier" verify "${common[@]}"
-grep -q "BAD: payload checksum mismatch" "$work/out" && ok "verify names the bad chunk" || bad "verify: $(cat "$work/out")"
+grep -q "BAD: .*layer 0 checksum mismatch" "$work/out" && ok "verify names the bad chunk" || bad "verify: $(cat "$work/out")"
 expect_fail "verify --repair still reports it" "" "$kvtier" verify "${common[@]}" --repair
+grep -q "1 moved to quarantine" "$work/out" && ok "repair moves it into the quarantine" || bad "repair: $(cat "$work/out")"
 expect "verify after repair" "$kvtier" verify "${common[@]}" --json
 grep -q '"checked": 3, "bad": 0' "$work/out" && ok "repaired: 3 good chunks left" || bad "verify after repair: $(cat "$work/out")"
 [ -e "$obj" ] && bad "repair left the bad file" || ok "repair removed the bad file"

@@ -431,6 +431,25 @@ static uint8_t *image_of(const kvt_key *key, uint64_t seed)
 	return img;
 }
 
+static int count_bad_one(void *arg, const kvt_key *key, const char *where,
+			 int proven, const char *why)
+{
+	(void)key;
+	(void)proven;
+	CHECK(strstr(where, ".kvt") != NULL);
+	CHECK(why[0] != '\0');
+	(*(int *)arg)++;
+	return 0;
+}
+
+static int count_bad(kvt_tier *t)
+{
+	int n = 0;
+
+	CHECK_EQ(t->ops->bad_iterate(t, count_bad_one, &n), 0);
+	return n;
+}
+
 static void test_bad_files_at_open(void)
 {
 	char *dir = new_dir();
@@ -474,7 +493,7 @@ static void test_bad_files_at_open(void)
 	snprintf(fresh_tmp, sizeof(fresh_tmp), "%s/tmp/x.1.2.tmp", dir);
 	write_file(fresh_tmp, "x", 1);
 
-	fprintf(stderr, "(expect warnings: dropping 4 files)\n");
+	fprintf(stderr, "(expect warnings: 3 bad objects left in place, 1 foreign name ignored)\n");
 	t = open_tier(dir, 1 << 20, NULL, 0);
 	CHECK_EQ(t->ops->exists(t, &k0), 1);
 	CHECK_EQ(get_cmp(t, &k0, good), 0);
@@ -482,24 +501,30 @@ static void test_bad_files_at_open(void)
 	CHECK_EQ(t->ops->exists(t, &kf), 0);
 	CHECK_EQ(t->ops->exists(t, &kn), 0);
 	CHECK_EQ(t->ops->exists(t, &kp), 1); /* the store's checksum finds it */
-	CHECK(!file_exists(final_path(dir, &kt)));
-	CHECK(!file_exists(final_path(dir, &kf)));
-	CHECK(!file_exists(final_path(dir, &kn)));
+	/* Nothing is removed at open: bad files stay, unserved and listed. */
+	CHECK(file_exists(final_path(dir, &kt)));
+	CHECK(file_exists(final_path(dir, &kf)));
+	CHECK(file_exists(final_path(dir, &kn)));
+	CHECK_EQ(count_bad(t), 3);
 	snprintf(p, sizeof(p), "%s/ab/cd/short.kvt", dir);
-	CHECK(!file_exists(p));
+	CHECK(file_exists(p)); /* not a name we make: not ours at all */
 	snprintf(p, sizeof(p), "%s/ab/cd/.nfs000123", dir);
 	CHECK(file_exists(p));
 	CHECK(!file_exists(stale_tmp));
 	CHECK(file_exists(fresh_tmp));
 	t->ops->stats(t, &st);
 	CHECK_EQ(st.chunks, 2);
-	CHECK_EQ(st.corrupt, 4);
+	CHECK_EQ(st.corrupt, 3);
+	/* Proven damage is the repair's to move aside, on a shared tier too. */
+	CHECK_EQ(t->ops->repair(t, &kt), 0);
+	CHECK(!file_exists(final_path(dir, &kt)));
+	CHECK_EQ(count_bad(t), 2);
 	t->ops->close(t);
 
 	fprintf(stderr, "(expect a warning: payload checksum)\n");
 	t = open_tier(dir, 1 << 20, NULL, 1);
 	CHECK_EQ(t->ops->exists(t, &kp), 0);
-	CHECK(!file_exists(final_path(dir, &kp)));
+	CHECK(file_exists(final_path(dir, &kp)));
 	CHECK_EQ(t->ops->exists(t, &k0), 1);
 	t->ops->close(t);
 
@@ -532,7 +557,7 @@ static void test_corrupt_after_open(void)
 	CHECK(strstr(kvt_errmsg(), "fsdir") != NULL);
 	CHECK_EQ(t->ops->get(t, &k, &r), KVT_ENOTFOUND);
 	CHECK_EQ(t->ops->exists(t, &k), 0);
-	CHECK(!file_exists(final_path(dir, &k)));
+	CHECK(file_exists(final_path(dir, &k))); /* a read never removes */
 
 	/* Truncated behind our back. */
 	CHECK_EQ(truncate(final_path(dir, &k2), 5000), 0);
@@ -559,7 +584,7 @@ static void test_corrupt_after_open(void)
 		t->ops->release(t, rb);
 	}
 	CHECK_EQ(t->ops->exists(t, &k), 0);
-	CHECK(!file_exists(final_path(dir, &k)));
+	CHECK(file_exists(final_path(dir, &k))); /* until the writer replaces it */
 	t->ops->stats(t, &st);
 	CHECK_EQ(st.corrupt, 3);
 
@@ -625,13 +650,23 @@ static void test_capacity(void)
 
 	t->ops->close(t);
 
-	/* Reopen smaller: the least recently modified files go first.
-	 * Make key 11 the oldest on disk. */
+	/* Reopen smaller: the open removes nothing (another node may have
+	 * put it all, and an inspection must not trim); the next put makes
+	 * room, the least recently modified files first.  Make key 11 the
+	 * oldest on disk. */
 	k = key_of(11);
 	ts[0].tv_sec = ts[1].tv_sec = 1000000;
 	ts[0].tv_nsec = ts[1].tv_nsec = 0;
 	CHECK_EQ(utimensat(AT_FDCWD, final_path(dir, &k), ts, 0), 0);
+	fprintf(stderr, "(expect a warning: more than its capacity)\n");
 	t = open_tier(dir, 3 * img_len, NULL, 0);
+	t->ops->stats(t, &st);
+	CHECK_EQ(st.chunks, 5);
+	CHECK(file_exists(final_path(dir, &k)));
+	{
+		kvt_key kn = key_of(50);
+		CHECK_EQ(put_one(t, &kn, 50, KVT_DUR_CACHED, NULL), 0);
+	}
 	t->ops->stats(t, &st);
 	CHECK_EQ(st.chunks, 3);
 	CHECK(du(dir) <= 3 * img_len);

@@ -121,6 +121,49 @@ static int get_cmp(kvt_tier *t, const kvt_key *key, const uint8_t *img,
 
 static char path_buf[PATH_MAX];
 
+static int count_bad_one(void *arg, const kvt_key *key, const char *where,
+			 int proven, const char *why)
+{
+	(void)key;
+	(void)proven;
+	CHECK(strstr(where, ".kvt") != NULL);
+	CHECK(why[0] != '\0');
+	(*(int *)arg)++;
+	return 0;
+}
+
+/* How many files the tier lists as bad. */
+static int count_bad(kvt_tier *t)
+{
+	int n = 0;
+
+	CHECK_EQ(t->ops->bad_iterate(t, count_bad_one, &n), 0);
+	return n;
+}
+
+/* Objects moved into <dir>/quarantine, each with its .why beside it. */
+static int count_quarantined(const char *dir)
+{
+	char q[1200];
+	int kvt = 0, why = 0;
+	DIR *d;
+	struct dirent *e;
+
+	snprintf(q, sizeof(q), "%s/quarantine", dir);
+	if (!(d = opendir(q)))
+		return 0;
+	while ((e = readdir(d))) {
+		size_t n = strlen(e->d_name);
+		if (n > 4 && !strcmp(e->d_name + n - 4, ".kvt"))
+			kvt++;
+		if (n > 4 && !strcmp(e->d_name + n - 4, ".why"))
+			why++;
+	}
+	closedir(d);
+	CHECK_EQ(kvt, why);
+	return kvt;
+}
+
 static const char *final_path(const char *root, const kvt_key *k)
 {
 	char hex[65];
@@ -281,8 +324,29 @@ static void test_bad_files_at_open(void)
 		CHECK_EQ(t->ops->exists(t, &k[0]), 0);
 		CHECK_EQ(t->ops->exists(t, &k[1]), 0);
 		CHECK_EQ(get_cmp(t, &k[2], img, sl), 0);
-		CHECK_EQ(file_size(final_path(dir, &k[0])), -1);
+		/* A read never removes: both damaged files are still there,
+		 * listed as bad with the reason, and never served. */
+		CHECK_EQ(file_size(final_path(dir, &k[0])), 4096 + 100);
+		CHECK_EQ(file_size(final_path(dir, &k[1])), (long)sl);
+		CHECK_EQ(count_bad(t), 2);
+		/* The writer replaces a bad file when it puts that key. */
+		CHECK_EQ(put_one(t, &ns_small, &k[0], 20, KVT_DUR_CACHED, NULL), 0);
+		CHECK_EQ(t->ops->exists(t, &k[0]), 1);
+		CHECK_EQ(file_size(final_path(dir, &k[0])), (long)sl);
+		CHECK_EQ(count_bad(t), 1);
+		/* The explicit repair moves the other aside, with its reason. */
+		CHECK_EQ(t->ops->repair(t, &k[1]), 0);
 		CHECK_EQ(file_size(final_path(dir, &k[1])), -1);
+		CHECK_EQ(count_bad(t), 0);
+		CHECK_EQ(count_quarantined(dir), 2); /* k[0]'s bad copy too */
+		t->ops->close(t);
+	}
+	/* Opening again finds nothing bad: the quarantine is not indexed. */
+	t = open_tier(dir, 1ull << 30, 1, NULL);
+	if (t) {
+		t->ops->stats(t, &st);
+		CHECK_EQ(st.chunks, 2);
+		CHECK_EQ(st.corrupt, 0);
 		t->ops->close(t);
 	}
 	tt_rm_rf(dir);

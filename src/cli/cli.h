@@ -30,6 +30,7 @@ typedef struct cli_common {
 	const char *sets[32]; /* --set key=value, repeated */
 	int n_sets;
 	char dir_set[1100];   /* --dir PATH as "local_disk=PATH" */
+	int read_only;        /* set by inspection commands: read_only: true */
 } cli_common;
 
 /* If argv[*i] is a common option, consume it (and its value) and return 1;

@@ -3,10 +3,14 @@
  * line.  Every subcommand opens the store of --config (or the defaults), so
  * chunks outlive the process only in a disk tier (--dir PATH).
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+
+/* Tiers a store can have (four kinds today), for the per-tier tallies. */
+#define PUT_MAX_TIERS 8
 
 typedef struct store_args {
 	cli_common c;
@@ -118,9 +122,58 @@ static void put_usage(FILE *f)
 	fprintf(f, "usage: kvtier put (--key HEX | --tokens FILE) [options] PAYLOAD_FILE\n\n"
 		   "Store the layer-major KV in PAYLOAD_FILE: one chunk under --key, or one\n"
 		   "chunk per whole chunk of the --tokens prompt (the file then holds them\n"
-		   "back to back).  Prints one line per chunk: key and outcome.\n\n"
+		   "back to back).  Waits for the copies to lower tiers it started, then\n"
+		   "prints one line per chunk: key, outcome, and the tiers that hold it.\n"
+		   "Exits 1 if a disk or remote tier that should hold a chunk does not,\n"
+		   "with that tier's error.\n\n"
 		   "  --durability L   cached (default) | crash-safe | power-safe\n%s",
 		   cli_common_help);
+}
+
+static const char *dur_name(int d)
+{
+	return d == KVT_DUR_POWER_SAFE ? "power-safe"
+	       : d == KVT_DUR_CRASH_SAFE ? "crash-safe" : "cached";
+}
+
+/* One chunk's line: where it is and how durable there.  A tier below the
+ * first that lacks it is a failure if the tier had write errors during
+ * this command (its last one is named), else its policy's choice (write
+ * policy none or back, admission). */
+static int put_report(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+		      const char *outcome, int durability,
+		      const kvt_tier_stats *before)
+{
+	char hex[65];
+	uint32_t mask = 0;
+	int bad = 0, first = 1;
+
+	kvt_key_hex(key, hex);
+	kvt_locate(st, ns, key, &mask);
+	printf("%s %s:", hex, outcome);
+	for (int t = 0; t < kvt_store_tiers(st) && t < PUT_MAX_TIERS; t++) {
+		kvt_tier_stats s;
+		kvt_store_stats(st, t, &s);
+		if (mask & (1u << t)) {
+			int memory = !strcmp(s.name, "dram");
+			printf("%s %s (%s)", first ? "" : ",", s.name,
+			       memory ? "this process's memory only"
+			       : dur_name(durability > KVT_DUR_CRASH_SAFE ? durability
+						     : KVT_DUR_CRASH_SAFE));
+			first = 0;
+		} else if (s.write_errors > before[t].write_errors ||
+			   s.put_rejects > before[t].put_rejects) {
+			printf("%s %s FAILED", first ? "" : ",", s.name);
+			fprintf(stderr, "kvtier put: %s: not in the %s tier: %s\n", hex, s.name,
+				s.last_write_error[0] ? s.last_write_error : "write failed");
+			first = 0;
+			bad = 1;
+		}
+	}
+	printf("%s\n", first ? " in no tier that can serve it (kvtier verify says why)" : "");
+	if (!mask)
+		bad = 1;
+	return bad;
 }
 
 int cmd_put(int argc, char **argv)
@@ -129,8 +182,10 @@ int cmd_put(int argc, char **argv)
 	kvt_store *st;
 	kvt_ns ns;
 	kvt_key *keys;
-	size_t n, len, per;
+	size_t n, len, per, done = 0;
 	uint8_t *payload;
+	const char **outcome;
+	kvt_tier_stats before[PUT_MAX_TIERS];
 	int rc = parse("put", argc, argv, &a, put_usage), bad = 0;
 
 	if (rc >= 0)
@@ -150,13 +205,26 @@ int cmd_put(int argc, char **argv)
 		kvt_store_close(st);
 		return 1;
 	}
+	outcome = calloc(n ? n : 1, sizeof(*outcome));
+	if (!outcome) {
+		free(payload);
+		free(keys);
+		kvt_store_close(st);
+		return cli_fail("put", "memory", KVT_ENOMEM);
+	}
 	per = kvt_layout_payload_bytes(&ns.layout);
-	if (len != per * n) {
+	if (n == 0) {
+		fprintf(stderr, "kvtier put: %s holds no whole chunk (a chunk is %u tokens)\n",
+			a.tokens ? a.tokens : "--key", ns.layout.chunk_tokens);
+		bad = 1;
+	} else if (len != per * n) {
 		fprintf(stderr,
 			"kvtier put: %s is %zu bytes; %zu chunk(s) of this model's layout need %zu\n",
 			a.file, len, n, per * n);
 		bad = 1;
 	}
+	for (int t = 0; t < kvt_store_tiers(st) && t < PUT_MAX_TIERS; t++)
+		kvt_store_stats(st, t, &before[t]);
 	for (size_t i = 0; !bad && i < n; i++) {
 		char hex[65];
 		kvt_key_hex(&keys[i], hex);
@@ -165,8 +233,16 @@ int cmd_put(int argc, char **argv)
 			bad = cli_fail("put", hex, rc);
 			break;
 		}
-		printf("%s %s\n", hex, rc == KVT_EEXIST ? "exists" : "stored");
+		outcome[i] = rc == KVT_EEXIST ? "exists" : "stored";
+		done = i + 1;
 	}
+	/* A cached put promised only the first tier: wait for the
+	 * write-through it started, then say truly where each chunk is. */
+	if (done && (rc = kvt_store_flush(st, -1)))
+		bad = cli_fail("put", "flush", rc);
+	for (size_t i = 0; i < done; i++)
+		bad |= put_report(st, &ns, &keys[i], outcome[i], a.durability, before);
+	free(outcome);
 	free(payload);
 	free(keys);
 	kvt_store_close(st);
@@ -199,6 +275,7 @@ int cmd_get(int argc, char **argv)
 		get_usage(stderr);
 		return 2;
 	}
+	a.c.read_only = 1;
 	if (cli_open(&a.c, &st, &ns))
 		return 1;
 	if ((rc = keys_of("get", &a, &ns, &keys, &n))) {
@@ -208,8 +285,11 @@ int cmd_get(int argc, char **argv)
 	per = kvt_layout_payload_bytes(&ns.layout);
 	buf = malloc(per);
 	out = strcmp(a.out, "-") ? fopen(a.out, "wb") : stdout;
-	if (!buf || !out) {
-		fprintf(stderr, "kvtier get: cannot open %s\n", a.out);
+	if (!out) {
+		fprintf(stderr, "kvtier get: cannot open %s: %s\n", a.out, strerror(errno));
+		bad = 1;
+	} else if (!buf) {
+		fprintf(stderr, "kvtier get: no memory for a %zu-byte chunk\n", per);
 		bad = 1;
 	}
 	for (size_t i = 0; !bad && i < n; i++) {
@@ -266,6 +346,7 @@ int cmd_lookup(int argc, char **argv)
 		lookup_usage(stderr);
 		return 2;
 	}
+	a.c.read_only = 1;
 	if (cli_open(&a.c, &st, &ns))
 		return 1;
 	if ((rc = keys_of("lookup", &a, &ns, &keys, &n))) {
@@ -326,6 +407,7 @@ int cmd_ls(int argc, char **argv)
 
 	if (rc >= 0)
 		return rc;
+	a.c.read_only = 1;
 	if (cli_open(&a.c, &st, &ns))
 		return 1;
 	for (int t = 0; t < kvt_store_tiers(st); t++) {
@@ -353,6 +435,7 @@ int cmd_stat(int argc, char **argv)
 
 	if (rc >= 0)
 		return rc;
+	a.c.read_only = 1;
 	if (cli_open(&a.c, &st, &ns))
 		return 1;
 	if (a.json)
@@ -385,8 +468,11 @@ static void verify_usage(FILE *f)
 {
 	fprintf(f, "usage: kvtier verify [--tier NAME] [--repair] [--json] [options]\n\n"
 		   "Read every chunk of every tier (or of --tier dram|nvme|fsdir) and check\n"
-		   "its header, key and every layer's checksum, like fsck.  Prints each bad\n"
-		   "chunk with the reason; --repair removes them.  Exits 1 if any was bad.\n%s",
+		   "its header, key and every layer's checksum, like fsck, and list the\n"
+		   "files found bad at open.  Prints each bad object with its path and the\n"
+		   "reason, and changes nothing.  --repair moves damaged objects into the\n"
+		   "tier's quarantine directory (on a shared tier, never one that is only\n"
+		   "unverifiable here).  Exits 1 if any was bad.\n%s",
 		   cli_common_help);
 }
 
@@ -394,7 +480,11 @@ static void verify_bad(void *arg, const kvt_key *key, int err, const char *why)
 {
 	char hex[65];
 	kvt_key_hex(key, hex);
-	printf("%s %s BAD: %s (%s)\n", (const char *)arg, hex, kvt_strerror(err), why);
+	/* `why` names the file and what is wrong with it; the class of the
+	 * error alone would mislabel a bad magic as a checksum mismatch. */
+	printf("%s %s %s: %s\n", (const char *)arg, hex,
+	       err == KVT_ENOTSUP ? "UNVERIFIABLE" : "BAD",
+	       why && why[0] ? why : kvt_strerror(err));
 }
 
 int cmd_verify(int argc, char **argv)
@@ -407,6 +497,7 @@ int cmd_verify(int argc, char **argv)
 
 	if (rc >= 0)
 		return rc;
+	a.c.read_only = !a.repair; /* only a repair changes anything */
 	if (cli_open(&a.c, &st, &ns))
 		return 1;
 	if (a.json)
@@ -424,13 +515,17 @@ int cmd_verify(int argc, char **argv)
 		}
 		bad += r.bad;
 		if (a.json)
-			printf("%s{\"name\": \"%s\", \"checked\": %llu, \"bad\": %llu, \"bytes\": %llu}",
+			printf("%s{\"name\": \"%s\", \"checked\": %llu, \"bad\": %llu, "
+			       "\"unverifiable\": %llu, \"quarantined\": %llu, \"bytes\": %llu}",
 			       seen ? ", " : "", s.name, (unsigned long long)r.checked,
-			       (unsigned long long)r.bad, (unsigned long long)r.bytes);
+			       (unsigned long long)r.bad, (unsigned long long)r.unverifiable,
+			       (unsigned long long)r.repaired, (unsigned long long)r.bytes);
 		else
-			printf("%s: %llu chunk(s) checked, %llu bad%s, %llu payload bytes verified\n",
+			printf("%s: %llu object(s) checked, %llu bad (%llu only unverifiable here), "
+			       "%llu moved to quarantine, %llu payload bytes verified\n",
 			       s.name, (unsigned long long)r.checked, (unsigned long long)r.bad,
-			       r.bad && a.repair ? " (removed)" : "", (unsigned long long)r.bytes);
+			       (unsigned long long)r.unverifiable, (unsigned long long)r.repaired,
+			       (unsigned long long)r.bytes);
 		seen++;
 	}
 	if (a.json)

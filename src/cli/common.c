@@ -129,6 +129,9 @@ int cli_config(const cli_common *c, kvt_config **out)
 			return cli_fail("config", c->sets[i], rc);
 		}
 	}
+	/* Inspection changes nothing, whatever the configuration says. */
+	if (c->read_only)
+		kvt_config_set(cfg, "read_only", "true");
 	*out = cfg;
 	return 0;
 }

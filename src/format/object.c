@@ -47,6 +47,8 @@
  */
 #include "format/object.h"
 
+#include <stdio.h>
+
 #include <inttypes.h>
 #include <string.h>
 #include <time.h>
@@ -778,4 +780,13 @@ int kvt_obj_verify_iov(const kvt_obj_hdr *h, const struct iovec *src,
 			return corrupt_layer(i, l->csum, sum);
 	}
 	return 0;
+}
+
+void kvt_obj_size_why(char *why, size_t len, uint64_t have, uint64_t want)
+{
+	snprintf(why, len, "file is %llu bytes, header says %llu (%s: %llu bytes %s)",
+		 (unsigned long long)have, (unsigned long long)want,
+		 have > want ? "trailing bytes" : "truncated",
+		 (unsigned long long)(have > want ? have - want : want - have),
+		 have > want ? "after the declared object" : "short");
 }

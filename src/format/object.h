@@ -86,6 +86,12 @@ int kvt_obj_hdr_expect(const kvt_obj_hdr *h, const kvt_ns *ns,
  * KVT_EMALFORMED if long).  KVT_ECORRUPT names the first bad layer. */
 int kvt_obj_decode(const uint8_t *buf, size_t len, kvt_obj_hdr *h);
 
+/* Say, into why[len], how a file of `have` bytes differs from the `want`
+ * its header declares: "file is H bytes, header says W (N trailing bytes)"
+ * or "(truncated: N bytes short)".  Every reader of stored files words it
+ * this one way. */
+void kvt_obj_size_why(char *why, size_t len, uint64_t have, uint64_t want);
+
 /* Checksum of one layer's bytes, as stored in the table. */
 uint64_t kvt_obj_layer_csum(const void *data, size_t len);
 

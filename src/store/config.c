@@ -284,6 +284,10 @@ static int set_dram_prefault(kvt_config *c, const char *v)
 {
 	return parse_bool(v, &c->dram_prefault);
 }
+static int set_read_only(kvt_config *c, const char *v)
+{
+	return parse_bool(v, &c->read_only);
+}
 static int set_verify_dram_reads(kvt_config *c, const char *v)
 {
 	return parse_bool(v, &c->verify_dram_reads);
@@ -553,6 +557,7 @@ static const struct config_key {
 	{ "dram_lock_memory", set_dram_lock_memory, "true or false" },
 	{ "dram_prefault", set_dram_prefault, "true or false" },
 	{ "verify_dram_reads", set_verify_dram_reads, "true or false" },
+	{ "read_only", set_read_only, "true or false" },
 	{ "local_disk", set_local_disk, "an absolute path or file:///path" },
 	{ "max_local_disk_size", set_max_local_disk_size, "a size; bare numbers are GiB" },
 	{ "nvme_queue_depth", set_nvme_queue_depth, "1..4096" },

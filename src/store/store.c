@@ -11,7 +11,9 @@
  * belong to the hierarchy and are not here yet.
  */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +42,8 @@ struct tier_health {
 	atomic_int streak;           /* consecutive write I/O errors */
 	atomic_llong off_until;      /* CLOCK_MONOTONIC ns; 0 = writes on */
 	atomic_ullong errors;        /* total write I/O errors */
+	char last[160];              /* the last failed write's message, under
+				      * err_mu */
 };
 
 /* Work for the pool, in three classes served in order: what a caller is
@@ -82,6 +86,7 @@ struct kvt_store {
 
 	/* Keys with a promotion queued or running: one transfer per key. */
 	pthread_mutex_t flight_mu;
+	pthread_mutex_t err_mu; /* guards health[].last */
 	kvt_key *flight;
 	size_t n_flight, cap_flight;
 };
@@ -298,6 +303,7 @@ kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 	pthread_mutex_init(&st->qlock, NULL);
 	pthread_cond_init(&st->qcond, NULL);
 	pthread_mutex_init(&st->flight_mu, NULL);
+	pthread_mutex_init(&st->err_mu, NULL);
 	st->max_bg = cfg->workers > 1 ? cfg->workers - 1 : 1;
 
 	if (cfg->local_cpu) {
@@ -306,7 +312,7 @@ kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 			.page_size = cfg->dram_page_size,
 			.hugepages = cfg->dram_hugepages,
 			.lock_memory = cfg->dram_lock_memory,
-			.prefault = cfg->dram_prefault,
+			.prefault = cfg->dram_prefault && !cfg->read_only,
 		};
 		kvt_tier *t;
 		if ((rc = kvt_dram_open(&o, &t))) {
@@ -321,6 +327,7 @@ kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 			.capacity = cfg->max_local_disk_size,
 			.queue_depth = cfg->nvme_queue_depth,
 			.use_io_uring = cfg->nvme_io_uring,
+			.read_only = cfg->read_only,
 		};
 		kvt_tier *t;
 		if ((rc = kvt_nvme_open(&o, &t))) {
@@ -337,6 +344,7 @@ kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 			.refresh_ms = (int)cfg->shared_fs_refresh_ms,
 			.auth_key = cfg->object_auth_key_len ? cfg->object_auth_key : NULL,
 			.auth_key_len = cfg->object_auth_key_len,
+			.read_only = cfg->read_only,
 		};
 		kvt_tier *t;
 		if ((rc = kvt_fsdir_open(&o, &t))) {
@@ -418,6 +426,7 @@ void kvt_store_close(kvt_store *st)
 		pthread_mutex_destroy(&st->perf[i].mu);
 	free(st->flight);
 	pthread_mutex_destroy(&st->flight_mu);
+	pthread_mutex_destroy(&st->err_mu);
 	pthread_mutex_destroy(&st->qlock);
 	pthread_cond_destroy(&st->qcond);
 	memset(st->cfg.tenants, 0, sizeof(st->cfg.tenants));
@@ -461,6 +470,12 @@ static void tier_note_write(kvt_store *st, int i, int rc)
 {
 	struct tier_health *hl = &st->health[i];
 
+	if (rc < 0 && rc != KVT_EEXIST) {
+		pthread_mutex_lock(&st->err_mu);
+		snprintf(hl->last, sizeof(hl->last), "%s (%s)", kvt_strerror(rc),
+			 kvt_errmsg());
+		pthread_mutex_unlock(&st->err_mu);
+	}
 	if (rc < 0 && rc > KVT_ERR_BASE) {
 		atomic_fetch_add(&hl->errors, 1);
 		if (atomic_fetch_add(&hl->streak, 1) + 1 == TIER_FAIL_STREAK) {
@@ -565,6 +580,28 @@ static void after_insert(kvt_store *st, int tier, const kvt_key *key,
 	free(v);
 }
 
+static int expired(const kvt_store *st, const kvt_obj_hdr *h);
+
+/* The writer's side of the TTL: a key held past it in tier i is removed
+ * there, so that a put of it stores anew instead of reporting "already
+ * stored" for a chunk every read misses.  1 if it was removed. */
+static int drop_expired(kvt_store *st, int i, const kvt_key *key)
+{
+	kvt_tier *t = st->tiers[i];
+	kvt_tier_rbuf *rb;
+	kvt_obj_hdr h;
+	int old;
+
+	if (t->ops->get(t, key, &rb))
+		return 0;
+	old = image_header(rb, &h) == 0 && expired(st, &h);
+	t->ops->release(t, rb);
+	if (!old || t->ops->del(t, key))
+		return 0;
+	hier_remove(st->hier, i, key);
+	return 1;
+}
+
 static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		     const void *const *layers, int durability, unsigned mask)
 {
@@ -588,8 +625,12 @@ static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	 * written again, or two tiers could serve different bytes for it.  A
 	 * key held only where the asked durability is not given is written
 	 * down from the copy that exists. */
+	if (st->cfg.read_only)
+		return kvt_err(-EROFS, "the store is open read-only (read_only: true)");
 	for (int i = 0; i < st->n_tiers; i++) {
 		if (st->tiers[i]->ops->exists(st->tiers[i], key) != 1)
+			continue;
+		if (st->cfg.ttl_s && drop_expired(st, i, key))
 			continue;
 		if (tier_durability(st, i, durability) >= durability)
 			return kvt_err(KVT_EEXIST, "key already stored in the %s tier",
@@ -1031,19 +1072,37 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Past the store's TTL.  Saturating: a TTL near the largest number never
+ * wraps into "expired long ago". */
 static int expired(const kvt_store *st, const kvt_obj_hdr *h)
 {
 	struct timespec now;
+	uint64_t born = h->created_ns / 1000000000ull;
 
-	if (!st->cfg.ttl_s)
+	if (!st->cfg.ttl_s || st->cfg.ttl_s > UINT64_MAX - born)
 		return 0;
 	clock_gettime(CLOCK_REALTIME, &now);
-	return (uint64_t)now.tv_sec > h->created_ns / 1000000000ull + st->cfg.ttl_s;
+	return now.tv_sec > 0 && (uint64_t)now.tv_sec > born + st->cfg.ttl_s;
+}
+
+/* A miss after some tier failed says what failed: an unreachable
+ * endpoint or a failing disk is not "no chunk under that key". */
+static void note_failure(char *why, size_t len, int *first, int rc,
+			 const char *tier)
+{
+	if (*first)
+		return;
+	*first = rc;
+	snprintf(why, len, "%s tier: %s", tier, kvt_errmsg()[0] ? kvt_errmsg()
+								 : kvt_strerror(rc));
 }
 
 static int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 			kvt_ref **out, int *tier_out)
 {
+	char why[384] = "";
+	int failed = 0, bad = 0;
+
 	for (int i = 0; i < st->n_tiers; i++) {
 		kvt_tier *t = st->tiers[i];
 		kvt_tier_rbuf *rb;
@@ -1055,6 +1114,10 @@ static int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		if (rc < 0) {
 			kvt_log(KVT_LOG_WARN, "%s tier: read failed: %s (%s)",
 				t->ops->name, kvt_strerror(rc), kvt_errmsg());
+			if (rc > KVT_ERR_BASE || rc == KVT_ETIMEDOUT)
+				note_failure(why, sizeof(why), &failed, rc, t->ops->name);
+			else if (!failed)
+				note_failure(why, sizeof(why), &bad, rc, t->ops->name);
 			continue;
 		}
 		ref = malloc(sizeof(*ref));
@@ -1085,19 +1148,21 @@ static int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 			continue;
 		}
 		if (rc == 0 && expired(st, &ref->hdr)) {
-			/* Past its TTL: a miss, and gone from this tier. */
+			/* Past its TTL: a miss.  A read removes nothing: the
+			 * next put of the key replaces it (store_put), and
+			 * eviction or GC reclaims it. */
 			free(ref->iov);
 			t->ops->release(t, rb);
 			free(ref);
-			t->ops->del(t, key);
-			hier_remove(st->hier, i, key);
 			continue;
 		}
 		if (rc) {
 			char hex[65];
 			kvt_key_hex(key, hex);
-			kvt_log(KVT_LOG_WARN, "%s tier: dropping %s: %s (%s)",
+			kvt_log(KVT_LOG_WARN, "%s tier: not serving %s: %s (%s)",
 				t->ops->name, hex, kvt_strerror(rc), kvt_errmsg());
+			if (!failed)
+				note_failure(why, sizeof(why), &bad, rc, t->ops->name);
 			if (rc != KVT_ENOMEM) {
 				t->ops->corrupt(t, rb);
 				hier_remove(st->hier, i, key);
@@ -1111,6 +1176,10 @@ static int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		*tier_out = i;
 		return 0;
 	}
+	if (failed)
+		return kvt_err(failed, "%s", why);
+	if (bad)
+		return kvt_err(KVT_ENOTFOUND, "no good copy under that key: %s", why);
 	return kvt_err(KVT_ENOTFOUND, "no chunk under that key");
 }
 
@@ -1279,6 +1348,8 @@ int kvt_delete(kvt_store *st, const kvt_ns *ns, const kvt_key *key)
 	kvt_err_clear();
 	if ((rc = check_args(st, ns, key)))
 		return rc;
+	if (st->cfg.read_only)
+		return kvt_err(-EROFS, "the store is open read-only (read_only: true)");
 	for (int i = 0; i < st->n_tiers; i++) {
 		rc = st->tiers[i]->ops->del(st->tiers[i], key);
 		if (rc == 0 || rc == KVT_ENOTFOUND)
@@ -1867,6 +1938,52 @@ void kvt_op_free(kvt_op *op)
 
 /* --- statistics -------------------------------------------------------------------- */
 
+int kvt_store_flush(kvt_store *st, int timeout_ms)
+{
+	struct timespec until;
+	int rc = 0;
+
+	if (!st)
+		return kvt_err(KVT_EINVAL, "store missing");
+	clock_gettime(CLOCK_REALTIME, &until);
+	if (timeout_ms >= 0) {
+		until.tv_sec += timeout_ms / 1000;
+		until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+		if (until.tv_nsec >= 1000000000L) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000L;
+		}
+	}
+	pthread_mutex_lock(&st->qlock);
+	while (!rc && (st->queued_bg || st->running_bg)) {
+		if (timeout_ms < 0)
+			pthread_cond_wait(&st->qcond, &st->qlock);
+		else if (pthread_cond_timedwait(&st->qcond, &st->qlock, &until))
+			rc = kvt_err(KVT_ETIMEDOUT,
+				     "%u background copies still queued or running after %d ms",
+				     st->queued_bg + st->running_bg, timeout_ms);
+	}
+	pthread_mutex_unlock(&st->qlock);
+	return rc;
+}
+
+int kvt_locate(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+	       uint32_t *mask)
+{
+	int rc, n = 0;
+
+	if ((rc = check_args(st, ns, key)))
+		return rc;
+	*mask = 0;
+	for (int i = 0; i < st->n_tiers; i++) {
+		if (st->tiers[i]->ops->exists(st->tiers[i], key) == 1) {
+			*mask |= 1u << i;
+			n++;
+		}
+	}
+	return n;
+}
+
 int kvt_store_tiers(const kvt_store *st)
 {
 	return st ? st->n_tiers : 0;
@@ -1889,6 +2006,11 @@ int kvt_store_stats(kvt_store *st, int tier, kvt_tier_stats *out)
 		out->pinned = hc.pinned;
 	}
 	out->write_errors = atomic_load(&st->health[tier].errors);
+	pthread_mutex_lock(&st->err_mu);
+	memcpy(out->last_write_error, st->health[tier].last,
+	       sizeof(out->last_write_error));
+	out->last_write_error[sizeof(out->last_write_error) - 1] = '\0';
+	pthread_mutex_unlock(&st->err_mu);
 	pthread_mutex_lock(&st->perf[tier].mu);
 	out->read_gbps = st->perf[tier].gbps;
 	out->read_latency_us = st->perf[tier].lat_us;
@@ -1933,6 +2055,7 @@ struct verify_ctx {
 	kvt_verify_result *res;
 	kvt_key *keys;
 	size_t n, cap;
+	uint64_t recorded; /* failures the tier lists as bad itself */
 };
 
 static int verify_collect(void *arg, const kvt_key *key, uint64_t len)
@@ -1951,6 +2074,10 @@ static int verify_collect(void *arg, const kvt_key *key, uint64_t len)
 	return 0;
 }
 
+/* Verify one indexed chunk.  A copy that fails is never served again: the
+ * tier stops serving it and, if it lists bad objects (bad_iterate), keeps
+ * it listed with the reason, to be reported from that list; nothing on the
+ * medium changes here. */
 static void verify_one(struct verify_ctx *c, const kvt_key *key)
 {
 	kvt_tier_rbuf *rb;
@@ -1976,17 +2103,53 @@ static void verify_one(struct verify_ctx *c, const kvt_key *key)
 			rc = kvt_obj_verify_iov(h, rb->iov, rb->n_iov);
 		if (rc == 0)
 			c->res->bytes += h->payload_len;
-		else if (c->drop)
+		else
 			c->t->ops->corrupt(c->t, rb);
 		c->t->ops->release(c->t, rb);
 	}
 	c->res->checked++;
-	if (rc) {
+	if (rc && c->t->ops->bad_iterate && c->t->ops->exists(c->t, key) != 1) {
+		c->recorded++; /* reported from the tier's list below */
+	} else if (rc) {
 		c->res->bad++;
+		/* A tier that lists no bad objects (memory, S3) has
+		 * nothing on a medium of ours to move aside. */
 		if (c->bad_fn)
 			c->bad_fn(c->arg, key, rc, kvt_errmsg());
 	}
 	free(h);
+}
+
+/* One object the tier lists as bad: report it and, asked to repair, move
+ * it aside (a tier shared with other nodes keeps what is only
+ * unverifiable here). */
+static int verify_listed(void *arg, const kvt_key *key, const char *where,
+			 int proven, const char *why)
+{
+	struct verify_ctx *c = arg;
+	char msg[PATH_MAX + 512];
+	int rc = proven ? KVT_ECORRUPT : KVT_ENOTSUP;
+
+	c->res->checked++;
+	c->res->bad++;
+	if (!proven)
+		c->res->unverifiable++;
+	if (c->drop) {
+		int r = c->t->ops->repair(c->t, key);
+		if (r == 0) {
+			c->res->repaired++;
+			snprintf(msg, sizeof(msg), "%s: %s; moved to the quarantine", where, why);
+		} else {
+			snprintf(msg, sizeof(msg), "%s: %s; left in place: %s", where, why,
+				 r == KVT_ENOTSUP ? "not proven damaged, another node may read it"
+						  : kvt_errmsg());
+		}
+	} else {
+		snprintf(msg, sizeof(msg), "%s: %s", where, why);
+	}
+	if (c->bad_fn)
+		c->bad_fn(c->arg, key, rc, msg);
+	return 0;
 }
 
 int kvt_store_verify(kvt_store *st, int tier, int drop,
@@ -2004,6 +2167,8 @@ int kvt_store_verify(kvt_store *st, int tier, int drop,
 	if (!res)
 		res = &dummy;
 	memset(res, 0, sizeof(*res));
+	if (drop && st->cfg.read_only)
+		return kvt_err(-EROFS, "the store is open read-only: repair needs a writable open");
 	c.st = st;
 	c.t = st->tiers[tier];
 	c.drop = drop;
@@ -2016,5 +2181,8 @@ int kvt_store_verify(kvt_store *st, int tier, int drop,
 	for (size_t i = 0; rc == 0 && i < c.n; i++)
 		verify_one(&c, &c.keys[i]);
 	free(c.keys);
+	if (rc == 0 && c.t->ops->bad_iterate)
+		rc = c.t->ops->bad_iterate(c.t, verify_listed, &c);
+	res->checked -= c.recorded; /* counted once, in the list */
 	return rc;
 }

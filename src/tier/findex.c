@@ -5,6 +5,7 @@
 #include "tier/fanout.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +53,11 @@ void kvt_findex_fini(struct kvt_findex *ix)
 	for (e = ix->mru; e; e = next) {
 		next = e->older;
 		free(e);
+	}
+	while (ix->bad) {
+		struct kvt_findex_bad *b = ix->bad;
+		ix->bad = b->next;
+		free(b);
 	}
 	free(ix->buckets);
 	ix->buckets = NULL;
@@ -208,12 +214,46 @@ void kvt_findex_reap(struct kvt_findex_ent *victims, kvt_io *io,
 	}
 }
 
+void kvt_findex_bad_put(struct kvt_findex *ix, const struct kvt_findex_bad *b)
+{
+	struct kvt_findex_bad *c = malloc(sizeof(*c));
+
+	if (!c)
+		return;
+	*c = *b;
+	pthread_mutex_lock(&ix->mu);
+	c->next = ix->bad;
+	ix->bad = c;
+	ix->nbad++;
+	pthread_mutex_unlock(&ix->mu);
+}
+
 int kvt_findex_publish(struct kvt_findex *ix, kvt_io *io, const char *root,
 		       const char *tmp, const char *fin, int durability,
-		       int retries, const char *tier)
+		       int retries, int replace_unproven, const char *tier)
 {
 	int rc = kvt_fanout_link(io, root, tmp, fin, durability, retries, tier);
-	int rc2 = io->unlink(io, tmp);
+	int rc2;
+
+	if (rc == -EEXIST && ix->nbad) {
+		struct kvt_findex_bad b;
+		kvt_key key;
+		const char *name = strrchr(fin, '/');
+		if (name && !kvt_fanout_unhex(name + 1, key.b, KVT_KEY_BYTES) &&
+		    kvt_findex_bad_take(ix, &key, &b)) {
+			if (b.proven || replace_unproven) {
+				rc = kvt_findex_quarantine(io, root, fin, &b, tier);
+				if (!rc)
+					rc = kvt_fanout_link(io, root, tmp, fin,
+							     durability, retries, tier);
+			} else {
+				/* Not ours to judge: the file stays the
+				 * first version, and stays listed. */
+				kvt_findex_bad_put(ix, &b);
+			}
+		}
+	}
+	rc2 = io->unlink(io, tmp);
 
 	if (rc2 && rc2 != -ENOENT)
 		kvt_log(KVT_LOG_WARN, "%s: unlink %s: %s", tier, tmp,
@@ -250,9 +290,9 @@ struct kvt_findex_ent *kvt_findex_drop(struct kvt_findex *ix,
 		kvt_findex_remove_locked(ix, e);
 	else
 		e = NULL;
-	if (corrupt)
+	if (corrupt > 0)
 		ix->st.corrupt++;
-	else
+	else if (corrupt == 0)
 		ix->st.misses++;
 	pthread_mutex_unlock(&ix->mu);
 	return e;
@@ -315,6 +355,180 @@ void kvt_findex_stats(struct kvt_findex *ix, kvt_tier_stats *out,
 	out->borrowed = borrowed;
 }
 
+/* --- bad files -------------------------------------------------------------- */
+
+void kvt_findex_note_bad(struct kvt_findex *ix, const kvt_key *key,
+			 const struct stat *st, int proven, const char *path,
+			 const char *why, const char *tier)
+{
+	struct kvt_findex_bad b;
+
+	kvt_log(KVT_LOG_WARN, "%s: %s %s: %s; not served, left in place%s", tier,
+		proven ? "bad object" : "cannot verify", path, why,
+		proven ? " until repaired or replaced" : "");
+	memset(&b, 0, sizeof(b));
+	b.key = *key;
+	if (st) {
+		b.dev = st->st_dev;
+		b.ino = st->st_ino;
+		b.ctim = st->st_ctim;
+		b.size = (uint64_t)st->st_size;
+	}
+	b.proven = proven;
+	snprintf(b.why, sizeof(b.why), "%s", why);
+	kvt_findex_bad_take(ix, key, NULL);
+	pthread_mutex_lock(&ix->mu);
+	ix->st.corrupt++;
+	pthread_mutex_unlock(&ix->mu);
+	kvt_findex_bad_put(ix, &b); /* best effort: without memory, only unlisted */
+}
+
+int kvt_findex_bad_take(struct kvt_findex *ix, const kvt_key *key,
+			struct kvt_findex_bad *out)
+{
+	struct kvt_findex_bad **p, *b = NULL;
+
+	pthread_mutex_lock(&ix->mu);
+	for (p = &ix->bad; *p; p = &(*p)->next) {
+		if (!memcmp((*p)->key.b, key->b, KVT_KEY_BYTES)) {
+			b = *p;
+			*p = b->next;
+			ix->nbad--;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&ix->mu);
+	if (!b)
+		return 0;
+	if (out) {
+		*out = *b;
+		out->next = NULL;
+	}
+	free(b);
+	return 1;
+}
+
+int kvt_findex_bad_iterate(struct kvt_findex *ix, const char *tier,
+			   int (*fn)(void *arg, const struct kvt_findex_bad *b),
+			   void *arg)
+{
+	struct kvt_findex_bad *items, *b;
+	size_t n = 0, i;
+	int rc = 0;
+
+	pthread_mutex_lock(&ix->mu);
+	items = malloc((ix->nbad ? ix->nbad : 1) * sizeof(*items));
+	for (b = ix->bad; items && b; b = b->next)
+		items[n++] = *b;
+	pthread_mutex_unlock(&ix->mu);
+	if (!items)
+		return kvt_err(KVT_ENOMEM, "%s: no memory to list bad files", tier);
+	for (i = n; i > 0 && !rc; i--) /* the list is newest first */
+		rc = fn(arg, &items[i - 1]);
+	free(items);
+	return rc;
+}
+
+int kvt_findex_bad_same(const struct kvt_findex_bad *b, const struct stat *st)
+{
+	/* Inode numbers are reused at once: the change time must match too. */
+	return st->st_dev == b->dev && st->st_ino == b->ino &&
+	       st->st_ctim.tv_sec == b->ctim.tv_sec &&
+	       st->st_ctim.tv_nsec == b->ctim.tv_nsec;
+}
+
+int kvt_findex_quarantine(kvt_io *io, const char *root, const char *fin,
+			  const struct kvt_findex_bad *b, const char *tier)
+{
+	char dir[PATH_MAX], to[PATH_MAX + 96], why[PATH_MAX + 112];
+	char hex[KVT_FANOUT_HEX + 1];
+	char note[512];
+	struct stat st;
+	time_t now = time(NULL);
+	int rc, fd, len;
+
+	rc = io->stat(io, fin, &st);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc)
+		return kvt_err(rc, "%s: stat %s: %s", tier, fin, kvt_strerror(rc));
+	if (b->ino && !kvt_findex_bad_same(b, &st))
+		return 0; /* replaced since: not the file found bad */
+	snprintf(dir, sizeof(dir), "%s/quarantine", root);
+	rc = io->mkdir(io, dir, 0755);
+	if (rc && rc != -EEXIST)
+		return kvt_err(rc, "%s: mkdir %s: %s", tier, dir, kvt_strerror(rc));
+	kvt_fanout_hex(&b->key, hex);
+	snprintf(to, sizeof(to), "%s/%s.%lld.kvt", dir, hex, (long long)now);
+	rc = io->rename(io, fin, to);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc)
+		return kvt_err(rc, "%s: quarantine %s -> %s: %s", tier, fin, to,
+			       kvt_strerror(rc));
+	snprintf(why, sizeof(why), "%s.why", to);
+	len = snprintf(note, sizeof(note), "%s\nwas %s\nmoved %lld\n", b->why,
+		       fin, (long long)now);
+	fd = io->open(io, why, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd >= 0) {
+		if (io->pwrite(io, fd, note, (size_t)len, 0) != len)
+			kvt_log(KVT_LOG_WARN, "%s: cannot write %s", tier, why);
+		io->close(io, fd);
+	}
+	kvt_log(KVT_LOG_WARN, "%s: moved %s to %s: %s", tier, fin, to, b->why);
+	return 0;
+}
+
+typedef struct findex_bad_walk {
+	const char *root;
+	int (*fn)(void *arg, const kvt_key *key, const char *where, int proven,
+		  const char *why);
+	void *arg;
+} findex_bad_walk;
+
+static int findex_bad_one(void *arg, const struct kvt_findex_bad *b)
+{
+	findex_bad_walk *w = arg;
+	char path[PATH_MAX];
+
+	kvt_fanout_final_path(w->root, &b->key, path);
+	return w->fn(w->arg, &b->key, path, b->proven, b->why);
+}
+
+int kvt_findex_tier_bad_iterate(struct kvt_findex *ix, const char *root,
+				const char *tier,
+				int (*fn)(void *arg, const kvt_key *key,
+					  const char *where, int proven,
+					  const char *why),
+				void *arg)
+{
+	findex_bad_walk w = { root, fn, arg };
+
+	return kvt_findex_bad_iterate(ix, tier, findex_bad_one, &w);
+}
+
+int kvt_findex_tier_repair(struct kvt_findex *ix, kvt_io *io, const char *root,
+			   const kvt_key *key, int shared, const char *tier)
+{
+	struct kvt_findex_bad b;
+	char path[PATH_MAX];
+	int rc;
+
+	if (!kvt_findex_bad_take(ix, key, &b))
+		return KVT_ENOTFOUND;
+	kvt_fanout_final_path(root, key, path);
+	if (shared && !b.proven) {
+		kvt_findex_bad_put(ix, &b);
+		return kvt_err(KVT_ENOTSUP,
+			       "%s: %s left in place: %s; another node may be able to read it",
+			       tier, path, b.why);
+	}
+	rc = kvt_findex_quarantine(io, root, path, &b, tier);
+	if (rc)
+		kvt_findex_bad_put(ix, &b);
+	return rc;
+}
+
 /* --- rebuild at open ------------------------------------------------------ */
 
 typedef struct findex_found {
@@ -337,18 +551,18 @@ typedef struct findex_scan {
 	int err;
 } findex_scan;
 
-static void findex_scan_drop(findex_scan *s, const char *path,
-			     const char *why)
+/* A name that is not ours to make: another tool's file.  Left alone. */
+static void findex_scan_foreign(findex_scan *s, const char *path,
+				const char *why)
 {
-	kvt_log(KVT_LOG_WARN, "%s: dropping %s: %s", s->tier, path, why);
-	s->io->unlink(s->io, path);
-	s->ix->st.corrupt++; /* open is single-threaded: no lock needed */
+	kvt_log(KVT_LOG_WARN, "%s: ignoring %s: %s", s->tier, path, why);
 }
 
 static void findex_scan_file(findex_scan *s, const char *name)
 {
 	char path[PATH_MAX], why[256];
 	findex_found f;
+	struct stat st;
 	int rc;
 
 	memset(&f, 0, sizeof(f));
@@ -357,17 +571,21 @@ static void findex_scan_file(findex_scan *s, const char *name)
 		return; /* not a name we would have made */
 	if (strlen(name) != KVT_FANOUT_HEX + 4 ||
 	    kvt_fanout_unhex(name, f.key.b, KVT_KEY_BYTES)) {
-		findex_scan_drop(s, path, "name is not <64 hex digits>.kvt");
+		findex_scan_foreign(s, path, "name is not <64 hex digits>.kvt");
 		return;
 	}
 	if (f.key.b[0] != s->k[0] || f.key.b[1] != s->k[1]) {
-		findex_scan_drop(s, path, "in the wrong fan-out directory");
+		findex_scan_foreign(s, path, "in the wrong fan-out directory");
 		return;
 	}
 	why[0] = '\0';
-	rc = s->ops->check(s->arg, path, &f.key, &f.len, &f.mtime, why);
-	if (rc == KVT_FINDEX_BAD)
-		findex_scan_drop(s, path, why);
+	memset(&st, 0, sizeof(st));
+	rc = s->ops->check(s->arg, path, &f.key, &f.len, &st, why);
+	if (rc == KVT_FINDEX_BAD || rc == KVT_FINDEX_UNVERIFIABLE)
+		kvt_findex_note_bad(s->ix, &f.key, &st, rc == KVT_FINDEX_BAD,
+				    path, why, s->tier);
+	if (rc == KVT_FINDEX_GOOD)
+		f.mtime = st.st_mtim;
 	if (rc < 0)
 		s->err = rc;
 	if (rc)
@@ -435,7 +653,6 @@ int kvt_findex_rebuild(struct kvt_findex *ix, kvt_io *io, const char *root,
 		       void *arg)
 {
 	findex_scan *s = calloc(1, sizeof(*s));
-	struct kvt_findex_ent *victims = NULL;
 	size_t i;
 	int rc;
 
@@ -466,9 +683,12 @@ int kvt_findex_rebuild(struct kvt_findex *ix, kvt_io *io, const char *root,
 		ops->init(arg, e);
 		kvt_findex_insert_locked(ix, e);
 	}
-	if (!rc) {
-		kvt_findex_evict_locked(ix, 0, NULL, &victims);
-		kvt_findex_reap(victims, io, root, tier);
+	if (!rc && ix->used > ix->capacity) {
+		char a[32], b[32];
+		kvt_log(KVT_LOG_WARN,
+			"%s: %s holds %s, more than its capacity of %s; nothing is removed at open, the writer evicts the excess when it next needs room",
+			tier, root[0] ? root : "/", kvt_fmt_size(ix->used, a, sizeof(a)),
+			kvt_fmt_size(ix->capacity, b, sizeof(b)));
 	}
 	free(s->found);
 	free(s);

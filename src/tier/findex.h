@@ -9,6 +9,14 @@
  * that found a bad file drops the entry it read and not one a concurrent
  * put inserted since.
  *
+ * A file at a final name that fails its checks is never removed by a
+ * reader: it is kept out of the index (never served), counted, logged and
+ * remembered in a list of bad files with its identity and the reason, so
+ * that `verify` reports it, `verify --repair` moves it aside and the
+ * tier's writer replaces it when it puts that key again.  A file this node
+ * merely cannot verify (a newer format, a tag it holds no key for) is
+ * remembered as unproven: on a shared tier nothing removes those.
+ *
  * Functions named *_locked expect the caller to hold ix->mu; the others
  * take it themselves.  None is held across a system call: evicted entries
  * are chained by hnext and handed to kvt_findex_reap once it is dropped.
@@ -19,6 +27,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "common/io.h"
@@ -34,8 +43,22 @@ struct kvt_findex_ent {
 	struct kvt_findex_ent *newer, *older; /* LRU list */
 };
 
+/* A bad file at the final name of `key` (see above). */
+struct kvt_findex_bad {
+	kvt_key key;
+	dev_t dev;
+	ino_t ino;
+	struct timespec ctim; /* with dev and ino: exactly the file found bad */
+	uint64_t size;
+	int proven;           /* damaged; 0: only unverifiable here */
+	char why[200];
+	struct kvt_findex_bad *next;
+};
+
 struct kvt_findex {
 	pthread_mutex_t mu; /* guards everything below */
+	struct kvt_findex_bad *bad; /* bad files at final names, newest first */
+	uint64_t nbad;
 	struct kvt_findex_ent **buckets;
 	size_t nbuckets; /* power of two */
 	struct kvt_findex_ent *mru, *lru;
@@ -75,16 +98,20 @@ void kvt_findex_reap(struct kvt_findex_ent *victims, kvt_io *io,
 		     const char *root, const char *tier);
 
 /* Publish the written temporary `tmp` as `fin` (kvt_fanout_link with
- * `retries`) and remove the temporary whatever happened.  0, -EEXIST when
- * another writer published the name first (counted as put_exists), or
- * another negated errno with its message. */
+ * `retries`) and remove the temporary whatever happened.  A name held by a
+ * file recorded bad (proven bad, or any bad file with `replace_unproven`:
+ * a tier whose directory is this node's alone) is the writer's to
+ * replace: that file is moved aside into the quarantine and the link
+ * tried again.  0, -EEXIST when another writer published the name first
+ * (counted as put_exists), or another negated errno with its message. */
 int kvt_findex_publish(struct kvt_findex *ix, kvt_io *io, const char *root,
 		       const char *tmp, const char *fin, int durability,
-		       int retries, const char *tier);
+		       int retries, int replace_unproven, const char *tier);
 
 int kvt_findex_exists(struct kvt_findex *ix, const kvt_key *key);
 /* Remove the entry of `key` if it is still generation `gen`; count a
- * corrupt object or a miss.  Returns the removed entry (the caller frees
+ * corrupt object (`corrupt` > 0), a miss (0) or nothing (< 0: the caller
+ * records it with kvt_findex_note_bad, which counts it).  Returns the removed entry (the caller frees
  * it) or NULL; *other, if given, says whether another entry of `key` is
  * indexed. */
 struct kvt_findex_ent *kvt_findex_drop(struct kvt_findex *ix,
@@ -104,13 +131,56 @@ int kvt_findex_iterate(struct kvt_findex *ix, const char *tier,
 void kvt_findex_stats(struct kvt_findex *ix, kvt_tier_stats *out,
 		      const char *name, uint64_t borrowed);
 
+/* --- bad files -------------------------------------------------------------- */
+
+/* Remember that the file at `path` (stat `st`, NULL if unknown) holding
+ * `key` is bad: count it as corrupt, log it with the reason and say it is
+ * left in place.  Replaces an older record of the key. */
+void kvt_findex_note_bad(struct kvt_findex *ix, const kvt_key *key,
+			 const struct stat *st, int proven, const char *path,
+			 const char *why, const char *tier);
+/* The bad files known, oldest first, each handed to fn (a snapshot: fn may
+ * call back into the tier).  A nonzero return stops the walk and is
+ * returned. */
+int kvt_findex_bad_iterate(struct kvt_findex *ix, const char *tier,
+			   int (*fn)(void *arg, const struct kvt_findex_bad *b),
+			   void *arg);
+/* The tier ops bad_iterate and repair (tier.h) over this index, for a tier
+ * whose files are <root>/<k0>/<k1>/<hex>.kvt; `shared`: the directory is
+ * other nodes' too, so unproven files are never repaired away. */
+int kvt_findex_tier_bad_iterate(struct kvt_findex *ix, const char *root,
+				const char *tier,
+				int (*fn)(void *arg, const kvt_key *key,
+					  const char *where, int proven,
+					  const char *why),
+				void *arg);
+int kvt_findex_tier_repair(struct kvt_findex *ix, kvt_io *io, const char *root,
+			   const kvt_key *key, int shared, const char *tier);
+/* Take the record of `key` out of the list into *out: 1, or 0 if none. */
+int kvt_findex_bad_take(struct kvt_findex *ix, const kvt_key *key,
+			struct kvt_findex_bad *out);
+/* Put a record taken with kvt_findex_bad_take back (best effort). */
+void kvt_findex_bad_put(struct kvt_findex *ix, const struct kvt_findex_bad *b);
+/* Whether `st` is the very file a record describes (a writer may have
+ * replaced it since). */
+int kvt_findex_bad_same(const struct kvt_findex_bad *b, const struct stat *st);
+/* Move the bad file of `b` at `fin` aside into <root>/quarantine with a
+ * <name>.why file beside it saying why and when, if it is still the file
+ * found bad.  0 (moved, or already gone), or a negated errno with its
+ * message. */
+int kvt_findex_quarantine(kvt_io *io, const char *root, const char *fin,
+			  const struct kvt_findex_bad *b, const char *tier);
+
 /* --- rebuild at open ------------------------------------------------------ */
 
 /* What a tier's check of one published file says. */
 enum {
 	KVT_FINDEX_GOOD = 0, /* index it: *len and *mtime are set */
-	KVT_FINDEX_BAD = 1,  /* drop it (unlink, count): `why` says why */
-	KVT_FINDEX_SKIP = 2, /* not proven bad (unreadable, gone): leave it */
+	KVT_FINDEX_BAD = 1,  /* damaged: recorded as bad, `why` says why */
+	KVT_FINDEX_UNVERIFIABLE = 3, /* not ours to judge (newer format, a
+				      * tag without the key): recorded as
+				      * unproven, `why` says why */
+	KVT_FINDEX_SKIP = 2, /* unreadable now, or gone: leave it */
 };
 
 typedef struct kvt_findex_scan_ops {
@@ -118,7 +188,7 @@ typedef struct kvt_findex_scan_ops {
 	 * KVT_FINDEX_GOOD, _BAD or _SKIP, or a negated error code (with its
 	 * message) that stops the rebuild. */
 	int (*check)(void *arg, const char *path, const kvt_key *key,
-		     uint64_t *len, struct timespec *mtime, char why[256]);
+		     uint64_t *len, struct stat *st, char why[256]);
 	/* Fill in the tier's part of a fresh entry (key and len are set,
 	 * the rest zeroed), charge included, before it is inserted. */
 	void (*init)(void *arg, struct kvt_findex_ent *e);
@@ -126,11 +196,12 @@ typedef struct kvt_findex_scan_ops {
 } kvt_findex_scan_ops;
 
 /* Index every good <root>/<k0>/<k1>/<64 hex>.kvt, oldest mtime least
- * recently used, then evict down to the capacity.  Files of names that are
- * not ours to make, or in the wrong fan-out directory, or that check finds
- * bad, are unlinked, logged and counted as corrupt.  For open, which is
- * single-threaded: no lock is taken.  0 or an error code with its
- * message. */
+ * recently used.  Nothing is removed and nothing evicted: files check finds
+ * bad are recorded (kvt_findex_note_bad); names that are not ours to make,
+ * or in the wrong fan-out directory, are logged and left alone.  A tree
+ * over the capacity is logged; the writer evicts the excess when it next
+ * needs room.  For open, which is single-threaded.  0 or an error code
+ * with its message. */
 int kvt_findex_rebuild(struct kvt_findex *ix, kvt_io *io, const char *root,
 		       const char *tier, const kvt_findex_scan_ops *ops,
 		       void *arg);

@@ -89,6 +89,7 @@ typedef struct fsdir {
 	kvt_io *io;
 	char *root;
 	int verify_on_open;
+	int read_only;      /* no put, no touch, nothing written */
 	int direct;         /* O_DIRECT for images >= FSDIR_DIRECT_MIN */
 	uint32_t taglen;    /* KVT_OBJ_AUTH_TAG_BYTES with a key, else 0 */
 	uint8_t *auth_key;
@@ -220,6 +221,67 @@ static void fsdir_buf_put(fsdir *t, void *p, size_t cap)
 
 /* --- writes --------------------------------------------------------------- */
 
+/* --- judging a published file -------------------------------------------- */
+
+/* What a file at a final name is, from its size and its decoded header
+ * (hrc: kvt_obj_hdr_decode's result; h NULL: judge the size alone): FSDIR_GOOD, FSDIR_BAD (damaged: the
+ * writer, repair or GC may remove it) or FSDIR_UNPROVEN (this node cannot
+ * read it, but another may: a newer format, a tag it has no key for, a tag
+ * under another key), with `why`.  Several nodes share the directory, so
+ * only what is damaged by any node's reading counts as bad. */
+enum { FSDIR_GOOD = 0, FSDIR_BAD = 1, FSDIR_UNPROVEN = 2 };
+
+static int fsdir_judge(const fsdir *t, uint64_t size, int hrc,
+		       const kvt_obj_hdr *h, const kvt_key *key, char why[256])
+{
+	uint64_t img;
+
+	if (size < KVT_OBJ_HEADER_BYTES ||
+	    size > KVT_OBJ_HEADER_BYTES + KVT_OBJ_MAX_PAYLOAD + KVT_OBJ_AUTH_TAG_BYTES) {
+		snprintf(why, 256, "file is %llu bytes", (unsigned long long)size);
+		return FSDIR_BAD;
+	}
+	if (hrc) {
+		snprintf(why, 256, "%s (%s)", kvt_strerror(hrc), kvt_errmsg());
+		/* Another version, or not our magic at all: not ours to judge. */
+		return hrc == KVT_EVERSION || hrc == KVT_EBADMAGIC ? FSDIR_UNPROVEN
+								  : FSDIR_BAD;
+	}
+	if (!h)
+		return FSDIR_GOOD; /* the size alone is plausible */
+	if (memcmp(h->key.b, key->b, KVT_KEY_BYTES)) {
+		snprintf(why, 256, "header names another key");
+		return FSDIR_BAD;
+	}
+	img = (uint64_t)h->header_len + h->payload_len;
+	if (size == img + t->taglen)
+		return FSDIR_GOOD;
+	if (!t->taglen && size == img + KVT_OBJ_AUTH_TAG_BYTES) {
+		snprintf(why, 256, "signed (a %u-byte tag follows the object), and no object_auth_key is configured here",
+			 KVT_OBJ_AUTH_TAG_BYTES);
+		return FSDIR_UNPROVEN;
+	}
+	if (t->taglen && size == img) {
+		snprintf(why, 256, "not signed, and this tier's object_auth_key requires a tag");
+		return FSDIR_UNPROVEN;
+	}
+	kvt_obj_size_why(why, 256, size, img + t->taglen);
+	return FSDIR_BAD;
+}
+
+/* Stop serving the file of `key` read through generation `gen`, left in
+ * place and recorded (findex.h), unless a newer entry replaced it. */
+static void fsdir_note_bad(fsdir *t, const kvt_key *key, uint64_t gen,
+			   const char *path, const struct stat *st, int proven,
+			   const char *why)
+{
+	int newer;
+
+	free(kvt_findex_drop(&t->ix, key, gen, -1, &newer));
+	if (!newer)
+		kvt_findex_note_bad(&t->ix, key, st, proven, path, why, "fsdir");
+}
+
 static int fsdir_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len,
 			   kvt_tier_wbuf **out)
 {
@@ -231,6 +293,8 @@ static int fsdir_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len,
 	int rc = 0;
 
 	*out = NULL;
+	if (t->read_only)
+		return kvt_err(-EROFS, "fsdir: %s is open read-only", t->root);
 	if (len < KVT_OBJ_HEADER_BYTES || len > KVT_OBJ_HEADER_BYTES + KVT_OBJ_MAX_PAYLOAD ||
 	    (uint64_t)(size_t)(len + FSDIR_ALIGN) != len + FSDIR_ALIGN)
 		return kvt_err(KVT_EINVAL,
@@ -367,27 +431,7 @@ static int fsdir_write_tmp(fsdir *t, fsdir_wbuf *w, int durability,
 
 /* After losing the race to another writer (maybe another node), index the
  * winner's file so that this node serves it; get checks it like any other. */
-static void fsdir_adopt(fsdir *t, const kvt_key *key, const char *fin)
-{
-	struct stat st;
-	fsdir_ent *e;
-
-	if (t->io->stat(t->io, fin, &st) || !S_ISREG(st.st_mode))
-		return;
-	e = calloc(1, sizeof(*e));
-	if (!e)
-		return;
-	e->ix.key = *key;
-	e->ix.len = (uint64_t)st.st_size;
-	e->touched = fsdir_mono_s();
-	pthread_mutex_lock(&t->ix.mu);
-	if (!fsdir_find(t, key)) {
-		fsdir_insert(t, e);
-		e = NULL;
-	}
-	pthread_mutex_unlock(&t->ix.mu);
-	free(e);
-}
+static int fsdir_adopt_checked(fsdir *t, const kvt_key *key);
 
 static int fsdir_put_commit(kvt_tier *tt, kvt_tier_wbuf *ww, int durability)
 {
@@ -419,9 +463,10 @@ static int fsdir_put_commit(kvt_tier *tt, kvt_tier_wbuf *ww, int durability)
 	 * open on a shared file system); another node's GC may remove an empty
 	 * one between our mkdir and link, hence the retries. */
 	rc = kvt_findex_publish(&t->ix, t->io, t->root, tmp, fin, durability,
-				3, "fsdir");
+				3, 0, "fsdir");
 	if (rc == -EEXIST) {
-		fsdir_adopt(t, &w->w.key, fin);
+		/* Index the winner's file, unless it is one found bad. */
+		fsdir_adopt_checked(t, &w->w.key);
 		rc = kvt_err(KVT_EEXIST, "fsdir: %s was published by another writer",
 			     fin);
 		goto out;
@@ -472,26 +517,6 @@ out:
 
 /* --- reads ---------------------------------------------------------------- */
 
-/* Drop the entry a reader found bad (if it is still the one it read) and
- * the file (if it is still the inode it read: a writer may have published a
- * good one since). */
-static void fsdir_drop_bad(fsdir *t, const kvt_key *key, uint64_t gen,
-			   const char *path, const struct stat *read_st,
-			   int corrupt)
-{
-	struct stat now;
-	int newer; /* this node published another since */
-
-	free(kvt_findex_drop(&t->ix, key, gen, corrupt, &newer));
-	/* Another node may have replaced the file too: unlink only the file
-	 * that was read.  Inode numbers are reused at once, so the change
-	 * time must match as well. */
-	if (!newer && read_st && !t->io->stat(t->io, path, &now) &&
-	    now.st_ino == read_st->st_ino && now.st_dev == read_st->st_dev &&
-	    now.st_ctim.tv_sec == read_st->st_ctim.tv_sec &&
-	    now.st_ctim.tv_nsec == read_st->st_ctim.tv_nsec)
-		t->io->unlink(t->io, path);
-}
 
 /* Read the whole file (`size` bytes) into `buf` (rounded up to whole
  * blocks).  Through O_DIRECT the last read asks for the whole last block
@@ -546,7 +571,7 @@ static int fsdir_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 	uint64_t gen, size, elen;
 	int64_t now = fsdir_mono_s();
 	void *buf = NULL;
-	int fd, rc, touch = 0, direct;
+	int fd, rc, touch = 0, direct, proven = FSDIR_BAD;
 	size_t cap = 0;
 
 	*out = NULL;
@@ -560,7 +585,7 @@ static int fsdir_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 	gen = e->ix.gen;
 	elen = e->ix.len;
 	kvt_findex_touch_locked(&t->ix, &e->ix);
-	if (now - e->touched >= FSDIR_TOUCH_INTERVAL_S) {
+	if (!t->read_only && now - e->touched >= FSDIR_TOUCH_INTERVAL_S) {
 		e->touched = now;
 		touch = 1;
 	}
@@ -570,7 +595,7 @@ static int fsdir_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 	fd = fsdir_open_read(t, path, elen, &direct);
 	if (fd == -ENOENT) {
 		/* Removed behind our back (another node's GC): a miss. */
-		fsdir_drop_bad(t, key, gen, path, NULL, 0);
+		free(kvt_findex_drop(&t->ix, key, gen, 0, NULL));
 		return KVT_ENOTFOUND;
 	}
 	if (fd < 0)
@@ -581,12 +606,10 @@ static int fsdir_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 		return kvt_err(rc, "fsdir: fstat %s: %s", path, kvt_strerror(rc));
 	}
 	size = (uint64_t)st.st_size;
-	if (size < KVT_OBJ_HEADER_BYTES + t->taglen ||
-	    size > KVT_OBJ_HEADER_BYTES + KVT_OBJ_MAX_PAYLOAD + t->taglen ||
-	    (uint64_t)(size_t)(size + FSDIR_ALIGN) != size + FSDIR_ALIGN) {
+	if (size < KVT_OBJ_HEADER_BYTES ||
+	    size > KVT_OBJ_HEADER_BYTES + KVT_OBJ_MAX_PAYLOAD + KVT_OBJ_AUTH_TAG_BYTES) {
 		t->io->close(t->io, fd);
-		snprintf(why, sizeof(why), "file is %llu bytes",
-			 (unsigned long long)size);
+		proven = fsdir_judge(t, size, 0, NULL, key, why);
 		goto bad;
 	}
 	r = calloc(1, sizeof(*r));
@@ -602,34 +625,23 @@ static int fsdir_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 		goto bad;
 	}
 	if (rc) {
-		/* A failing medium, not a bad object: report, keep the entry. */
+		/* A failing medium (this node's view of it), not a bad object:
+		 * report, keep the entry. */
 		fsdir_buf_put(t, buf, cap);
 		free(r);
 		return kvt_err(rc, "fsdir: pread %s: %s", path, kvt_strerror(rc));
 	}
 	rc = kvt_obj_hdr_decode(buf, (size_t)size, &h);
-	if (rc) {
-		snprintf(why, sizeof(why), "%s (%s)", kvt_strerror(rc),
-			 kvt_errmsg());
+	proven = fsdir_judge(t, size, rc, &h, key, why);
+	if (proven != FSDIR_GOOD)
 		goto bad;
-	}
-	if (memcmp(h.key.b, key->b, KVT_KEY_BYTES)) {
-		snprintf(why, sizeof(why), "header names another key");
-		goto bad;
-	}
-	if ((uint64_t)h.header_len + h.payload_len + t->taglen != size) {
-		snprintf(why, sizeof(why), "file is %llu bytes, header says %llu%s",
-			 (unsigned long long)size,
-			 (unsigned long long)h.header_len + h.payload_len,
-			 t->taglen ? " + a 32-byte tag" : "");
-		goto bad;
-	}
 	if (t->taglen) {
 		struct iovec img = { buf, (size_t)(size - t->taglen) };
 		rc = kvt_obj_auth_verify(&img, 1, t->auth_key, t->auth_klen,
 					 (uint8_t *)buf + img.iov_len);
 		if (rc == KVT_ECORRUPT) {
-			snprintf(why, sizeof(why), "HMAC tag does not verify");
+			snprintf(why, sizeof(why), "HMAC tag does not verify under this node's object_auth_key");
+			proven = FSDIR_UNPROVEN; /* altered, or another key */
 			goto bad;
 		}
 		if (rc) {
@@ -672,8 +684,7 @@ static int fsdir_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 bad:
 	fsdir_buf_put(t, buf, cap);
 	free(r);
-	fsdir_drop_bad(t, key, gen, path, &st, 1);
-	kvt_log(KVT_LOG_WARN, "fsdir: dropping %s: %s", path, why);
+	fsdir_note_bad(t, key, gen, path, &st, proven == FSDIR_BAD, why);
 	return kvt_err(KVT_ECORRUPT, "fsdir: %s: %s", path, why);
 }
 
@@ -730,8 +741,33 @@ static void fsdir_corrupt(kvt_tier *tt, kvt_tier_rbuf *rb)
 	char path[PATH_MAX];
 
 	kvt_fanout_final_path(t->root, &rb->key, path);
-	fsdir_drop_bad(t, &rb->key, r->gen, path, &r->st, 1);
-	kvt_log(KVT_LOG_WARN, "fsdir: dropping %s: failed verification", path);
+	char why[256];
+
+	/* The store calls this right after the check that failed: its
+	 * message says what was wrong. */
+	snprintf(why, sizeof(why), "failed verification: %s",
+		 kvt_errmsg()[0] ? kvt_errmsg() : "payload, key or namespace");
+	fsdir_note_bad(t, &rb->key, r->gen, path, &r->st, 1, why);
+}
+
+static int fsdir_bad_iterate(kvt_tier *tt,
+			     int (*fn)(void *arg, const kvt_key *key,
+				       const char *where, int proven,
+				       const char *why),
+			     void *arg)
+{
+	fsdir *t = (fsdir *)tt;
+
+	return kvt_findex_tier_bad_iterate(&t->ix, t->root, "fsdir", fn, arg);
+}
+
+static int fsdir_repair(kvt_tier *tt, const kvt_key *key)
+{
+	fsdir *t = (fsdir *)tt;
+
+	if (t->read_only)
+		return kvt_err(-EROFS, "fsdir: %s is open read-only", t->root);
+	return kvt_findex_tier_repair(&t->ix, t->io, t->root, key, 1, "fsdir");
 }
 
 static int fsdir_iterate(kvt_tier *tt,
@@ -794,15 +830,18 @@ static const struct kvt_tier_ops fsdir_ops = {
 	.iterate = fsdir_iterate,
 	.stats = fsdir_stats,
 	.corrupt = fsdir_corrupt,
+	.bad_iterate = fsdir_bad_iterate,
+	.repair = fsdir_repair,
 	.close = fsdir_close,
 };
 
 /* --- open: clean temporaries, rebuild the index ---------------------------- */
 
 /* Check the published file `path` that should hold `key`: its length, its
- * header (or, with `full`, every checksum and the tag too).  0 good (*st
- * holds its stat), 1 bad (`why` says why), or a negated errno for a file
- * that could not be read, which is not proven bad (-ENOENT: gone). */
+ * header (or, with `full`, every checksum and the tag too).  FSDIR_GOOD,
+ * FSDIR_BAD or FSDIR_UNPROVEN (fsdir_judge; `why` says why; *st holds its
+ * stat), or a negated errno for a file that could not be read, which is
+ * not proven bad (-ENOENT: gone). */
 static int fsdir_check(fsdir *t, const char *path, const kvt_key *key,
 		       int full, struct stat *st, char why[256])
 {
@@ -825,14 +864,8 @@ static int fsdir_check(fsdir *t, const char *path, const kvt_key *key,
 			kvt_strerror(rc));
 		goto out;
 	}
-	if ((uint64_t)st->st_size < KVT_OBJ_HEADER_BYTES + t->taglen ||
-	    (uint64_t)st->st_size > KVT_OBJ_HEADER_BYTES + KVT_OBJ_MAX_PAYLOAD +
-					t->taglen) {
-		snprintf(why, 256, "file is %llu bytes",
-			 (unsigned long long)st->st_size);
-		rc = 1;
-		goto out;
-	}
+	if ((rc = fsdir_judge(t, (uint64_t)st->st_size, 0, NULL, key, why)))
+		goto out; /* no header to read */
 	if (full && t->direct && (uint64_t)st->st_size >= FSDIR_DIRECT_MIN) {
 		io->close(io, fd);
 		fd = fsdir_open_read(t, path, (uint64_t)st->st_size, &direct);
@@ -850,7 +883,7 @@ static int fsdir_check(fsdir *t, const char *path, const kvt_key *key,
 	rc = fsdir_read_all(t, fd, direct, buf, want);
 	if (rc == -ENODATA) {
 		snprintf(why, 256, "file shrank while read");
-		rc = 1;
+		rc = FSDIR_BAD;
 		goto out;
 	}
 	if (rc) {
@@ -858,25 +891,12 @@ static int fsdir_check(fsdir *t, const char *path, const kvt_key *key,
 			kvt_strerror(rc));
 		goto out;
 	}
-	rc = full ? kvt_obj_decode(buf, want - t->taglen, &h)
-		  : kvt_obj_hdr_decode(buf, want, &h);
-	if (rc) {
+	rc = kvt_obj_hdr_decode(buf, want, &h);
+	if ((rc = fsdir_judge(t, (uint64_t)st->st_size, rc, &h, key, why)))
+		goto out;
+	if (full && (rc = kvt_obj_decode(buf, want - t->taglen, &h))) {
 		snprintf(why, 256, "%s (%s)", kvt_strerror(rc), kvt_errmsg());
-		rc = 1;
-		goto out;
-	}
-	if (memcmp(h.key.b, key->b, KVT_KEY_BYTES)) {
-		snprintf(why, 256, "header names another key");
-		rc = 1;
-		goto out;
-	}
-	if ((uint64_t)h.header_len + h.payload_len + t->taglen !=
-	    (uint64_t)st->st_size) {
-		snprintf(why, 256, "file is %llu bytes, header says %llu%s",
-			 (unsigned long long)st->st_size,
-			 (unsigned long long)h.header_len + h.payload_len,
-			 t->taglen ? " + a 32-byte tag" : "");
-		rc = 1;
+		rc = FSDIR_BAD;
 		goto out;
 	}
 	if (full && t->taglen) {
@@ -884,8 +904,8 @@ static int fsdir_check(fsdir *t, const char *path, const kvt_key *key,
 		rc = kvt_obj_auth_verify(&img, 1, t->auth_key, t->auth_klen,
 					 buf + img.iov_len);
 		if (rc == KVT_ECORRUPT) {
-			snprintf(why, 256, "HMAC tag does not verify");
-			rc = 1;
+			snprintf(why, 256, "HMAC tag does not verify under this node's object_auth_key");
+			rc = FSDIR_UNPROVEN;
 		}
 	}
 out:
@@ -903,21 +923,20 @@ typedef struct fsdir_scan {
 } fsdir_scan;
 
 static int fsdir_scan_check(void *arg, const char *path, const kvt_key *key,
-			    uint64_t *len, struct timespec *mtime,
-			    char why[256])
+			    uint64_t *len, struct stat *st, char why[256])
 {
 	fsdir *t = ((fsdir_scan *)arg)->t;
-	struct stat st;
-	int rc = fsdir_check(t, path, key, t->verify_on_open, &st, why);
+	int rc = fsdir_check(t, path, key, t->verify_on_open, st, why);
 
-	if (rc == 1)
+	if (rc == FSDIR_BAD)
 		return KVT_FINDEX_BAD;
+	if (rc == FSDIR_UNPROVEN)
+		return KVT_FINDEX_UNVERIFIABLE;
 	if (rc == KVT_ENOMEM)
 		return rc;
 	if (rc)
 		return KVT_FINDEX_SKIP;
-	*len = (uint64_t)st.st_size;
-	*mtime = st.st_mtim;
+	*len = (uint64_t)st->st_size;
 	return KVT_FINDEX_GOOD;
 }
 
@@ -1037,14 +1056,19 @@ static int fsdir_adopt_checked(fsdir *t, const kvt_key *key)
 
 	kvt_fanout_final_path(t->root, key, path);
 	rc = fsdir_check(t, path, key, 0, &st, why);
-	if (rc == 1) {
+	if (rc == FSDIR_BAD || rc == FSDIR_UNPROVEN) {
 		/* Complete by construction (link publishes whole files), so
-		 * really bad: planted, from another format or another key. */
-		kvt_log(KVT_LOG_WARN, "fsdir: dropping %s: %s", path, why);
-		t->io->unlink(t->io, path);
-		pthread_mutex_lock(&t->ix.mu);
-		t->ix.st.corrupt++;
-		pthread_mutex_unlock(&t->ix.mu);
+		 * planted, damaged, or another node's format or key: never
+		 * served, left where it is.  Noted once per file. */
+		struct kvt_findex_bad b;
+		if (kvt_findex_bad_take(&t->ix, key, &b)) {
+			int same = kvt_findex_bad_same(&b, &st);
+			kvt_findex_bad_put(&t->ix, &b);
+			if (same)
+				return 0;
+		}
+		kvt_findex_note_bad(&t->ix, key, &st, rc == FSDIR_BAD, path, why,
+				    "fsdir");
 		return 0;
 	}
 	if (rc)
@@ -1216,7 +1240,7 @@ int kvt_fsdir_probe(kvt_tier *tt, const kvt_key *key)
 	pthread_mutex_unlock(&t->ix.mu);
 	if (rc == -ENOENT) {
 		if (e)
-			fsdir_drop_bad(t, key, gen, path, NULL, 0);
+			free(kvt_findex_drop(&t->ix, key, gen, 0, NULL));
 		return 0;
 	}
 	if (rc)
@@ -1534,20 +1558,32 @@ int kvt_fsdir_open(const kvt_fsdir_opts *o, kvt_tier **out)
 	t->refresh_dirs = o->refresh_dirs ? o->refresh_dirs : FSDIR_REFRESH_DIRS;
 	atomic_init(&t->borrowed, 0);
 
+	t->read_only = o->read_only;
 	snprintf(tmpdir, sizeof(tmpdir), "%s/tmp", t->root);
-	rc = kvt_io_mkdirs(t->io, tmpdir, 0755);
-	if (rc) {
-		rc = kvt_err(rc, "fsdir: mkdir -p %s: %s", tmpdir,
-			     kvt_strerror(rc));
-		goto fail;
+	if (t->read_only) {
+		struct stat st;
+		rc = t->io->stat(t->io, t->root[0] ? t->root : "/", &st);
+		if (!rc && !S_ISDIR(st.st_mode))
+			rc = -ENOTDIR;
+		if (rc) {
+			rc = kvt_err(rc, "fsdir: %s: %s", t->root, kvt_strerror(rc));
+			goto fail;
+		}
+	} else {
+		rc = kvt_io_mkdirs(t->io, tmpdir, 0755);
+		if (rc) {
+			rc = kvt_err(rc, "fsdir: mkdir -p %s: %s", tmpdir,
+				     kvt_strerror(rc));
+			goto fail;
+		}
 	}
-	rc = kvt_fanout_clean_tmp(t->io, t->root, FSDIR_TMP_GRACE_S);
+	rc = t->read_only ? 0 : kvt_fanout_clean_tmp(t->io, t->root, FSDIR_TMP_GRACE_S);
 	if (rc) {
 		rc = kvt_err(rc, "fsdir: readdir %s: %s", tmpdir,
 			     kvt_strerror(rc));
 		goto fail;
 	}
-	if (o->direct >= 0)
+	if (o->direct >= 0 && !t->read_only)
 		fsdir_probe_direct(t);
 	rc = fsdir_rebuild(t);
 	if (rc)

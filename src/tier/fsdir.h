@@ -60,12 +60,20 @@ typedef struct kvt_fsdir_opts {
 	size_t auth_key_len;
 	int direct;         /* 0 = O_DIRECT for large images where supported,
 			     * negative = never */
+	int read_only;      /* 1: read what is there, write nothing: no
+			     * directory made, no temporary cleaned, no mtime
+			     * touched, no put.  (On a read-only mount a
+			     * writable open serves reads too; its puts fail
+			     * with EROFS.) */
 } kvt_fsdir_opts;
 
-/* Open (or create) the tier at o->path and rebuild its index.  Stale
- * temporaries are removed, files that fail their checks are deleted with one
- * log line each, and if what is found exceeds the capacity the least
- * recently modified files are evicted.  KVT_EINVAL names a bad option; a
+/* Open (or create) the tier at o->path and rebuild its index.  Nothing
+ * published is removed at open: files that fail their checks are logged,
+ * counted and left unserved (verify lists them; verify --repair and GC
+ * quarantine only those proven damaged, never one this node merely cannot
+ * verify, which another node may read); a directory over this node's
+ * capacity is logged, since the fleet's budget is the collector's to keep
+ * (kvt_fsdir_gc).  A writable open removes stale temporaries.  KVT_EINVAL names a bad option; a
  * negated errno (with the path and the call in kvt_errmsg()) if the
  * directory cannot be created or read.  The caller owns *out and frees it
  * with (*out)->ops->close. */

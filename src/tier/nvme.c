@@ -109,6 +109,7 @@ typedef struct nvme {
 	uint32_t align, seg_bytes, qd;
 	int direct;    /* files opened with O_DIRECT */
 	int uring;     /* ring below is live */
+	int read_only; /* opened for reading: no put, nothing written */
 	atomic_uint_fast64_t borrowed;
 	kvt_fanout durable; /* directories of the tree made durable */
 
@@ -457,6 +458,8 @@ static int nv_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len,
 	int rc = 0;
 
 	*out = NULL;
+	if (t->read_only)
+		return kvt_err(-EROFS, "nvme: %s is open read-only", t->root);
 	if (len < KVT_OBJ_HEADER_BYTES ||
 	    len > KVT_OBJ_HEADER_BYTES + KVT_OBJ_MAX_PAYLOAD)
 		return kvt_err(KVT_EINVAL,
@@ -584,8 +587,10 @@ static int nv_put_commit(kvt_tier *tt, kvt_tier_wbuf *ww, int durability)
 	rc = nv_write_tmp(t, w, durability, tmp);
 	if (rc)
 		goto out;
+	/* The directory is this node's alone: a bad file at the name is ours
+	 * to replace, whatever made it bad. */
 	rc = kvt_findex_publish(&t->ix, t->io, t->root, tmp, fin, durability,
-				2, "nvme");
+				2, 1, "nvme");
 	if (rc == -EEXIST) {
 		rc = kvt_err(KVT_EEXIST, "nvme: %s was published by another writer",
 			     fin);
@@ -635,15 +640,21 @@ out:
 
 /* --- reads ------------------------------------------------------------------ */
 
-/* Drop `key` if the entry is still the one read (same generation), count
- * it, and unlink its file. */
+/* Stop serving `key` if the entry is still the one read (same
+ * generation).  A file gone behind our back (`why` NULL) is a miss; any
+ * other failure leaves the file where it is, recorded as bad with `why`
+ * (findex.h): a read never removes, the writer replaces it. */
 static void nv_drop(nvme *t, const kvt_key *key, uint64_t gen,
-		    const char *path, int corrupt)
+		    const char *path, const char *why)
 {
-	nv_ent *e = kvt_findex_drop(&t->ix, key, gen, corrupt, NULL);
+	nv_ent *e = kvt_findex_drop(&t->ix, key, gen, why ? -1 : 0, NULL);
+	struct stat st;
 
-	if (e)
-		t->io->unlink(t->io, path);
+	if (e && why) {
+		kvt_findex_note_bad(&t->ix, key,
+				    t->io->stat(t->io, path, &st) ? NULL : &st,
+				    1, path, why, "nvme");
+	}
 	free(e);
 }
 
@@ -668,7 +679,7 @@ static int nv_open_read(nvme *t, const kvt_key *key, char path[PATH_MAX],
 	kvt_fanout_final_path(t->root, key, path);
 	*fd = nv_open_file(t, path, O_RDONLY, 0);
 	if (*fd == -ENOENT) {
-		nv_drop(t, key, *gen, path, 0);
+		nv_drop(t, key, *gen, path, NULL);
 		return KVT_ENOTFOUND;
 	}
 	if (*fd < 0)
@@ -737,9 +748,14 @@ static int nv_get_into(kvt_tier *tt, const kvt_key *key,
 		rc = kvt_err(KVT_ECORRUPT, "nvme: %s: read %llu of %llu bytes", path,
 			     (unsigned long long)got, (unsigned long long)size);
 	if (rc < 0 && rc > KVT_ERR_BASE) {
-		nv_drop(t, key, gen, path, 0);
-		kvt_log(KVT_LOG_WARN, "nvme: dropping %s: read: %s", path, kvt_strerror(rc));
+		char why[128];
+		snprintf(why, sizeof(why), "preadv: %s", kvt_strerror(rc));
+		nv_drop(t, key, gen, path, why);
 		return kvt_err(rc, "nvme: preadv %s: %s", path, kvt_strerror(rc));
+	}
+	if (rc == KVT_ECORRUPT) {
+		nv_drop(t, key, gen, path, kvt_errmsg());
+		return rc;
 	}
 	if (rc)
 		return rc;
@@ -796,9 +812,9 @@ static int nv_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 		nv_buf_put(t, buf, r->pb);
 		free(r);
 		free(h);
-		nv_drop(t, key, gen, path, 0);
-		kvt_log(KVT_LOG_WARN, "nvme: dropping %s: read: %s", path,
-			kvt_strerror(rc));
+		snprintf(why, sizeof(why), "%s: %s",
+			 t->uring ? "io_uring read" : "pread", kvt_strerror(rc));
+		nv_drop(t, key, gen, path, why);
 		return kvt_err(rc, "nvme: %s %s: %s",
 			       t->uring ? "io_uring read" : "pread", path,
 			       kvt_strerror(rc));
@@ -814,9 +830,8 @@ static int nv_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 		goto bad;
 	}
 	size = (uint64_t)h->header_len + h->payload_len; /* never the padded size */
-	if (got < size) {
-		snprintf(why, sizeof(why), "file has %llu bytes, header says %llu",
-			 (unsigned long long)got, (unsigned long long)size);
+	if ((uint64_t)st.st_size != size) {
+		kvt_obj_size_why(why, sizeof(why), (uint64_t)st.st_size, size);
 		goto bad;
 	}
 	free(h);
@@ -841,8 +856,7 @@ bad:
 		nv_buf_put(t, buf, r->pb);
 	free(r);
 	free(h);
-	nv_drop(t, key, gen, path, 1);
-	kvt_log(KVT_LOG_WARN, "nvme: dropping %s: %s", path, why);
+	nv_drop(t, key, gen, path, why);
 	return kvt_err(KVT_ECORRUPT, "nvme: %s: %s", path, why);
 }
 
@@ -891,8 +905,33 @@ static void nv_corrupt(kvt_tier *tt, kvt_tier_rbuf *rb)
 	char path[PATH_MAX];
 
 	kvt_fanout_final_path(t->root, &rb->key, path);
-	nv_drop(t, &rb->key, ((nv_rbuf *)rb)->gen, path, 1);
-	kvt_log(KVT_LOG_WARN, "nvme: dropping %s: failed verification", path);
+	char why[256];
+
+	/* The store calls this right after the check that failed: its
+	 * message says what was wrong. */
+	snprintf(why, sizeof(why), "failed verification: %s",
+		 kvt_errmsg()[0] ? kvt_errmsg() : "payload, key or namespace");
+	nv_drop(t, &rb->key, ((nv_rbuf *)rb)->gen, path, why);
+}
+
+static int nv_bad_iterate(kvt_tier *tt,
+			  int (*fn)(void *arg, const kvt_key *key,
+				    const char *where, int proven,
+				    const char *why),
+			  void *arg)
+{
+	nvme *t = (nvme *)tt;
+
+	return kvt_findex_tier_bad_iterate(&t->ix, t->root, "nvme", fn, arg);
+}
+
+static int nv_repair(kvt_tier *tt, const kvt_key *key)
+{
+	nvme *t = (nvme *)tt;
+
+	if (t->read_only)
+		return kvt_err(-EROFS, "nvme: %s is open read-only", t->root);
+	return kvt_findex_tier_repair(&t->ix, t->io, t->root, key, 0, "nvme");
 }
 
 static int nv_iterate(kvt_tier *tt,
@@ -945,6 +984,8 @@ static const struct kvt_tier_ops nvme_ops = {
 	.iterate = nv_iterate,
 	.stats = nv_stats,
 	.corrupt = nv_corrupt,
+	.bad_iterate = nv_bad_iterate,
+	.repair = nv_repair,
 	.close = nv_close,
 };
 
@@ -1008,7 +1049,7 @@ typedef struct nv_scan {
 
 /* Read and check the header of a published file. */
 static int nv_scan_check(void *arg, const char *path, const kvt_key *key,
-			 uint64_t *len, struct timespec *mtime, char why[256])
+			 uint64_t *len, struct stat *stp, char why[256])
 {
 	nv_scan *s = arg;
 	nvme *t = s->t;
@@ -1041,8 +1082,11 @@ static int nv_scan_check(void *arg, const char *path, const kvt_key *key,
 							 ? got
 							 : KVT_OBJ_HEADER_BYTES),
 				&s->h);
+	*stp = st;
 	if (rc) {
 		snprintf(why, 256, "%s (%s)", kvt_strerror(rc), kvt_errmsg());
+		if (rc == KVT_EVERSION)
+			res = KVT_FINDEX_UNVERIFIABLE;
 		goto out;
 	}
 	if (memcmp(s->h.key.b, key->b, KVT_KEY_BYTES)) {
@@ -1050,13 +1094,10 @@ static int nv_scan_check(void *arg, const char *path, const kvt_key *key,
 		goto out;
 	}
 	*len = (uint64_t)s->h.header_len + s->h.payload_len;
-	if ((uint64_t)st.st_size < *len) {
-		snprintf(why, 256, "file is %llu bytes, header says %llu",
-			 (unsigned long long)st.st_size,
-			 (unsigned long long)*len);
+	if ((uint64_t)st.st_size != *len) {
+		kvt_obj_size_why(why, 256, (uint64_t)st.st_size, *len);
 		goto out;
 	}
-	*mtime = st.st_mtim;
 	res = KVT_FINDEX_GOOD;
 out:
 	t->io->close(t->io, fd);
@@ -1091,6 +1132,31 @@ static int nv_rebuild(nvme *t)
 	free(s->hdr);
 	free(s);
 	return rc;
+}
+
+/* A read-only open needs the directory to be there: it creates nothing. */
+static int nv_check_root(nvme *t)
+{
+	struct stat st;
+	int rc = t->io->stat(t->io, t->root[0] ? t->root : "/", &st);
+
+	if (!rc && !S_ISDIR(st.st_mode))
+		rc = -ENOTDIR;
+	return rc;
+}
+
+/* The directory is there but refuses writes (a read-only mount, another
+ * user's tree): serve what it holds, say so once, and refuse puts. */
+static int nv_go_read_only(nvme *t, const char *call, const char *path, int why)
+{
+	int rc = nv_check_root(t);
+
+	if (rc)
+		return why;
+	kvt_log(KVT_LOG_WARN, "nvme: %s %s: %s; serving %s read-only", call, path,
+		kvt_strerror(why), t->root);
+	t->read_only = 1;
+	return 0;
 }
 
 /* Set up the ring; on refusal log once and stay on pread/pwrite. */
@@ -1153,17 +1219,27 @@ int kvt_nvme_open(const kvt_nvme_opts *o, kvt_tier **out)
 	t->io = o->io ? o->io : kvt_io_posix();
 	t->qd = o->queue_depth ? o->queue_depth : KVT_NVME_DEFAULT_QD;
 	atomic_init(&t->borrowed, 0);
+	t->read_only = o->read_only;
 
 	snprintf(tmpdir, sizeof(tmpdir), "%s/tmp", t->root);
-	rc = kvt_io_mkdirs(t->io, tmpdir, 0755);
+	rc = t->read_only ? nv_check_root(t) : kvt_io_mkdirs(t->io, tmpdir, 0755);
+	if (rc == -EROFS || rc == -EACCES)
+		rc = nv_go_read_only(t, "mkdir -p", tmpdir, rc);
 	if (rc) {
-		rc = kvt_err(rc, "nvme: mkdir -p %s: %s", tmpdir,
-			     kvt_strerror(rc));
+		rc = kvt_err(rc, "nvme: %s %s: %s",
+			     t->read_only ? "stat" : "mkdir -p",
+			     t->read_only ? t->root : tmpdir, kvt_strerror(rc));
 		goto fail;
 	}
-	rc = nv_probe(t);
+	rc = t->read_only ? 0 : nv_probe(t);
+	if (rc == -EROFS || rc == -EACCES)
+		rc = nv_go_read_only(t, "probe file in", tmpdir, rc);
 	if (rc)
 		goto fail;
+	if (t->read_only) { /* buffered reads: nothing to probe with */
+		t->direct = 0;
+		t->align = NV_DEFAULT_ALIGN;
+	}
 	t->seg_bytes = o->segment_bytes ? o->segment_bytes
 					: KVT_NVME_DEFAULT_SEGMENT;
 	t->seg_bytes &= ~(t->align - 1);
@@ -1171,7 +1247,7 @@ int kvt_nvme_open(const kvt_nvme_opts *o, kvt_tier **out)
 		t->seg_bytes = t->align;
 	if (o->use_io_uring)
 		nv_ring_init(t);
-	rc = kvt_fanout_clean_tmp(t->io, t->root, NV_TMP_GRACE_S);
+	rc = t->read_only ? 0 : kvt_fanout_clean_tmp(t->io, t->root, NV_TMP_GRACE_S);
 	if (rc) {
 		rc = kvt_err(rc, "nvme: readdir %s: %s", tmpdir, kvt_strerror(rc));
 		goto fail;

@@ -37,6 +37,11 @@ typedef struct kvt_nvme_opts {
 	int use_io_uring;      /* 1: try io_uring; 0: force pread/pwrite */
 	uint32_t segment_bytes; /* largest single submission; 0 = 1 MiB.
 				 * Rounded down to the alignment. */
+	int read_only;         /* 1: read what is there, write nothing (no
+				* directory made, no temporary cleaned, no
+				* put).  Also chosen, with a log line, when
+				* the directory is not writable (a
+				* read-only mount). */
 	kvt_io *io;            /* NULL = kvt_io_posix(); must outlive the tier.
 				* Used for every file call; the data of
 				* io_uring transfers goes to the ring instead
@@ -45,10 +50,12 @@ typedef struct kvt_nvme_opts {
 } kvt_nvme_opts;
 
 /* Open (or create) the tier at o->path and rebuild its index from the first
- * 4 KiB of every published file.  Files that fail their checks (header,
- * name, length) are deleted with one log line each; temporaries older than
- * a grace period are removed; if what is found exceeds the capacity, the
- * least recently modified files are evicted.  KVT_EINVAL names a bad
+ * 4 KiB of every published file.  Nothing is removed at open: files that
+ * fail their checks (header, name, length) are logged, counted and left
+ * in place unserved (verify lists them, verify --repair moves them into
+ * <path>/quarantine, a put of their key replaces them); a tree over the
+ * capacity is logged and trimmed by the next put that needs room.  A
+ * writable open removes its own temporaries older than a grace period.  KVT_EINVAL names a bad
  * option; a negated errno (path and call in kvt_errmsg()) if the directory
  * cannot be created or read.  The caller owns *out and frees it with
  * (*out)->ops->close. */

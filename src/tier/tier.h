@@ -87,10 +87,26 @@ struct kvt_tier_ops {
 		       int (*fn)(void *arg, const kvt_key *key, uint64_t len),
 		       void *arg);
 	void (*stats)(kvt_tier *t, kvt_tier_stats *out);
-	/* A borrowed image failed verification: drop exactly that object
-	 * (not a good one another writer published under the key since) and
-	 * count it, so it is never served again.  Called before release. */
+	/* A borrowed image failed verification (kvt_errmsg() says how): stop serving exactly that
+	 * object (not a good one another writer published under the key
+	 * since) and count it.  A tier on a disk leaves the file in place,
+	 * listed by bad_iterate: a read never removes anything.  Called
+	 * before release. */
 	void (*corrupt)(kvt_tier *t, kvt_tier_rbuf *r);
+	/* Optional: walk the objects found bad and left in place, with where
+	 * they are, whether they are proven damaged (else only not
+	 * verifiable here: a newer format, a tag without its key) and why.
+	 * A nonzero return from fn stops the walk and is returned. */
+	int (*bad_iterate)(kvt_tier *t,
+			   int (*fn)(void *arg, const kvt_key *key,
+				     const char *where, int proven,
+				     const char *why),
+			   void *arg);
+	/* Optional: the explicit repair of one bad object (verify --repair):
+	 * move it aside into the tier's quarantine.  0 (moved, or gone
+	 * since), KVT_ENOTSUP (left in place: not proven bad, on a tier other
+	 * nodes share), KVT_ENOTFOUND (not listed bad), or an error. */
+	int (*repair)(kvt_tier *t, const kvt_key *key);
 	void (*close)(kvt_tier *t);
 };
 
