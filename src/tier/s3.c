@@ -17,6 +17,14 @@
  * A request is retried (exponential backoff, full jitter) on curl errors
  * (connect, timeout, truncated body), 5xx and 429, while the caller's
  * deadline allows; each attempt's CURLOPT_TIMEOUT_MS is what is left of it.
+ * s3_result() turns the final outcome into one code of the taxonomy in s3.h
+ * and a sentence naming the operation, the object, the endpoint and what
+ * happened; only a 404 NoSuchKey is a miss, because the store above goes on
+ * to recompute on a miss and must not mistake a dead endpoint for one.
+ *
+ * Listing (s3_list) is bounded by a deadline, a page limit and a set of the
+ * continuation tokens already given: an endpoint that answers IsTruncated
+ * with a token it gave before would otherwise keep us listing forever.
  *
  * Index: a chained hash set of the keys known present with their sizes and
  * times, under one mutex that is never held across a network call.
@@ -38,6 +46,7 @@
 #include <curl/curl.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <xxhash.h>
 
 #include "common/err.h"
 #include "common/log.h"
@@ -52,6 +61,9 @@
 #define S3_MIN_PART (1ull << 20) /* below AWS's 5 MiB only for tests */
 #define S3_MAX_PARTS 10000
 #define S3_PREALLOC_MAX (KVT_OBJ_HEADER_BYTES + KVT_OBJ_MAX_PAYLOAD)
+#define S3_TOKEN_MAX 4096        /* longest continuation token accepted */
+#define S3_LIST_PAGES 10000      /* default list_max_pages */
+#define S3_LIST_TIMEOUT_MULT 10  /* default list deadline, x timeout_ms */
 
 /* --- the tier ------------------------------------------------------------ */
 
@@ -72,7 +84,8 @@ typedef struct s3_tier {
 	char *token_hdr;
 	uint64_t capacity, part_bytes, multipart_bytes;
 	uint32_t max_parallel;
-	int timeout_ms, retries, refresh_s, path_style;
+	int timeout_ms, retries, refresh_s, path_style, list_timeout_ms;
+	uint32_t list_max_pages;
 	uint8_t *hmac_key;
 	size_t hmac_key_len;
 
@@ -89,6 +102,8 @@ typedef struct s3_tier {
 	size_t nbuckets;
 	uint64_t count, used;
 	kvt_tier_stats st;
+	kvt_s3_status health; /* all but `reachable`, which is atomic */
+	atomic_int reachable;
 	atomic_uint_fast64_t borrowed;
 
 	pthread_t refresher;
@@ -306,6 +321,7 @@ typedef struct s3_req {
 	/* in */
 	const char *method;        /* GET PUT POST DELETE HEAD */
 	char url[S3_URL_MAX];
+	char obj[S3_NAME_MAX];     /* object name (or listed prefix), for errors */
 	struct curl_slist *hdrs;   /* owned; the common headers included */
 	const uint8_t *up;         /* PUT/POST body */
 	size_t up_len, up_off;
@@ -323,9 +339,10 @@ typedef struct s3_req {
 	char hmac[80];
 	uint64_t total;            /* from Content-Range */
 	int has_total;
+	curl_off_t clen;           /* Content-Length of the answer; -1 unknown */
 	/* state */
 	int attempts, state;
-	int64_t not_before;
+	int64_t not_before, t0_ms;
 	CURL *e;
 	char cerr[CURL_ERROR_SIZE];
 } s3_req;
@@ -517,6 +534,8 @@ static int s3_req_init(s3_tier *t, s3_req *r, const char *method,
 
 	memset(r, 0, sizeof(*r));
 	r->method = method;
+	r->clen = -1;
+	snprintf(r->obj, sizeof(r->obj), "%s", name);
 	/* The bucket itself is "/bucket" path-style, "/" virtual-hosted. */
 	if (snprintf(r->url, sizeof(r->url), "%s%s%s%s%s", t->base_url,
 		     *name || !t->path_style ? "/" : "", name, query ? "?" : "",
@@ -645,6 +664,7 @@ static int s3_run(s3_tier *t, s3_req **rq, int n, int64_t deadline)
 		rq[i]->not_before = 0;
 		rq[i]->cc = CURLE_OK;
 		rq[i]->status = 0;
+		rq[i]->t0_ms = s3_now_ms();
 	}
 	while (done < n) {
 		int64_t now = s3_now_ms(), wake = now + 200;
@@ -656,15 +676,19 @@ static int s3_run(s3_tier *t, s3_req **rq, int n, int64_t deadline)
 				s3_req *r = rq[i];
 				if (r->state == RQ_DONE)
 					continue;
+				/* Cut off mid-attempt, or never started: a
+				 * timeout.  One waiting to retry keeps its
+				 * last attempt's outcome ("HTTP 500 on every
+				 * attempt" says more than "timed out"). */
 				if (r->state == RQ_RUNNING) {
 					curl_multi_remove_handle(m, r->e);
 					s3_handle_put(t, r->e);
 					r->e = NULL;
+					r->cc = CURLE_OPERATION_TIMEDOUT;
+					r->status = 0;
+				} else if (r->attempts == 0) {
+					r->cc = CURLE_OPERATION_TIMEDOUT;
 				}
-				if (r->cc == CURLE_OK && r->status == 0)
-					r->cc = CURLE_OPERATION_TIMEDOUT;
-				else if (r->cc == CURLE_OK)
-					r->cc = CURLE_OPERATION_TIMEDOUT;
 				r->state = RQ_DONE;
 				done++;
 			}
@@ -698,6 +722,9 @@ static int s3_run(s3_tier *t, s3_req **rq, int n, int64_t deadline)
 			r->cc = msg->data.result;
 			curl_easy_getinfo(r->e, CURLINFO_RESPONSE_CODE,
 					  &r->status);
+			if (curl_easy_getinfo(r->e, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T,
+					      &r->clen) != CURLE_OK)
+				r->clen = -1;
 			curl_multi_remove_handle(m, r->e);
 			s3_handle_put(t, r->e);
 			r->e = NULL;
@@ -755,62 +782,109 @@ static int s3_xml_tag(const char *body, const char *tag, char *out, size_t cap)
 	if (!b)
 		return -1;
 	n = (size_t)(b - a);
-	if (n >= cap)
-		n = cap - 1;
+	if (n >= cap) {
+		memcpy(out, a, cap - 1);
+		out[cap - 1] = '\0';
+		return -2; /* present, but longer than `cap` */
+	}
 	memcpy(out, a, n);
 	out[n] = '\0';
 	return 0;
 }
 
-/* Turn a finished request into 0 or a code with a sentence naming the
- * failure.  `ok` lists acceptable statuses besides 2xx (0-terminated). */
-static int s3_result(const s3_tier *t, const s3_req *r, const char *what)
+/* Turn a finished request into 0 or a code of the taxonomy in s3.h, with a
+ * sentence that names the operation, the object, the endpoint and what
+ * happened.  Also records whether the endpoint answered at all. */
+static int s3_result(s3_tier *t, const s3_req *r, const char *what)
 {
-	char code[64] = "", msg[256] = "";
+	char code[64] = "", msg[256] = "", where[S3_NAME_MAX + 256];
+	long ms = (long)(s3_now_ms() - r->t0_ms);
 
+	snprintf(where, sizeof(where), "S3 %s of s3://%s/%s at %s", what,
+		 t->bucket, r->obj, t->endpoint);
 	if (r->cc != CURLE_OK) {
+		const char *why = r->cerr[0] ? r->cerr : curl_easy_strerror(r->cc);
+
 		if (r->overflow)
-			return kvt_err(KVT_EMALFORMED,
-				       "S3 %s %s: response longer than expected",
-				       what, r->url);
-		if (r->cc == CURLE_OPERATION_TIMEDOUT)
+			return kvt_err(KVT_EMALFORMED, "%s: answer longer than expected",
+				       where);
+		switch (r->cc) {
+		case CURLE_COULDNT_CONNECT:
+			atomic_store(&t->reachable, 0);
+			return kvt_err(-ECONNREFUSED,
+				       "%s: endpoint unreachable: %s (%d attempt(s) in %ld ms)",
+				       where, why, r->attempts, ms);
+		case CURLE_COULDNT_RESOLVE_HOST:
+		case CURLE_COULDNT_RESOLVE_PROXY:
+			atomic_store(&t->reachable, 0);
+			return kvt_err(-EHOSTUNREACH,
+				       "%s: endpoint unreachable: %s (%d attempt(s) in %ld ms)",
+				       where, why, r->attempts, ms);
+		case CURLE_OPERATION_TIMEDOUT:
+			atomic_store(&t->reachable, 0);
 			return kvt_err(KVT_ETIMEDOUT,
-				       "S3 %s %s: timed out after %d ms (%d attempts): %s",
-				       what, r->url, t->timeout_ms, r->attempts,
-				       r->cerr[0] ? r->cerr : curl_easy_strerror(r->cc));
-		return kvt_err(-EIO, "S3 %s %s failed after %d attempts: %s",
-			       what, r->url, r->attempts,
-			       r->cerr[0] ? r->cerr : curl_easy_strerror(r->cc));
+				       "%s: timed out: no complete answer within the %d ms deadline "
+				       "(%d attempt(s)): %s",
+				       where, t->timeout_ms, r->attempts, why);
+		case CURLE_PARTIAL_FILE:
+			return kvt_err(-EIO,
+				       "%s: answer truncated (body shorter than its Content-Length) "
+				       "on %d attempt(s) in %ld ms: %s",
+				       where, r->attempts, ms, why);
+		default:
+			return kvt_err(-EIO, "%s: I/O error on %d attempt(s) in %ld ms: %s",
+				       where, r->attempts, ms, why);
+		}
 	}
+	atomic_store(&t->reachable, 1);
 	if (r->status >= 200 && r->status < 300)
 		return 0;
 	s3_xml_tag(r->errbody, "Code", code, sizeof(code));
 	s3_xml_tag(r->errbody, "Message", msg, sizeof(msg));
-	if (r->status == 404)
-		return kvt_err(KVT_ENOTFOUND, "S3 %s %s: 404 %s", what, r->url,
-			       code);
+	if (r->status == 404) {
+		if (!strcmp(code, "NoSuchBucket"))
+			return kvt_err(KVT_ECONFIG,
+				       "%s: 404 NoSuchBucket: bucket '%s' does not exist",
+				       where, t->bucket);
+		/* A HEAD has no body to carry a code. */
+		if (!strcmp(code, "NoSuchKey") || !strcmp(code, "NoSuchUpload") ||
+		    (!code[0] && !strcmp(r->method, "HEAD")))
+			return kvt_err(KVT_ENOTFOUND, "%s: 404 %s", where, code);
+		/* Not S3 saying "no such object" (a proxy's or a load
+		 * balancer's 404, a wrong endpoint path): not a miss. */
+		return kvt_err(-EIO, "%s: 404 %s without NoSuchKey: %s", where,
+			       code[0] ? code : "(no S3 error code)",
+			       code[0] ? msg : "not an S3 answer");
+	}
 	if (r->status == 412)
-		return kvt_err(KVT_EEXIST, "S3 %s %s: 412 precondition failed",
-			       what, r->url);
+		return kvt_err(KVT_EEXIST, "%s: 412 precondition failed", where);
 	if (r->status == 403 || r->status == 401 ||
 	    !strcmp(code, "SignatureDoesNotMatch") ||
 	    !strcmp(code, "InvalidAccessKeyId"))
 		return kvt_err(-EACCES,
-			       "S3 authentication failed: %s %s: %ld %s (%s) "
+			       "S3 authentication failed: %s: %ld %s (%s) "
 			       "for access key '%s', region '%s': check the "
 			       "credentials, region and clock",
-			       what, r->url, r->status, code, msg, t->user,
-			       t->region);
-	return kvt_err(r->status >= 500 ? -EIO : KVT_EINVAL,
-		       "S3 %s %s: HTTP %ld %s %s (after %d attempts)", what,
-		       r->url, r->status, code, msg, r->attempts);
+			       where, r->status, code, msg, t->user, t->region);
+	if (r->status >= 500 || r->status == 429)
+		return kvt_err(-EIO, "%s: HTTP %ld %s (%s) on %d attempt(s) in %ld ms",
+			       where, r->status, code, msg, r->attempts, ms);
+	return kvt_err(KVT_EINVAL, "%s: HTTP %ld %s %s", where, r->status, code,
+		       msg);
+}
+
+/* One request, its deadline the caller's (a listing's page gets whichever
+ * comes first of its own timeout and the listing's deadline). */
+static int s3_one_by(s3_tier *t, s3_req *r, const char *what, int64_t deadline)
+{
+	int rc = s3_run(t, &r, 1, deadline);
+
+	return rc ? rc : s3_result(t, r, what);
 }
 
 static int s3_one(s3_tier *t, s3_req *r, const char *what)
 {
-	int rc = s3_run(t, &r, 1, s3_now_ms() + t->timeout_ms);
-
-	return rc ? rc : s3_result(t, r, what);
+	return s3_one_by(t, r, what, s3_now_ms() + t->timeout_ms);
 }
 
 /* --- HMAC ---------------------------------------------------------------- */
@@ -868,48 +942,162 @@ static int64_t s3_parse_time(const char *s)
 	return (int64_t)timegm(&tm);
 }
 
-/* Walk every object below the prefix, 1000 a page. */
-static int s3_list(s3_tier *t, s3_list_fn fn, void *arg)
+/* The continuation tokens one listing has been given, as 64-bit XXH3
+ * hashes in an open-addressed set (0 marks a free slot).  A collision could
+ * only end a listing early with a clear error, at odds of about n^2 / 2^65:
+ * 3e-12 at the default page limit. */
+typedef struct s3_tokset {
+	uint64_t *h;
+	uint32_t *page; /* the page that first gave each token */
+	size_t cap, n;
+} s3_tokset;
+
+/* Add `tok`, given by page `page`.  0 if new, else the page that gave it
+ * before (>0), or KVT_ENOMEM. */
+static long s3_tokset_add(s3_tokset *s, const char *tok, uint32_t page)
 {
-	char token[1024] = "", enc_tok[3 * 1024], enc_pre[3 * S3_NAME_MAX];
-	char query[8192];
+	uint64_t h = XXH3_64bits(tok, strlen(tok));
+	size_t i;
+
+	if (!h)
+		h = 1;
+	if (2 * (s->n + 1) > s->cap) {
+		size_t nc = s->cap ? 2 * s->cap : 64, j;
+		uint64_t *nh = calloc(nc, sizeof(*nh));
+		uint32_t *np = calloc(nc, sizeof(*np));
+		if (!nh || !np) {
+			free(nh);
+			free(np);
+			return KVT_ENOMEM;
+		}
+		for (j = 0; j < s->cap; j++) {
+			if (!s->h[j])
+				continue;
+			for (i = s->h[j] & (nc - 1); nh[i]; i = (i + 1) & (nc - 1))
+				;
+			nh[i] = s->h[j];
+			np[i] = s->page[j];
+		}
+		free(s->h);
+		free(s->page);
+		s->h = nh;
+		s->page = np;
+		s->cap = nc;
+	}
+	for (i = h & (s->cap - 1); s->h[i]; i = (i + 1) & (s->cap - 1))
+		if (s->h[i] == h)
+			return (long)s->page[i];
+	s->h[i] = h;
+	s->page[i] = page;
+	s->n++;
+	return 0;
+}
+
+/* Walk every object below the prefix, 1000 a page, within the listing's
+ * deadline and page limit; *pages (may be NULL) counts the pages read.  An
+ * error ends the walk: the caller must not take what it saw for the whole
+ * prefix. */
+static int s3_list(s3_tier *t, s3_list_fn fn, void *arg, uint64_t *pages)
+{
+	/* Large buffers on the heap: tokens can be long, and percent-encoding
+	 * triples them. */
+	struct {
+		char token[S3_TOKEN_MAX], enc_tok[3 * S3_TOKEN_MAX];
+		char enc_pre[3 * S3_NAME_MAX], query[3 * S3_TOKEN_MAX + 3 * S3_NAME_MAX + 64];
+		char where[S3_NAME_MAX + 256];
+	} *b = calloc(1, sizeof(*b));
+	int64_t deadline = s3_now_ms() + t->list_timeout_ms;
 	size_t plen = strlen(t->prefix);
+	s3_tokset seen = { 0 };
+	uint32_t page;
 	int rc = 0;
 
-	s3_uri_encode(t->prefix, enc_pre, sizeof(enc_pre));
-	do {
-		s3_req r;
-		const char *p;
+	if (pages)
+		*pages = 0;
+	if (!b)
+		return KVT_ENOMEM;
+	snprintf(b->where, sizeof(b->where), "S3 ListObjectsV2 of s3://%s/%s at %s",
+		 t->bucket, t->prefix, t->endpoint);
+	s3_uri_encode(t->prefix, b->enc_pre, sizeof(b->enc_pre));
+	for (page = 1; !rc; page++) {
+		int64_t now = s3_now_ms(), page_deadline = now + t->timeout_ms;
 		char trunc[16] = "";
+		const char *p;
+		s3_req r;
+		long first = 0;
+		int tr;
 
-		s3_uri_encode(token, enc_tok, sizeof(enc_tok));
-		snprintf(query, sizeof(query), "%s%s%slist-type=2&prefix=%s",
-			 token[0] ? "continuation-token=" : "", token[0] ? enc_tok : "",
-			 token[0] ? "&" : "", enc_pre);
+		if (page > t->list_max_pages) {
+			rc = kvt_err(KVT_ETOOBIG,
+				     "%s: more than %u pages (list_max_pages): stopped at the page limit",
+				     b->where, t->list_max_pages);
+			break;
+		}
+		if (now >= deadline) {
+			rc = kvt_err(KVT_ETIMEDOUT,
+				     "%s: listing deadline of %d ms passed after %u page(s)",
+				     b->where, t->list_timeout_ms, page - 1);
+			break;
+		}
+		if (page_deadline > deadline)
+			page_deadline = deadline;
+		s3_uri_encode(b->token, b->enc_tok, sizeof(b->enc_tok));
+		snprintf(b->query, sizeof(b->query), "%s%s%slist-type=2&prefix=%s",
+			 b->token[0] ? "continuation-token=" : "",
+			 b->token[0] ? b->enc_tok : "", b->token[0] ? "&" : "",
+			 b->enc_pre);
 		/* base_url has the bucket; the list goes to ".../bucket?..." */
-		rc = s3_req_init(t, &r, "GET", "", query);
+		rc = s3_req_init(t, &r, "GET", "", b->query);
+		snprintf(r.obj, sizeof(r.obj), "%s", t->prefix);
 		if (!rc)
-			rc = s3_one(t, &r, "ListObjectsV2");
+			rc = s3_one_by(t, &r, "ListObjectsV2", page_deadline);
+		if (rc == KVT_ETIMEDOUT && page_deadline == deadline && page > 1)
+			kvt_err_prefix(rc, "listing deadline of %d ms passed at page %u: ",
+				       t->list_timeout_ms, page);
+		if (!rc) {
+			uint8_t *nb = realloc(r.buf, r.len + 1);
+			if (nb) {
+				r.buf = nb;
+				r.buf[r.len] = '\0';
+			} else {
+				rc = KVT_ENOMEM;
+			}
+		}
 		if (rc) {
 			s3_req_fini(&r);
-			return rc;
+			break;
 		}
-		{
-			uint8_t *nb = realloc(r.buf, r.len + 1);
-			if (!nb) {
-				s3_req_fini(&r);
-				return KVT_ENOMEM;
-			}
-			r.buf = nb;
-			r.buf[r.len] = '\0';
+		if (!r.buf || !strstr((char *)r.buf, "<ListBucketResult")) {
+			rc = kvt_err(-EPROTO, "%s: page %u is not a ListBucketResult: '%.80s'",
+				     b->where, page, r.buf ? (char *)r.buf : "");
+			s3_req_fini(&r);
+			break;
 		}
-		token[0] = '\0';
+		b->token[0] = '\0';
 		s3_xml_tag((char *)r.buf, "IsTruncated", trunc, sizeof(trunc));
-		if (!strcmp(trunc, "true"))
-			s3_xml_tag((char *)r.buf, "NextContinuationToken", token,
-				   sizeof(token));
-		s3_xml_unescape(token);
-		for (p = (char *)r.buf; (p = strstr(p, "<Contents>"));) {
+		tr = !strcmp(trunc, "true");
+		if (tr) {
+			int got = s3_xml_tag((char *)r.buf, "NextContinuationToken",
+					     b->token, sizeof(b->token));
+			s3_xml_unescape(b->token);
+			if (got == -2)
+				rc = kvt_err(-EPROTO,
+					     "%s: page %u gives a NextContinuationToken longer than %d bytes",
+					     b->where, page, S3_TOKEN_MAX - 1);
+			else if (got || !b->token[0])
+				rc = kvt_err(-EPROTO,
+					     "%s: page %u says IsTruncated=true but gives no "
+					     "NextContinuationToken: the rest cannot be listed",
+					     b->where, page);
+			else if ((first = s3_tokset_add(&seen, b->token, page)) > 0)
+				rc = kvt_err(-EPROTO,
+					     "%s: page %u repeats NextContinuationToken '%.200s' "
+					     "first given by page %ld: the endpoint's listing loops; stopped",
+					     b->where, page, b->token, first);
+			else if (first < 0)
+				rc = (int)first;
+		}
+		for (p = (char *)r.buf; !rc && (p = strstr(p, "<Contents>"));) {
 			const char *end = strstr(p, "</Contents>");
 			char blk[2048], key[1100], sz[32] = "0", lm[64] = "";
 			size_t bl;
@@ -930,11 +1118,16 @@ static int s3_list(s3_tier *t, s3_list_fn fn, void *arg)
 				continue;
 			rc = fn(arg, key + plen, strlen(key + plen),
 				strtoull(sz, NULL, 10), s3_parse_time(lm));
-			if (rc)
-				break;
 		}
 		s3_req_fini(&r);
-	} while (!rc && token[0]);
+		if (pages)
+			*pages = page;
+		if (!tr)
+			break;
+	}
+	free(seen.h);
+	free(seen.page);
+	free(b);
 	return rc;
 }
 
@@ -942,8 +1135,9 @@ typedef struct s3_fill {
 	s3_tier *t;
 	s3_ent **b;
 	size_t nb;
-	uint64_t count, used, foreign;
-	char example[128];
+	uint64_t count, used, foreign, small;
+	char example[128], small_example[128];
+	uint64_t small_size;
 } s3_fill;
 
 static int s3_fill_one(void *arg, const char *name, size_t n, uint64_t size,
@@ -954,10 +1148,23 @@ static int s3_fill_one(void *arg, const char *name, size_t n, uint64_t size,
 	s3_ent *e;
 	size_t b;
 
-	if (s3_parse_name(name, n, &k) || size < KVT_OBJ_HEADER_BYTES) {
+	if (s3_parse_name(name, n, &k)) {
 		if (!f->foreign++)
 			snprintf(f->example, sizeof(f->example), "%.*s",
 				 (int)(n < 100 ? n : 100), name);
+		return 0;
+	}
+	/* Every valid layout has a payload of at least one byte, so an image
+	 * is longer than its header; one larger than the decoder accepts is
+	 * refused on read.  Either way lookup must not count it: a hit here
+	 * would make the engine skip prefill for a chunk no get can serve. */
+	if (size <= KVT_OBJ_HEADER_BYTES ||
+	    size > KVT_OBJ_HEADER_BYTES + KVT_OBJ_MAX_PAYLOAD) {
+		if (!f->small++) {
+			snprintf(f->small_example, sizeof(f->small_example), "%.*s",
+				 (int)(n < 100 ? n : 100), name);
+			f->small_size = size;
+		}
 		return 0;
 	}
 	e = calloc(1, sizeof(*e));
@@ -979,6 +1186,7 @@ int kvt_s3_refresh(kvt_tier *tier)
 	s3_tier *t = (s3_tier *)tier;
 	s3_fill f;
 	int64_t start = s3_now_ms();
+	uint64_t pages = 0;
 	size_t nb = 1024, i;
 	int rc;
 
@@ -994,15 +1202,30 @@ int kvt_s3_refresh(kvt_tier *tier)
 	f.b = calloc(f.nb, sizeof(*f.b));
 	if (!f.b)
 		return KVT_ENOMEM;
-	rc = s3_list(t, s3_fill_one, &f);
+	rc = s3_list(t, s3_fill_one, &f, &pages);
 	if (rc) {
+		/* The cache stays as it was: a listing cut short says
+		 * nothing about what it did not reach. */
 		s3_index_free(f.b, f.nb);
+		pthread_mutex_lock(&t->mu);
+		t->health.list_rc = rc;
+		snprintf(t->health.list_error, sizeof(t->health.list_error), "%s",
+			 kvt_errmsg());
+		t->health.list_failures++;
+		pthread_mutex_unlock(&t->mu);
 		return rc;
 	}
 	if (f.foreign)
 		kvt_log(KVT_LOG_WARN,
 			"s3: skipped %" PRIu64 " object(s) under s3://%s/%s that are not kvtier chunks (e.g. '%s')",
 			f.foreign, t->bucket, t->prefix, f.example);
+	if (f.small)
+		kvt_log(KVT_LOG_WARN,
+			"s3: skipped %" PRIu64 " object(s) under s3://%s/%s named like chunks whose listed "
+			"size rules a chunk out (e.g. '%s', %" PRIu64 " bytes; an image is more than "
+			"the %u-byte header)",
+			f.small, t->bucket, t->prefix, f.small_example, f.small_size,
+			KVT_OBJ_HEADER_BYTES);
 	pthread_mutex_lock(&t->mu);
 	/* Keep what this tier put while the listing ran: it may be missing
 	 * from the pages already read. */
@@ -1034,9 +1257,28 @@ int kvt_s3_refresh(kvt_tier *tier)
 	t->nbuckets = f.nb;
 	t->count = f.count;
 	t->used = f.used;
+	t->health.list_rc = 0;
+	t->health.list_error[0] = '\0';
+	t->health.lists++;
+	t->health.list_pages = pages;
+	t->health.skipped_foreign = f.foreign;
+	t->health.skipped_size = f.small;
 	pthread_mutex_unlock(&t->mu);
 	kvt_log(KVT_LOG_INFO, "s3: s3://%s/%s holds %" PRIu64 " chunk(s), %" PRIu64 " bytes",
 		t->bucket, t->prefix, f.count, f.used);
+	return 0;
+}
+
+int kvt_s3_status_get(kvt_tier *tier, kvt_s3_status *out)
+{
+	s3_tier *t = (s3_tier *)tier;
+
+	if (!kvt_s3_is(tier) || !out)
+		return kvt_err(KVT_EINVAL, "kvt_s3_status_get: not an S3 tier");
+	pthread_mutex_lock(&t->mu);
+	*out = t->health;
+	pthread_mutex_unlock(&t->mu);
+	out->reachable = atomic_load(&t->reachable);
 	return 0;
 }
 
@@ -1421,12 +1663,18 @@ static int s3_get(kvt_tier *tier, const kvt_key *key, kvt_tier_rbuf **out)
 				 * stitch two versions: a miss. */
 				rc = kvt_err(KVT_ENOTFOUND,
 					     "s3: %s changed during a ranged read", name);
-			} else if (!rc && (rs[i].len != rs[i].dst_cap ||
-					   (rs[i].etag[0] && first.etag[0] &&
-					    strcmp(rs[i].etag, first.etag)))) {
+			} else if (!rc && rs[i].etag[0] && first.etag[0] &&
+				   strcmp(rs[i].etag, first.etag)) {
 				rc = kvt_err(KVT_ENOTFOUND,
-					     "s3: %s: range %zu short or of another version",
+					     "s3: %s: range %zu is of another version",
 					     name, i);
+			} else if (!rc && rs[i].len != rs[i].dst_cap) {
+				/* The endpoint answered 2xx with fewer bytes
+				 * than asked: its fault, not a miss. */
+				rc = kvt_err(-EIO,
+					     "S3 GET range of s3://%s/%s at %s: range %zu holds %zu of %zu bytes",
+					     t->bucket, name, t->endpoint, i, rs[i].len,
+					     rs[i].dst_cap);
 			}
 		}
 		if (rc)
@@ -1436,6 +1684,18 @@ static int s3_get(kvt_tier *tier, const kvt_key *key, kvt_tier_rbuf **out)
 		first.buf = NULL;
 	}
 	rc = kvt_obj_hdr_decode(img, total, &h);
+	if (first.status == 200 && first.clen < 0 &&
+	    (rc == KVT_ETRUNCATED ||
+	     (!rc && (uint64_t)h.header_len + h.payload_len > total))) {
+		/* No Content-Length to tell a cut connection from a short
+		 * object: never data, but not proof of corruption either, so
+		 * the object is not deleted. */
+		rc = kvt_err(-EIO,
+			     "S3 GET of s3://%s/%s at %s: answer ended after %" PRIu64
+			     " bytes without a Content-Length, shorter than the image",
+			     t->bucket, name, t->endpoint, total);
+		goto out;
+	}
 	if (rc) {
 		s3_count_corrupt(t, key, name, kvt_strerror(rc));
 		rc = KVT_ECORRUPT;
@@ -1479,8 +1739,13 @@ static int s3_get(kvt_tier *tier, const kvt_key *key, kvt_tier_rbuf **out)
 	pthread_mutex_unlock(&t->mu);
 out:
 	if (rc) {
+		/* A miss is a miss; a failure to read is counted apart, so
+		 * that a dead endpoint does not look like a cold cache. */
 		pthread_mutex_lock(&t->mu);
-		t->st.misses++;
+		if (rc == KVT_ENOTFOUND || rc == KVT_ECORRUPT)
+			t->st.misses++;
+		else
+			t->health.read_errors++;
 		pthread_mutex_unlock(&t->mu);
 	}
 	for (i = 0; rs && i < nr; i++)
@@ -1911,6 +2176,13 @@ int kvt_s3_open(const kvt_s3_opts *o, kvt_tier **out)
 	t->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 30000;
 	t->retries = o->retries > 0 ? o->retries : (o->retries < 0 ? 0 : 5);
 	t->refresh_s = o->refresh_s;
+	t->list_timeout_ms = o->list_timeout_ms > 0
+				     ? o->list_timeout_ms
+				     : (t->timeout_ms > INT32_MAX / S3_LIST_TIMEOUT_MULT
+						? INT32_MAX
+						: t->timeout_ms * S3_LIST_TIMEOUT_MULT);
+	t->list_max_pages = o->list_max_pages ? o->list_max_pages : S3_LIST_PAGES;
+	atomic_init(&t->reachable, 1);
 	t->path_style = o->path_style;
 	t->nbuckets = 1024;
 	t->buckets = calloc(t->nbuckets, sizeof(*t->buckets));
@@ -1981,14 +2253,25 @@ int kvt_s3_open(const kvt_s3_opts *o, kvt_tier **out)
 	curl_share_setopt(t->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
 
 	rc = kvt_s3_refresh(&t->base);
-	if (rc == -EACCES || rc == KVT_EINVAL) {
-		kvt_err_prefix(rc == -EACCES ? rc : KVT_ECONFIG, "s3 open: ");
+	if (rc == -EACCES || rc == KVT_EINVAL || rc == KVT_ECONFIG) {
+		/* Wrong credentials, a missing bucket, a request the
+		 * endpoint refuses: no retry later will fix these. */
 		rc = rc == -EACCES ? rc : KVT_ECONFIG;
+		kvt_err_prefix(rc, "s3 open: ");
 		goto fail;
 	}
 	if (rc) {
-		kvt_log(KVT_LOG_WARN, "s3: cannot list s3://%s/%s at open, cache starts cold: %s",
-			t->bucket, t->prefix, kvt_errmsg());
+		/* The store keeps serving from its other tiers, so the open
+		 * goes on; but an empty cache here is not an empty bucket,
+		 * and the log says so in so many words. */
+		int down = rc == -ECONNREFUSED || rc == -EHOSTUNREACH ||
+			   rc == KVT_ETIMEDOUT;
+		kvt_log(KVT_LOG_ERROR,
+			"s3: s3://%s/%s %s at open: %s. The tier is shown empty (nothing listed, "
+			"not known to be empty) until a listing succeeds%s",
+			t->bucket, t->prefix,
+			down ? "is UNREACHABLE" : "could not be listed", kvt_errmsg(),
+			down ? "; reads and writes fail until the endpoint answers" : "");
 		kvt_err_clear();
 	}
 	if (t->refresh_s > 0) {

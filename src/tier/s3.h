@@ -30,8 +30,29 @@
  * Every call has a deadline of timeout_ms: retries (5xx, 503 SlowDown,
  * 429, connection errors, timeouts, truncated bodies) back off
  * exponentially with full jitter and stop when the deadline would pass, so a
- * dead or hung endpoint costs a caller at most timeout_ms (the store then
- * reports a miss and the engine recomputes).
+ * dead or hung endpoint costs a caller at most timeout_ms.
+ *
+ * Errors say what failed (docs/S3.md has the table), each with a sentence
+ * naming the operation, s3://bucket/object, the endpoint and what happened:
+ *   KVT_ENOTFOUND   404 NoSuchKey: the only miss (and a ranged read whose
+ *                   object was replaced midway: never two versions mixed)
+ *   KVT_ECONFIG     404 NoSuchBucket, naming the bucket
+ *   -EACCES         403 / SignatureDoesNotMatch / InvalidAccessKeyId
+ *   -ECONNREFUSED   nothing listens at the endpoint ("unreachable")
+ *   -EHOSTUNREACH   the endpoint's host name does not resolve ("unreachable")
+ *   KVT_ETIMEDOUT   no complete answer by the deadline (a hung endpoint)
+ *   -EIO            5xx/429 on every attempt, bodies cut short or reset,
+ *                   a 404 that is neither NoSuchKey nor NoSuchBucket
+ *   -EPROTO         a listing the endpoint got wrong: a continuation token
+ *                   given twice (the listing would loop), IsTruncated without
+ *                   a token, an answer that is not a ListBucketResult
+ *   KVT_ETOOBIG     a listing longer than list_max_pages pages
+ *   KVT_ECORRUPT    an object that is not a valid image of its key
+ *
+ * Listing is bounded three ways: an overall deadline (list_timeout_ms), a
+ * page limit (list_max_pages) and a check that no continuation token comes
+ * back twice.  A failed listing changes nothing in the existence cache and
+ * is reported; it is never taken for an empty prefix.
  */
 #ifndef KVT_S3_H
 #define KVT_S3_H
@@ -68,19 +89,31 @@ typedef struct kvt_s3_opts {
 	const uint8_t *hmac_key; /* optional object authentication */
 	size_t hmac_key_len;
 	int refresh_s;        /* >0: re-list every refresh_s seconds */
+	/* Deadline of one whole listing (every page of it); 0 = 10 x
+	 * timeout_ms.  Each page still gets at most timeout_ms. */
+	int list_timeout_ms;
+	/* Pages (of up to 1000 objects) one listing may take before it stops
+	 * with KVT_ETOOBIG; 0 = 10000, i.e. 10 million objects, about 800 MB
+	 * of existence cache. */
+	uint32_t list_max_pages;
 } kvt_s3_opts;
 
 /* Open the tier and warm its existence cache by listing <prefix>.  A failed
- * authentication (403 InvalidAccessKeyId, SignatureDoesNotMatch, ...) or a
- * missing bucket fails the open (-EACCES / KVT_ECONFIG with the S3 error code
- * in kvt_errmsg()); an unreachable endpoint does not (one log line, the
- * cache starts cold, calls fail until it comes back).  KVT_EINVAL names a bad
+ * authentication (403 InvalidAccessKeyId, SignatureDoesNotMatch, ...) fails
+ * the open with -EACCES, a missing bucket with KVT_ECONFIG ("NoSuchBucket",
+ * naming the bucket), both with the S3 error code in kvt_errmsg().  An
+ * endpoint that cannot be reached or whose listing fails does not fail the
+ * open, so a store keeps serving from its other tiers: one error-level log
+ * line says the tier is unreachable (or its listing failed) and is shown
+ * empty until a listing succeeds, kvt_s3_status_get() reports it, and
+ * calls fail with the codes above until the endpoint answers.  KVT_EINVAL names a bad
  * option, KVT_ECONFIG missing credentials.  The caller owns *out and frees
  * it with (*out)->ops->close. */
 int kvt_s3_open(const kvt_s3_opts *o, kvt_tier **out);
 
 /* Re-list the bucket and replace the existence cache (chunks this tier put
- * while the listing ran are kept).  0 or a negative code. */
+ * while the listing ran are kept).  0 or a negative code; on failure the
+ * cache is left as it was. */
 int kvt_s3_refresh(kvt_tier *t);
 
 /* Lifecycle through listing: re-list, delete every chunk older than
@@ -95,6 +128,26 @@ int kvt_s3_gc(kvt_tier *t, uint64_t max_age_s, uint64_t budget_bytes,
  * for tests and tools that plant foreign or damaged objects. */
 int kvt_s3_put_raw(kvt_tier *t, const char *name, const void *data,
 		   size_t len);
+
+/* What the tier knows of its endpoint's health, beyond kvt_tier_stats. */
+typedef struct kvt_s3_status {
+	/* 1: the last request got an HTTP answer; 0: it could not connect or
+	 * got no answer by its deadline. */
+	int reachable;
+	int list_rc;            /* 0: the last listing completed; else its code */
+	char list_error[512];   /* that failure's sentence; "" if none */
+	uint64_t lists;         /* listings completed */
+	uint64_t list_failures; /* listings that failed */
+	uint64_t list_pages;    /* pages the last completed listing took */
+	/* Of the last completed listing: objects skipped because their names
+	 * are not kvtier chunk names, and chunk names whose listed size rules
+	 * out a chunk (at most the 4 KiB header, or over the largest image). */
+	uint64_t skipped_foreign, skipped_size;
+	uint64_t read_errors;   /* gets that failed other than by a miss */
+} kvt_s3_status;
+
+/* Fill *out for S3 tier `t`.  0 or KVT_EINVAL. */
+int kvt_s3_status_get(kvt_tier *t, kvt_s3_status *out);
 
 /* Is `t` an S3 tier?  1 or 0. */
 int kvt_s3_is(const kvt_tier *t);
