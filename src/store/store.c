@@ -476,7 +476,9 @@ static void tier_note_write(kvt_store *st, int i, int rc)
 			 kvt_errmsg());
 		pthread_mutex_unlock(&st->err_mu);
 	}
-	if (rc < 0 && rc > KVT_ERR_BASE) {
+	if ((rc < 0 && rc > KVT_ERR_BASE) || rc == KVT_ETIMEDOUT) {
+		/* A medium or an endpoint that failed, or did not answer in
+		 * time: both mean the next write will likely fail too. */
 		atomic_fetch_add(&hl->errors, 1);
 		if (atomic_fetch_add(&hl->streak, 1) + 1 == TIER_FAIL_STREAK) {
 			atomic_store(&hl->off_until, mono_ns() + TIER_WRITES_OFF_NS);
