@@ -464,7 +464,7 @@ static int writes_off(kvt_store *st, int i)
 	return until && mono_ns() < until;
 }
 
-/* Count a put's outcome in tier i's health: an I/O error (a negated errno)
+/* Count a put's outcome in tier i's health: an I/O error (a negated errno) or a timeout
  * lengthens the streak; anything else that reached the medium ends it. */
 static void tier_note_write(kvt_store *st, int i, int rc)
 {
