@@ -4,6 +4,8 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "store/config.h"
 #include "test.h"
@@ -25,6 +27,235 @@ static void bad(const char *yaml, const char *want)
 		test_failures++;
 	}
 	kvt_config_free(c);
+}
+
+/* kvt_parse_size refuses `s` and says why, naming the value. */
+static void bad_size(const char *s, uint64_t bare, const char *want)
+{
+	uint64_t v = 12345;
+	CHECK_EQ(kvt_parse_size(s, bare, &v), KVT_ECONFIG);
+	CHECK(v == 12345);
+	if (!strstr(kvt_errmsg(), want) || !strstr(kvt_errmsg(), s)) {
+		fprintf(stderr, "size \"%s\": error \"%s\" lacks \"%s\" or the value\n", s,
+			kvt_errmsg(), want);
+		test_failures++;
+	}
+}
+
+/* The size grammar of docs/CONFIG.md: decimal, optional 1..6 decimals,
+ * optional unit; nothing strtod would also take. */
+static void sizes_strict(void)
+{
+	const uint64_t G = 1ull << 30;
+	uint64_t v = 0;
+
+	CHECK_EQ(kvt_parse_size("40", G, &v), 0); /* LMCache: bare numbers are GiB */
+	CHECK(v == 40 * G);
+	CHECK_EQ(kvt_parse_size("0.5", G, &v), 0);
+	CHECK(v == G / 2);
+	CHECK_EQ(kvt_parse_size("0", G, &v), 0);
+	CHECK(v == 0);
+	CHECK_EQ(kvt_parse_size("1.5KiB", 1, &v), 0);
+	CHECK(v == 1536);
+	CHECK_EQ(kvt_parse_size("0.3KiB", 1, &v), 0); /* 307.2: the nearest byte */
+	CHECK(v == 307);
+	CHECK_EQ(kvt_parse_size("2 tib", 1, &v), 0);
+	CHECK(v == 2ull << 40);
+	CHECK_EQ(kvt_parse_size("16777215TiB", 1, &v), 0);
+	CHECK(v == 16777215ull << 40);
+	CHECK_EQ(kvt_parse_size("18446744073709551615", 1, &v), 0);
+	CHECK(v == UINT64_MAX);
+
+	bad_size("0x10", G, "not a size"); /* was 16 GiB */
+	bad_size("0x10", G, "a bare number is GiB");
+	bad_size("010", G, "leading zero");
+	bad_size("-1", G, "not a size");
+	bad_size("+1", G, "not a size");
+	bad_size(" 1", G, "not a size");
+	bad_size("1e3", G, "not a size");
+	bad_size("1E3GiB", 1, "not a size");
+	bad_size("nan", G, "not a size");
+	bad_size("inf", G, "not a size");
+	bad_size("infinity", 1, "not a size");
+	bad_size(".5", G, "not a size");
+	bad_size("1.", G, "not a size");
+	bad_size("1.1234567GiB", 1, "at most 6 decimals");
+	bad_size("1,5GiB", 1, "not a size");
+	bad_size("4 parsecs", G, "unknown unit \"parsecs\"");
+	bad_size("4 parsecs", G, "KiB, MiB, GiB");
+	bad_size("64GiB ", 1, "not a size");
+	bad_size("4096.5", 1, "whole number of bytes");
+	bad_size("0.5B", G, "whole number of bytes");
+	bad_size("18446744073709551616", 1, "too large");
+	bad_size("17179869184GiB", 1, "too large");
+	bad_size("16777216TiB", 1, "too large");
+	bad_size("99999999999999999999999", G, "too large");
+	CHECK_EQ(kvt_parse_size("", G, &v), KVT_ECONFIG);
+
+	/* Through a key: the file, the line, the key, the value, the forms. */
+	bad("max_local_cpu_size: 0x10\n", "t.yaml:1: max_local_cpu_size: \"0x10\" is not a size");
+	bad("chunk_size: 256\nmax_local_disk_size: 1e400\n", "t.yaml:2: max_local_disk_size: \"1e400\"");
+	bad("dram_page_size: 4096.5\n", "whole number of bytes");
+	bad("s3_part_size: -8MiB\n", "s3_part_size: \"-8MiB\" is not a size");
+	bad("dram_background_bandwidth: 1e9\n", "dram_background_bandwidth: \"1e9\"");
+
+	/* Whole numbers: digits only. */
+	bad("chunk_size: 010\n", "t.yaml:1: chunk_size: \"010\" is not a whole number");
+	bad("chunk_size: 0x100\n", "not a whole number");
+	bad("chunk_size: +256\n", "not a whole number");
+	bad("chunk_size: 256.0\n", "not a whole number");
+	bad("workers: 99999999999999999999999\n", "out of range 1..256");
+	bad("nvme_queue_depth: -1\n", "1..4096");
+	kvt_config *c = kvt_config_new();
+	CHECK_EQ(kvt_config_set(c, "chunk_size", " 64"), KVT_ECONFIG);
+	CHECK_EQ(kvt_config_set(c, "chunk_size", "64 "), KVT_ECONFIG);
+	CHECK_EQ(kvt_config_set(c, "chunk_size", "64"), 0);
+	CHECK_EQ(c->chunk_size, 64);
+	kvt_config_free(c);
+}
+
+/* ttl: bounded at 100 years; created + ttl can no longer wrap. */
+static void durations(void)
+{
+	kvt_config *c = kvt_config_new();
+	static const struct {
+		const char *v;
+		uint64_t s;
+	} good[] = {
+		{ "0", 0 }, { "3600", 3600 }, { "90s", 90 }, { "30m", 1800 }, { "1.5h", 5400 },
+		{ "7d", 604800 }, { "2w", 1209600 }, { "0.5m", 30 }, { "36500d", 36500ull * 86400 },
+	};
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		CHECK_EQ(kvt_config_set(c, "ttl", good[i].v), 0);
+		CHECK(c->ttl_s == good[i].s);
+	}
+	static const struct {
+		const char *v, *want;
+	} no[] = {
+		{ "213503982334601d", "at most 36500d" }, /* * 86400 * 1e9 wraps */
+		{ "36501d", "at most 36500d" },
+		{ "3153600001", "at most 36500d" },
+		{ "99999999999999999999999", "at most 36500d" },
+		{ "1e300d", "not a duration" },            /* was undefined behaviour */
+		{ "nan", "not a duration" },
+		{ "inf", "not a duration" },
+		{ "-1", "not a duration" },
+		{ "0x10", "not a duration" },
+		{ "0.5", "whole number of seconds" },
+		{ "1.0000001h", "not a duration" },
+		{ "7 d", "not a duration" },
+		{ "7y", "unknown duration unit" },
+	};
+	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++) {
+		c->ttl_s = 42;
+		CHECK_EQ(kvt_config_set(c, "ttl", no[i].v), KVT_ECONFIG);
+		CHECK(c->ttl_s == 42);
+		if (!strstr(kvt_errmsg(), no[i].want) || strncmp(kvt_errmsg(), "ttl: ", 5)) {
+			fprintf(stderr, "ttl %s: error \"%s\" lacks \"%s\"\n", no[i].v,
+				kvt_errmsg(), no[i].want);
+			test_failures++;
+		}
+	}
+	setenv("KVTIER_TTL", "1e300d", 1);
+	CHECK_EQ(kvt_config_apply_env(c), KVT_ECONFIG);
+	CHECK(strstr(kvt_errmsg(), "KVTIER_TTL") != NULL);
+	unsetenv("KVTIER_TTL");
+	kvt_config_free(c);
+	bad("ttl: 213503982334601d\n", "t.yaml:1: ttl: \"213503982334601d\" is too long");
+}
+
+/* One document, each key once. */
+static void yaml_shape(void)
+{
+	int err = -1;
+	kvt_config *c;
+
+	bad("chunk_size: 128\nlocal_cpu: true\nchunk_size: 512\n",
+	    "t.yaml:3: chunk_size: given twice (first on line 1)");
+	bad("tenants:\n  - name: a\n    name: b\n    secret: 000102030405060708090a0b0c0d0e0f\n",
+	    "t.yaml:3: name: given twice");
+	bad("chunk_size: 128\n---\nchunk_size: 512\n", "t.yaml:2: a second YAML document");
+	bad("chunk_size: 128\n---\n", "a second YAML document");
+	bad("chunk_size: 128\n---\n: [\n", "t.yaml:3");
+	c = parse("---\nchunk_size: 128\n...\n", &err); /* one explicit document */
+	CHECK(c && err == 0 && c->chunk_size == 128);
+	kvt_config_free(c);
+	c = parse("# only a comment\n", &err);
+	CHECK(c && err == 0 && c->chunk_size == 256);
+	kvt_config_free(c);
+}
+
+/* --config takes a regular file only; an empty one is every default. */
+static void files(void)
+{
+	char dir[] = "/tmp/kvt-config-XXXXXX", path[64];
+	int err = 0;
+	kvt_config *c;
+
+	c = kvt_config_load("/dev/null", &err);
+	CHECK(c == NULL);
+	CHECK_EQ(err, KVT_ECONFIG);
+	CHECK(strstr(kvt_errmsg(), "/dev/null: a character device") != NULL);
+	if (!mkdtemp(dir)) {
+		test_failures++;
+		return;
+	}
+	c = kvt_config_load(dir, &err);
+	CHECK(c == NULL);
+	CHECK_EQ(err, KVT_ECONFIG);
+	CHECK(strstr(kvt_errmsg(), "a directory") != NULL);
+
+	snprintf(path, sizeof(path), "%s/fifo", dir);
+	if (mkfifo(path, 0600) == 0) {
+		/* Refused at once: opening it must not wait for a writer. */
+		c = kvt_config_load(path, &err);
+		CHECK(c == NULL);
+		CHECK(strstr(kvt_errmsg(), "a pipe") != NULL);
+		unlink(path);
+	}
+
+	snprintf(path, sizeof(path), "%s/empty.yaml", dir);
+	FILE *f = fopen(path, "w");
+	CHECK(f != NULL);
+	if (f)
+		fclose(f);
+	c = kvt_config_load(path, &err);
+	CHECK(c != NULL);
+	CHECK_EQ(err, 0);
+	CHECK(c && c->chunk_size == 256);
+	kvt_config_free(c);
+
+	f = fopen(path, "w");
+	if (f) {
+		fputs("chunk_size: 64\nchunk_size: 64\n", f);
+		fclose(f);
+	}
+	c = kvt_config_load(path, &err);
+	CHECK(c == NULL);
+	CHECK(strstr(kvt_errmsg(), "empty.yaml:2: chunk_size: given twice") != NULL);
+	unlink(path);
+	rmdir(dir);
+}
+
+static void endpoints(void)
+{
+	kvt_config *c = kvt_config_new();
+
+	CHECK_EQ(kvt_config_set(c, "s3_endpoint", "http://127.0.0.1:9000"), 0);
+	CHECK(!strcmp(c->s3_endpoint, "http://127.0.0.1:9000"));
+	CHECK_EQ(kvt_config_set(c, "s3_endpoint", "HTTPS://s3.us-east-1.amazonaws.com"), 0);
+	CHECK_EQ(kvt_config_set(c, "s3_endpoint", ""), 0);
+	CHECK(!c->s3_endpoint[0]);
+	CHECK_EQ(kvt_config_set(c, "s3_endpoint", "ftp://example.com/"), KVT_ECONFIG);
+	CHECK(strstr(kvt_errmsg(), "s3_endpoint: \"ftp://example.com/\"") != NULL);
+	CHECK(strstr(kvt_errmsg(), "http://host[:port] or https://") != NULL);
+	CHECK_EQ(kvt_config_set(c, "s3_endpoint", "file:///etc/passwd"), KVT_ECONFIG);
+	CHECK_EQ(kvt_config_set(c, "s3_endpoint", "127.0.0.1:9000"), KVT_ECONFIG);
+	CHECK_EQ(kvt_config_set(c, "s3_endpoint", "http://"), KVT_ECONFIG);
+	CHECK_EQ(kvt_config_set(c, "s3_endpoint", "http://a b"), KVT_ECONFIG);
+	CHECK(!c->s3_endpoint[0]); /* a refused value changes nothing */
+	kvt_config_free(c);
+	bad("s3_endpoint: ftp://minio:9000\n", "t.yaml:1: s3_endpoint: \"ftp://minio:9000\"");
 }
 
 int main(void)
@@ -119,6 +350,12 @@ int main(void)
 	CHECK(strstr(kvt_errmsg(), "KVTIER_LOCAL_CPU") != NULL);
 	unsetenv("KVTIER_LOCAL_CPU");
 	kvt_config_free(c);
+
+	sizes_strict();
+	durations();
+	yaml_shape();
+	files();
+	endpoints();
 
 	/* A file that does not exist. */
 	c = kvt_config_load("/nonexistent/kvtier.yaml", &err);

@@ -9,10 +9,12 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <math.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
 
 #include "common/err.h"
@@ -66,6 +68,69 @@ void kvt_config_free(kvt_config *cfg)
 	free(cfg);
 }
 
+/* The one grammar of numbers in a configuration (docs/CONFIG.md): ASCII
+ * decimal digits, optionally "." and 1..6 more; no sign, no exponent, no
+ * surrounding space, and no leading zero before another digit, so that
+ * "010" and "0x10" are refused rather than read as ten or sixteen or as
+ * octal or hex, as strtod/strtoull would.  Parsed with integer arithmetic:
+ * no float rounding, and overflow is seen.  0 (with *end past the number),
+ * -1 if `s` does not start with such a number, -2 if the integer part
+ * exceeds 64 bits. */
+struct decimal {
+	uint64_t ip;    /* integer part */
+	uint64_t frac;  /* fraction = frac / scale */
+	uint64_t scale; /* 10^(digits after the point); 1 without a point */
+};
+
+static int scan_decimal(const char *s, struct decimal *d, const char **end)
+{
+	const char *p = s;
+
+	d->ip = 0;
+	d->frac = 0;
+	d->scale = 1;
+	if (!isdigit((unsigned char)*p))
+		return -1;
+	if (p[0] == '0' && isdigit((unsigned char)p[1]))
+		return -1;
+	for (; isdigit((unsigned char)*p); p++) {
+		unsigned dig = (unsigned)(*p - '0');
+		if (d->ip > (UINT64_MAX - dig) / 10)
+			return -2;
+		d->ip = d->ip * 10 + dig;
+	}
+	if (*p == '.') {
+		p++;
+		if (!isdigit((unsigned char)*p))
+			return -1;
+		for (; isdigit((unsigned char)*p); p++) {
+			if (d->scale == 1000000)
+				return -1; /* more than 6 decimals: not a size anyone means */
+			d->frac = d->frac * 10 + (uint64_t)(*p - '0');
+			d->scale *= 10;
+		}
+	}
+	*end = p;
+	return 0;
+}
+
+/* Whether what follows a number could be meant as a unit: "0x10" and
+ * "1e3" are numbers in a form the grammar refuses, not unknown units. */
+static int all_letters(const char *s)
+{
+	for (; *s; s++)
+		if (!isalpha((unsigned char)*s))
+			return 0;
+	return 1;
+}
+
+/* What every size error says is accepted; "%s" is what a bare number is. */
+#define SIZE_FORMS                                                           \
+	"expected a decimal number and an optional unit, e.g. 64GiB, 512MiB, "  \
+	"1.5GB, 4096B (units B, KiB, MiB, GiB, TiB, KB, MB, GB, TB; K, M, G, T " \
+	"= KiB..TiB; no sign, exponent, hex or leading zero; at most 6 "       \
+	"decimals); a bare number is %s"
+
 int kvt_parse_size(const char *s, uint64_t bare_unit, uint64_t *out)
 {
 	static const struct {
@@ -78,17 +143,19 @@ int kvt_parse_size(const char *s, uint64_t bare_unit, uint64_t *out)
 		{ "TB", 1000000000000ull }, { "K", KiB }, { "M", MiB },
 		{ "G", GiB },       { "T", TiB },
 	};
-	char *end;
-	double v;
-	uint64_t mult = bare_unit;
+	const char *bare = bare_unit == GiB ? "GiB" : bare_unit == 1 ? "bytes" : "units";
+	const char *end;
+	struct decimal d;
+	uint64_t mult = bare_unit, whole, part;
+	int rc;
 
 	if (!s || !*s)
-		return kvt_err(KVT_ECONFIG, "empty size");
-	errno = 0;
-	v = strtod(s, &end);
-	if (end == s || errno || !isfinite(v) || v < 0)
-		return kvt_err(KVT_ECONFIG,
-			       "\"%s\" is not a size (expected e.g. 64GiB, 512MiB, 1.5GB)", s);
+		return kvt_err(KVT_ECONFIG, "empty size: " SIZE_FORMS, bare);
+	rc = scan_decimal(s, &d, &end);
+	if (rc == -1)
+		return kvt_err(KVT_ECONFIG, "\"%s\" is not a size: " SIZE_FORMS, s, bare);
+	if (rc == -2)
+		return kvt_err(KVT_ECONFIG, "\"%s\" is too large (at most 16 EiB)", s);
 	while (*end == ' ')
 		end++;
 	if (*end) {
@@ -96,15 +163,23 @@ int kvt_parse_size(const char *s, uint64_t bare_unit, uint64_t *out)
 		for (i = 0; i < sizeof(units) / sizeof(units[0]); i++)
 			if (!strcasecmp(end, units[i].name))
 				break;
+		if (i == sizeof(units) / sizeof(units[0]) && !all_letters(end))
+			return kvt_err(KVT_ECONFIG, "\"%s\" is not a size: " SIZE_FORMS, s, bare);
 		if (i == sizeof(units) / sizeof(units[0]))
 			return kvt_err(KVT_ECONFIG,
-				       "\"%s\": unknown unit \"%s\" (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)",
-				       s, end);
+				       "\"%s\" is not a size: unknown unit \"%s\"; " SIZE_FORMS,
+				       s, end, bare);
 		mult = units[i].mult;
 	}
-	if (v * (double)mult >= 18446744073709551615.0)
-		return kvt_err(KVT_ECONFIG, "\"%s\" is too large", s);
-	*out = (uint64_t)(v * (double)mult + 0.5);
+	if (d.frac && mult == 1)
+		return kvt_err(KVT_ECONFIG,
+			       "\"%s\" is not a whole number of bytes (a fraction needs a unit of KiB or KB and up)",
+			       s);
+	/* frac < scale <= 10^6 and mult <= 10^12: the product fits. */
+	part = (d.frac * mult + d.scale / 2) / d.scale;
+	if (d.ip > UINT64_MAX / mult || (whole = d.ip * mult) > UINT64_MAX - part)
+		return kvt_err(KVT_ECONFIG, "\"%s\" is too large (at most 16 EiB)", s);
+	*out = whole + part;
 	return 0;
 }
 
@@ -137,18 +212,22 @@ static int parse_bool(const char *v, int *out)
 	return 0;
 }
 
+/* A whole number in lo..hi, in the grammar of scan_decimal without a
+ * fraction.  The error names the value and the range; the caller's prefix
+ * names the key. */
 static int parse_u32(const char *v, uint32_t lo, uint32_t hi, uint32_t *out)
 {
-	char *end;
-	unsigned long long n;
+	struct decimal d;
+	const char *end;
+	int rc = scan_decimal(v, &d, &end);
 
-	errno = 0;
-	n = strtoull(v, &end, 10);
-	if (!*v || *end || errno || v[0] == '-')
-		return kvt_err(KVT_ECONFIG, "\"%s\" is not a whole number", v);
-	if (n < lo || n > hi)
-		return kvt_err(KVT_ECONFIG, "%llu is out of range %u..%u", n, lo, hi);
-	*out = (uint32_t)n;
+	if (rc == -1 || (!rc && (*end || d.scale != 1)))
+		return kvt_err(KVT_ECONFIG,
+			       "\"%s\" is not a whole number (expected decimal digits, %u..%u)",
+			       v, lo, hi);
+	if (rc == -2 || d.ip < lo || d.ip > hi)
+		return kvt_err(KVT_ECONFIG, "%s is out of range %u..%u", v, lo, hi);
+	*out = (uint32_t)d.ip;
 	return 0;
 }
 
@@ -352,9 +431,27 @@ static int set_remote_url(kvt_config *c, const char *v)
 		snprintf(c->FIELD, sizeof(c->FIELD), "%s", v);               \
 		return 0;                                                    \
 	}
-STR_SETTER(s3_endpoint, s3_endpoint)
 STR_SETTER(s3_region, s3_region)
 #undef STR_SETTER
+/* http://host[:port][/path] or https://…; "" = AWS for the region.  libcurl
+ * would happily speak ftp, file or gopher to whatever this names, so any
+ * other scheme is refused here, where the key can be named. */
+static int set_s3_endpoint(kvt_config *c, const char *v)
+{
+	size_t skip = !strncasecmp(v, "http://", 7) ? 7 : !strncasecmp(v, "https://", 8) ? 8 : 0;
+
+	if (*v && (!skip || !v[skip] || v[skip] == '/'))
+		return kvt_err(KVT_ECONFIG,
+			       "\"%s\": expected http://host[:port] or https://host[:port] (or empty for AWS)",
+			       v);
+	for (const char *p = v; *p; p++)
+		if (isspace((unsigned char)*p) || iscntrl((unsigned char)*p))
+			return kvt_err(KVT_ECONFIG, "\"%s\": a URL has no spaces or control characters", v);
+	if (strlen(v) >= sizeof(c->s3_endpoint))
+		return kvt_err(KVT_ECONFIG, "longer than %zu bytes", sizeof(c->s3_endpoint) - 1);
+	snprintf(c->s3_endpoint, sizeof(c->s3_endpoint), "%s", v);
+	return 0;
+}
 static int set_s3_path_style(kvt_config *c, const char *v)
 {
 	return parse_bool(v, &c->s3_path_style);
@@ -483,17 +580,24 @@ static int parse_write(const char *v, uint32_t *out)
 	return 0;
 }
 
-/* A duration: "3600", "90s", "30m", "24h", "7d". */
+/* A TTL longer than a century is not a TTL but a typo, and bounding it
+ * keeps created_ns + ttl far from wrapping (docs/CONFIG.md). */
+#define TTL_MAX_S (36500ull * 86400) /* 100 years of 365 days */
+#define DURATION_FORMS "a whole number of seconds, or a decimal number and one of s, m, h, d, w: 3600, 90s, 1.5h, 7d; at most 36500d (100 years)"
+
+/* A duration: "3600", "90s", "30m", "1.5h", "7d", "2w", in whole seconds,
+ * 0..TTL_MAX_S; the number is scan_decimal's grammar. */
 static int parse_duration(const char *v, uint64_t *out)
 {
-	char *end;
-	double n;
-	uint64_t mult = 1;
+	struct decimal d;
+	const char *end;
+	uint64_t mult;
+	int rc = scan_decimal(v, &d, &end);
 
-	errno = 0;
-	n = strtod(v, &end);
-	if (end == v || errno || n < 0 || !isfinite(n))
-		return kvt_err(KVT_ECONFIG, "\"%s\" is not a duration (e.g. 3600, 90s, 30m, 24h, 7d)", v);
+	if (rc == -1)
+		return kvt_err(KVT_ECONFIG, "\"%s\" is not a duration: expected " DURATION_FORMS, v);
+	if (rc == -2)
+		return kvt_err(KVT_ECONFIG, "\"%s\" is too long: at most 36500d (100 years)", v);
 	if (!strcmp(end, "") || !strcmp(end, "s"))
 		mult = 1;
 	else if (!strcmp(end, "m"))
@@ -502,9 +606,20 @@ static int parse_duration(const char *v, uint64_t *out)
 		mult = 3600;
 	else if (!strcmp(end, "d"))
 		mult = 86400;
+	else if (!strcmp(end, "w"))
+		mult = 7 * 86400;
+	else if (!all_letters(end))
+		return kvt_err(KVT_ECONFIG, "\"%s\" is not a duration: expected " DURATION_FORMS, v);
 	else
-		return kvt_err(KVT_ECONFIG, "\"%s\": unknown duration unit \"%s\" (s, m, h, d)", v, end);
-	*out = (uint64_t)(n * (double)mult);
+		return kvt_err(KVT_ECONFIG, "\"%s\": unknown duration unit \"%s\" (expected " DURATION_FORMS ")",
+			       v, end);
+	/* frac < scale <= 10^6, mult <= 604800: no overflow. */
+	if ((d.frac * mult) % d.scale)
+		return kvt_err(KVT_ECONFIG, "\"%s\" is not a whole number of seconds", v);
+	if (d.ip > TTL_MAX_S / mult ||
+	    d.ip * mult + d.frac * mult / d.scale > TTL_MAX_S)
+		return kvt_err(KVT_ECONFIG, "\"%s\" is too long: at most 36500d (100 years)", v);
+	*out = d.ip * mult + d.frac * mult / d.scale;
 	return 0;
 }
 
@@ -567,7 +682,7 @@ static const struct config_key {
 	{ "hash", set_hash, "sha256 or xxh3" },
 	{ "workers", set_workers, "1..256" },
 	{ "tenants", set_tenants, "name=hexsecret,..." },
-	{ "ttl", set_ttl, "a duration: 3600, 90s, 30m, 24h, 7d; 0 = none" },
+	{ "ttl", set_ttl, "a duration: 3600, 90s, 30m, 1.5h, 7d, 2w, at most 36500d; 0 = none" },
 	TIER_KEYS(dram),
 	TIER_KEYS(nvme),
 	TIER_KEYS(shared_fs),
@@ -576,7 +691,7 @@ static const struct config_key {
 	{ "object_auth_key", set_object_auth_key, "32..128 hex digits" },
 	{ "remote_url", set_remote_url, "s3://bucket[/prefix]" },
 	{ "max_remote_size", set_max_remote_size, "a size; bare numbers are GiB; 0 = unbounded" },
-	{ "s3_endpoint", set_s3_endpoint, "a URL, e.g. http://127.0.0.1:9000" },
+	{ "s3_endpoint", set_s3_endpoint, "an http:// or https:// URL, e.g. http://127.0.0.1:9000" },
 	{ "s3_region", set_s3_region, "an AWS region, e.g. us-east-1" },
 	{ "s3_path_style", set_s3_path_style, "true or false" },
 	{ "s3_max_parallel", set_s3_max_parallel, "1..1024" },
@@ -623,6 +738,27 @@ int kvt_config_apply_env(kvt_config *cfg)
 
 /* --- YAML --------------------------------------------------------------- */
 
+/* A key given twice in one mapping is refused: libyaml keeps both pairs,
+ * and whichever a reader takes, one of the two lines the user wrote is
+ * silently ignored.  `p` is a pair of mapping `map`; the earlier pairs are
+ * compared with it (configurations are a few dozen keys). */
+static int yaml_no_duplicate(yaml_document_t *doc, yaml_node_t *map,
+			     yaml_node_pair_t *p, const char *name)
+{
+	yaml_node_t *k = yaml_document_get_node(doc, p->key);
+
+	for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < p; q++) {
+		yaml_node_t *e = yaml_document_get_node(doc, q->key);
+		if (e && e->type == YAML_SCALAR_NODE &&
+		    !strcmp((char *)e->data.scalar.value, (char *)k->data.scalar.value))
+			return kvt_err(KVT_ECONFIG,
+				       "%s:%zu: %s: given twice (first on line %zu); each key once",
+				       name, k->start_mark.line + 1,
+				       (char *)k->data.scalar.value, e->start_mark.line + 1);
+	}
+	return 0;
+}
+
 static int yaml_tenants(kvt_config *c, yaml_document_t *doc, yaml_node_t *seq,
 			const char *name)
 {
@@ -648,6 +784,8 @@ static int yaml_tenants(kvt_config *c, yaml_document_t *doc, yaml_node_t *seq,
 			    v->type != YAML_SCALAR_NODE)
 				return kvt_err(KVT_ECONFIG, "%s:%zu: tenant: expected scalars",
 					       name, t->start_mark.line + 1);
+			if ((rc = yaml_no_duplicate(doc, t, p, name)))
+				return rc;
 			if (!strcmp((char *)k->data.scalar.value, "name"))
 				tname = (char *)v->data.scalar.value;
 			else if (!strcmp((char *)k->data.scalar.value, "secret"))
@@ -686,6 +824,8 @@ static int yaml_apply(kvt_config *c, yaml_document_t *doc, const char *name)
 			return kvt_err(KVT_ECONFIG, "%s: keys must be plain scalars", name);
 		key = (const char *)k->data.scalar.value;
 		line = k->start_mark.line + 1;
+		if ((rc = yaml_no_duplicate(doc, root, p, name)))
+			return rc;
 		if (!strcmp(key, "tenants")) {
 			if ((rc = yaml_tenants(c, doc, v, name)))
 				return rc;
@@ -737,7 +877,25 @@ kvt_config *kvt_config_parse(const char *yaml, size_t len, const char *name,
 		yaml_parser_delete(&parser);
 		goto out;
 	}
-	rc = yaml_apply(c, &doc, name);
+	/* A configuration is one document: a "---" starting a second one is
+	 * usually two files pasted together, and the second would be ignored. */
+	{
+		yaml_document_t next;
+		if (!yaml_parser_load(&parser, &next)) {
+			rc = kvt_err(KVT_ECONFIG, "%s:%zu:%zu: YAML: %s", name,
+				     parser.problem_mark.line + 1,
+				     parser.problem_mark.column + 1,
+				     parser.problem ? parser.problem : "syntax error");
+		} else {
+			if (yaml_document_get_root_node(&next))
+				rc = kvt_err(KVT_ECONFIG,
+					     "%s:%zu: a second YAML document; a configuration is one mapping",
+					     name, next.start_mark.line + 1);
+			yaml_document_delete(&next);
+		}
+	}
+	if (!rc)
+		rc = yaml_apply(c, &doc, name);
 	yaml_document_delete(&doc);
 	yaml_parser_delete(&parser);
 out:
@@ -750,41 +908,88 @@ out:
 	return c;
 }
 
+/* A configuration is a small regular file: reading more than this is a
+ * wrong path (a log, an image, /dev/zero), not a configuration. */
+#define CONFIG_MAX_BYTES (16u << 20)
+
+static const char *file_kind(mode_t m)
+{
+	return S_ISDIR(m) ? "a directory" : S_ISCHR(m) ? "a character device" :
+	       S_ISBLK(m) ? "a block device" : S_ISFIFO(m) ? "a pipe" :
+	       S_ISSOCK(m) ? "a socket" : "not a regular file";
+}
+
+/* Only a regular file is read: a directory, /dev/null, a pipe or a device
+ * is refused by name (a typo in --config must not mean "all defaults").  An
+ * empty regular file is every default, as an empty mapping would be. */
 kvt_config *kvt_config_load(const char *path, int *err)
 {
-	FILE *f = fopen(path, "rb");
+	struct stat st;
 	char *buf = NULL;
-	size_t len = 0, cap = 0, n;
+	size_t len = 0;
 	kvt_config *c;
+	int fd, rc = 0;
 
-	if (!f) {
-		int e = -errno;
-		if (err)
-			*err = kvt_err(KVT_ECONFIG, "%s: cannot open: %s", path,
-				       strerror(-e));
-		return NULL;
+	if (!path) {
+		rc = kvt_err(KVT_ECONFIG, "no configuration path");
+		goto fail;
 	}
-	do {
-		if (len + 4096 > cap) {
-			char *nb;
-			cap = cap ? cap * 2 : 8192;
-			if (cap > (16u << 20) || !(nb = realloc(buf, cap))) {
-				free(buf);
-				fclose(f);
-				if (err)
-					*err = kvt_err(KVT_ECONFIG,
-						       "%s: larger than 16 MiB, not a config", path);
-				return NULL;
-			}
-			buf = nb;
+	/* O_NONBLOCK: opening a FIFO must not wait for a writer. */
+	fd = open(path, O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0) {
+		rc = kvt_err(KVT_ECONFIG, "%s: cannot open: %s", path, strerror(errno));
+		goto fail;
+	}
+	if (fstat(fd, &st)) {
+		rc = kvt_err(KVT_ECONFIG, "%s: stat: %s", path, strerror(errno));
+		close(fd);
+		goto fail;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		rc = kvt_err(KVT_ECONFIG, "%s: %s, not a configuration file (expected a regular YAML file)",
+			     path, file_kind(st.st_mode));
+		close(fd);
+		goto fail;
+	}
+	if (st.st_size > (off_t)CONFIG_MAX_BYTES) {
+		rc = kvt_err(KVT_ECONFIG, "%s: %lld bytes, larger than the 16 MiB a configuration may be",
+			     path, (long long)st.st_size);
+		close(fd);
+		goto fail;
+	}
+	/* One byte more than the size seen, to notice a file still growing. */
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		rc = kvt_err(KVT_ENOMEM, "%s: out of memory", path);
+		close(fd);
+		goto fail;
+	}
+	while (len <= (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + len, (size_t)st.st_size + 1 - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			rc = kvt_err(KVT_ECONFIG, "%s: read: %s", path, strerror(errno));
+			break;
 		}
-		n = fread(buf + len, 1, cap - len, f);
-		len += n;
-	} while (n > 0);
-	fclose(f);
-	c = kvt_config_parse(buf ? buf : "", len, path, err);
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	close(fd);
+	if (!rc && len > (size_t)st.st_size)
+		rc = kvt_err(KVT_ECONFIG, "%s: changed while it was read", path);
+	if (rc) {
+		free(buf);
+		goto fail;
+	}
+	c = kvt_config_parse(buf, len, path, err);
 	free(buf);
 	return c;
+fail:
+	if (err)
+		*err = rc;
+	return NULL;
 }
 
 int kvt_config_ns(const kvt_config *cfg, const kvt_ns_desc *desc, kvt_ns *ns)
