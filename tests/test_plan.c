@@ -4,6 +4,7 @@
  * cost model.
  */
 #include <math.h>
+#include <unistd.h>
 
 #include "plan/cost.h"
 #include "plan/plan.h"
@@ -119,8 +120,184 @@ static void readers(void)
 	CHECK_EQ(r.hit_blocks, 1 + 2);
 	plan_trace_free(&pt);
 
-	const char *badtk = "1 2 x\n";
-	CHECK_EQ(plan_trace_parse(badtk, strlen(badtk), PLAN_FMT_TOKENS, 4, 0, &pt), KVT_EMALFORMED);
+	/* A wrong token log is a wrong argument naming its line, not a
+	 * "malformed object header" (KVT_EMALFORMED). */
+	const char *badtk = "1 2 3 4\n1 2 x\n";
+	CHECK_EQ(plan_trace_parse(badtk, strlen(badtk), PLAN_FMT_TOKENS, 4, 0, &pt), KVT_EINVAL);
+	CHECK(strstr(kvt_errmsg(), "trace:2: 'x' is not a token id") != NULL);
+}
+
+/* The trace `t` is refused with KVT_EINVAL and a message holding `want`. */
+static void refused(const char *t, enum plan_fmt fmt, const char *want)
+{
+	struct plan_trace pt;
+	int rc = plan_trace_parse(t, strlen(t), fmt, 0, 0, &pt);
+	CHECK_EQ(rc, KVT_EINVAL);
+	if (rc == 0)
+		plan_trace_free(&pt);
+	if (!strstr(kvt_errmsg(), want)) {
+		fprintf(stderr, "trace \"%.60s\": error \"%s\" lacks \"%s\"\n", t, kvt_errmsg(),
+			want);
+		test_failures++;
+	}
+}
+
+/* What a trace may hold, and the errors that name file, line and field. */
+static void inputs(void)
+{
+	struct plan_trace pt;
+
+	/* Ids use all 64 bits; one more is refused instead of wrapping. */
+	const char *big = "{\"hash_ids\": [18446744073709551615, 0]}\n{\"hash_ids\": [0]}\n";
+	CHECK_EQ(plan_trace_parse(big, strlen(big), PLAN_FMT_AUTO, 0, 0, &pt), 0);
+	CHECK_EQ(pt.t.nids, 2);
+	CHECK_EQ(pt.in_len[0], 2 * 512); /* no input_length: whole blocks */
+	plan_trace_free(&pt);
+	refused("{\"hash_ids\": [1]}\n{\"hash_ids\": [18446744073709551616]}\n", PLAN_FMT_AUTO,
+		"trace:2: hash_ids: element 1 exceeds 64 bits");
+	refused("{\"hash_ids\": [1, -2]}\n", PLAN_FMT_AUTO, "trace:1: hash_ids: element 2 is not");
+	refused("{\"hash_ids\": [1, 2.5]}\n", PLAN_FMT_AUTO, "hash_ids: element 2 is not");
+	refused("{\"hash_ids\": [1, 2}\n", PLAN_FMT_AUTO, "hash_ids: element 2 is not");
+	refused("{\"hash_ids\": 7}\n", PLAN_FMT_AUTO, "hash_ids: expected an array");
+	refused("{\"hash_ids\": [1]}\n{\"timestamp\": 3}\n", PLAN_FMT_MOONCAKE,
+		"trace:2: no \"hash_ids\" field");
+	refused("{\"hash_ids\": [1]}\nnot json\n", PLAN_FMT_MOONCAKE, "trace:2: not a JSON object");
+
+	/* Timestamps: finite, non-negative, bounded, in arrival order. */
+	refused("{\"timestamp\": NaN, \"hash_ids\": [1]}\n", PLAN_FMT_MOONCAKE,
+		"trace:1: timestamp: \"NaN\" is not a number");
+	refused("{\"timestamp\": -1, \"hash_ids\": [1]}\n", PLAN_FMT_MOONCAKE,
+		"timestamp: -1 is out of range");
+	refused("{\"timestamp\": 1e400, \"hash_ids\": [1]}\n", PLAN_FMT_MOONCAKE,
+		"timestamp: 1e400 is out of range");
+	refused("{\"timestamp\": 1e14, \"hash_ids\": [1]}\n", PLAN_FMT_MOONCAKE,
+		"timestamp: 100000000000000 is out of range 0..10000000000000 (milliseconds)");
+	refused("{\"timestamp\": \"5\", \"hash_ids\": [1]}\n", PLAN_FMT_MOONCAKE,
+		"timestamp: \"\"5\"\" is not a number");
+	refused("{\"timestamp\": 5, \"hash_ids\": [1]}\n{\"timestamp\": 4, \"hash_ids\": [1]}\n",
+		PLAN_FMT_MOONCAKE, "trace:2: timestamp: 4 is before the previous request's 5");
+	/* Lengths: whole token counts up to 2^30. */
+	refused("{\"input_length\": -4, \"hash_ids\": [1]}\n", PLAN_FMT_MOONCAKE,
+		"input_length: -4 is not a token count");
+	refused("{\"input_length\": 12.5, \"hash_ids\": [1]}\n", PLAN_FMT_MOONCAKE,
+		"input_length: 12.5 is not a token count");
+	refused("{\"output_length\": 5e9, \"hash_ids\": [1]}\n", PLAN_FMT_MOONCAKE,
+		"output_length: 5000000000 is not a token count");
+	refused("{\"input_length\": 1e999, \"hash_ids\": [1]}\n", PLAN_FMT_MOONCAKE,
+		"input_length: 1e999 is out of range");
+
+	/* Nothing to plan from. */
+	refused("", PLAN_FMT_AUTO, "trace: no requests");
+	refused("\n  \n\t\n", PLAN_FMT_AUTO, "trace: no requests");
+	refused("{\"hash_ids\": []}\n{\"hash_ids\": []}\n", PLAN_FMT_AUTO,
+		"2 request(s) but not one whole block");
+	refused("1 2 3\n", PLAN_FMT_TOKENS, "not one whole block of 256 tokens");
+	/* Binary data and token ids past 32 bits. */
+	static const char nul[] = "{\"hash_ids\": [1]}\n{\"hash\0_ids\": [1]}\n";
+	CHECK_EQ(plan_trace_parse(nul, sizeof(nul) - 1, PLAN_FMT_AUTO, 0, 0, &pt), KVT_EINVAL);
+	CHECK(strstr(kvt_errmsg(), "trace:2: a NUL byte") != NULL);
+	refused("1 2 4294967296\n", PLAN_FMT_TOKENS, "trace:1: token 3: id exceeds 32 bits");
+
+	/* A line longer than the bound, in memory and from a file. */
+	size_t n = PLAN_TRACE_MAX_LINE + 10;
+	char *l = malloc(n + 1);
+	if (l) {
+		memset(l, '7', n);
+		l[n] = '\0';
+		refused(l, PLAN_FMT_TOKENS, "trace:1: longer than 16 MiB");
+		char path[] = "/tmp/kvt-trace-XXXXXX";
+		int fd = mkstemp(path);
+		if (fd >= 0) {
+			CHECK(write(fd, "1 2\n", 4) == 4);
+			CHECK(write(fd, l, n) == (ssize_t)n);
+			close(fd);
+			CHECK_EQ(plan_trace_read(path, PLAN_FMT_TOKENS, 1, 0, &pt), KVT_EINVAL);
+			CHECK(strstr(kvt_errmsg(), ":2: longer than 16 MiB") != NULL);
+			/* --limit reads no further than it needs. */
+			CHECK_EQ(plan_trace_read(path, PLAN_FMT_TOKENS, 1, 1, &pt), 0);
+			CHECK_EQ(pt.t.nreq, 1);
+			CHECK_EQ(pt.t.nblocks, 2);
+			plan_trace_free(&pt);
+			unlink(path);
+		}
+		free(l);
+	}
+
+	/* Files: /dev/zero is refused on its first read, a directory by name;
+	 * a file and the same bytes in memory give the same trace. */
+	CHECK_EQ(plan_trace_read("/dev/zero", PLAN_FMT_AUTO, 0, 0, &pt), KVT_EINVAL);
+	CHECK(strstr(kvt_errmsg(), "/dev/zero:1: a NUL byte") != NULL);
+	CHECK_EQ(plan_trace_read("/tmp", PLAN_FMT_AUTO, 0, 0, &pt), KVT_EINVAL);
+	CHECK(strstr(kvt_errmsg(), "/tmp: a directory") != NULL);
+	CHECK(plan_trace_read("/nonexistent/t.jsonl", PLAN_FMT_AUTO, 0, 0, &pt) < 0);
+	CHECK(strstr(kvt_errmsg(), "/nonexistent/t.jsonl") != NULL);
+	const char *mc = "{\"timestamp\": 1000, \"input_length\": 600, \"hash_ids\": [7, 8]}\n"
+			 "\n{\"timestamp\": 3500, \"input_length\": 1100, \"hash_ids\": [7, 8, 9]}";
+	char path[] = "/tmp/kvt-trace-XXXXXX";
+	int fd = mkstemp(path);
+	if (fd >= 0) {
+		CHECK(write(fd, mc, strlen(mc)) == (ssize_t)strlen(mc));
+		close(fd);
+		struct plan_trace a, b;
+		CHECK_EQ(plan_trace_read(path, PLAN_FMT_AUTO, 0, 0, &a), 0);
+		CHECK_EQ(plan_trace_parse(mc, strlen(mc), PLAN_FMT_AUTO, 0, 0, &b), 0);
+		CHECK_EQ(a.t.nreq, 2);
+		CHECK_EQ(a.t.nreq, b.t.nreq);
+		CHECK_EQ(a.t.nblocks, b.t.nblocks);
+		CHECK_EQ(a.in_len[1], 1100);
+		CHECK(fabs(a.arrive_s[1] - 2.5) < 1e-9);
+		plan_trace_free(&a);
+		plan_trace_free(&b);
+		unlink(path);
+	}
+}
+
+/* Catalog values are numbers in a range, named when they are not. */
+static void catalog(void)
+{
+	static const struct {
+		const char *line, *want;
+	} no[] = {
+		{ "model M params=-1e9 layers=2 d_model=64 kv_heads=1 head_dim=64\n", "params=\"-1e9\"" },
+		{ "model M params=1e9 layers=2.5 d_model=64 kv_heads=1 head_dim=64\n", "layers=\"2.5\": expected a whole number" },
+		{ "model M params=1e400 layers=2 d_model=64 kv_heads=1 head_dim=64\n", "params=\"1e400\"" },
+		{ "gpu G tflops=nan\n", "tflops=\"nan\"" },
+		{ "gpu G tflops=100 mfu=0x1\n", "mfu=\"0x1\"" },
+		{ "tier T gbps=1abc\n", "gbps=\"1abc\"" },
+		{ "tier T gbps=1 latency_us=-5\n", "latency_us=\"-5\"" },
+		{ "tier T gbps=1 color=red\n", "unknown setting \"color=red\"" },
+	};
+	char path[] = "/tmp/kvt-catalog-XXXXXX";
+	int fd = mkstemp(path);
+	if (fd < 0) {
+		test_failures++;
+		return;
+	}
+	close(fd);
+	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++) {
+		FILE *f = fopen(path, "w");
+		if (!f)
+			continue;
+		fprintf(f, "# line 1\n%s", no[i].line);
+		fclose(f);
+		CHECK_EQ(plan_catalog_load(path), KVT_ECONFIG);
+		if (!strstr(kvt_errmsg(), no[i].want) || !strstr(kvt_errmsg(), ":2:")) {
+			fprintf(stderr, "catalog \"%s\": error \"%s\" lacks \"%s\"\n", no[i].line,
+				kvt_errmsg(), no[i].want);
+			test_failures++;
+		}
+	}
+	FILE *f = fopen(path, "w");
+	if (f) {
+		fputs("gpu L4x tflops=121 mfu=0.4 usd_hour=0.8\n", f);
+		fclose(f);
+	}
+	CHECK_EQ(plan_catalog_load(path), 0);
+	const struct plan_gpu *g = plan_gpu_find("L4x");
+	CHECK(g && fabs(g->mfu - 0.4) < 1e-12);
+	unlink(path);
+	CHECK_EQ(plan_catalog_load("/dev/zero"), KVT_ECONFIG);
+	CHECK(strstr(kvt_errmsg(), "not a regular file") != NULL);
 }
 
 static void cost(void)
@@ -144,6 +321,8 @@ static void cost(void)
 int main(void)
 {
 	readers();
+	inputs();
+	catalog();
 	cost();
 	const char *data = getenv("KVT_TEST_DATA");
 	char path[4096];

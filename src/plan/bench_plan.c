@@ -49,33 +49,22 @@ static const char *find_src(void)
 	return ".";
 }
 
-static char *slurp(const char *path, size_t *len)
+/* A whole number lo..hi, decimal digits only (this file is in the
+ * library, so it cannot use the CLI's parsers).  0 or -1. */
+static int whole(const char *v, uint64_t lo, uint64_t hi, uint64_t *out)
 {
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	char *buf = NULL;
-	size_t cap = 0, n = 0;
-	for (;;) {
-		if (n == cap) {
-			size_t nc = cap ? cap * 2 : 1 << 20;
-			char *b2 = realloc(buf, nc);
-			if (!b2) {
-				free(buf);
-				fclose(f);
-				return NULL;
-			}
-			buf = b2;
-			cap = nc;
-		}
-		size_t r = fread(buf + n, 1, cap - n, f);
-		if (!r)
-			break;
-		n += r;
+	uint64_t n = 0;
+	if (!*v || (v[0] == '0' && v[1]))
+		return -1;
+	for (const char *p = v; *p; p++) {
+		if (*p < '0' || *p > '9' || n > (UINT64_MAX - 9) / 10)
+			return -1;
+		n = n * 10 + (uint64_t)(*p - '0');
 	}
-	fclose(f);
-	*len = n;
-	return buf;
+	if (n < lo || n > hi)
+		return -1;
+	*out = n;
+	return 0;
 }
 
 struct ref_row {
@@ -122,7 +111,13 @@ int bench_plan(int argc, char **argv)
 		if (!strcmp(argv[i], "--json")) {
 			json = 1;
 		} else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) {
-			repeat = (unsigned)atoi(argv[++i]);
+			uint64_t r;
+			if (whole(argv[++i], 1, 1000, &r)) {
+				fprintf(stderr, "kvtier bench plan: --repeat \"%s\": expected a whole number 1..1000\n",
+					argv[i]);
+				return 2;
+			}
+			repeat = (unsigned)r;
 		} else if (!strcmp(argv[i], "--caps") && i + 1 < argc) {
 			caps_s = argv[++i];
 		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -136,8 +131,6 @@ int bench_plan(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (!repeat)
-		repeat = 1;
 	const char *src = find_src();
 	char py[4096], deftrace[4096];
 	snprintf(py, sizeof(py), "%s/tests/plan_reference.py", src);
@@ -148,15 +141,21 @@ int bench_plan(int argc, char **argv)
 	uint64_t caps[MAXCAP];
 	char capnames[MAXCAP][32], caps_arg[MAXCAP * 33] = "";
 	unsigned ncap = 0;
-	for (const char *p = caps_s; *p && ncap < MAXCAP;) {
+	for (const char *p = caps_s; *p;) {
 		size_t n = strcspn(p, ",");
-		snprintf(capnames[ncap], sizeof(capnames[ncap]), "%.*s", (int)n, p);
-		caps[ncap] = !strcmp(capnames[ncap], "inf") ? PLAN_UNBOUNDED
-							    : strtoull(capnames[ncap], NULL, 10);
-		if (!caps[ncap]) {
-			fprintf(stderr, "kvtier bench plan: bad capacity \"%s\"\n", capnames[ncap]);
+		if (ncap == MAXCAP) {
+			fprintf(stderr, "kvtier bench plan: --caps: more than %d capacities\n", MAXCAP);
 			return 2;
 		}
+		snprintf(capnames[ncap], sizeof(capnames[ncap]), "%.*s", (int)n, p);
+		if (strcmp(capnames[ncap], "inf") &&
+		    (n >= sizeof(capnames[0]) || whole(capnames[ncap], 1, 1000000000000000ull, &caps[ncap]))) {
+			fprintf(stderr, "kvtier bench plan: --caps \"%s\": expected blocks 1..10^15 or inf\n",
+				capnames[ncap]);
+			return 2;
+		}
+		if (!strcmp(capnames[ncap], "inf"))
+			caps[ncap] = PLAN_UNBOUNDED;
 		strcat(caps_arg, capnames[ncap]);
 		strcat(caps_arg, " ");
 		ncap++;
@@ -165,18 +164,11 @@ int bench_plan(int argc, char **argv)
 
 	/* plan: parse once, then each capacity the fastest of `repeat` runs. */
 	double t0 = mono();
-	size_t len = 0;
-	char *buf = slurp(trace, &len);
-	if (!buf) {
-		fprintf(stderr, "kvtier bench plan: cannot read %s\n", trace);
-		return 1;
-	}
 	struct plan_trace pt;
-	int rc = plan_trace_parse(buf, len, PLAN_FMT_AUTO, 0, 0, &pt);
-	free(buf);
+	int rc = plan_trace_read(trace, PLAN_FMT_AUTO, 0, 0, &pt);
 	double parse_s = mono() - t0;
 	if (rc) {
-		fprintf(stderr, "kvtier bench plan: %s: %s %s\n", trace, kvt_strerror(rc), kvt_errmsg());
+		fprintf(stderr, "kvtier bench plan: %s\n", kvt_errmsg());
 		return 1;
 	}
 	struct plan_result res[MAXCAP];

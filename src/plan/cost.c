@@ -5,8 +5,11 @@
 #include "plan/cost.h"
 
 #include <errno.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/err.h"
 #include "kvtier.h"
@@ -66,25 +69,104 @@ void plan_catalog_print(FILE *f)
 			tiers[i].usd_per_1k_get, tiers[i].usd_per_1k_put);
 }
 
-/* key=value into *out; 1 if `tok` was `key`. */
-static int kv(const char *tok, const char *key, double *out)
+/* A catalog is a short text file; anything larger is the wrong file. */
+#define CATALOG_MAX_BYTES (1u << 20)
+
+/* The range of each setting: wider than any real model, GPU or tier, so
+ * that only a typo (a sign, a missing "e9", "1e400") is refused. */
+struct setting {
+	const char *key;
+	double lo, hi;
+	int whole; /* a count, not a measure */
+};
+static const struct setting model_keys[] = {
+	{ "params", 1, 1e15, 0 }, { "layers", 1, 1e5, 1 }, { "d_model", 1, 1e6, 1 },
+	{ "kv_heads", 1, 1e5, 1 }, { "head_dim", 1, 1e5, 1 },
+};
+static const struct setting gpu_keys[] = {
+	{ "tflops", 1e-3, 1e6, 0 }, { "mfu", 1e-6, 1, 0 }, { "usd_hour", 0, 1e6, 0 },
+};
+static const struct setting tier_keys[] = {
+	{ "gbps", 1e-6, 1e6, 0 }, { "latency_us", 0, 1e9, 0 }, { "usd_gib_month", 0, 1e6, 0 },
+	{ "usd_per_1k_get", 0, 1e6, 0 }, { "usd_per_1k_put", 0, 1e6, 0 },
+};
+
+/* DIGITS [. DIGITS] [e [+-] DIGITS], the whole string: strtod alone takes
+ * "-1", "0x10", "inf", "nan" and stops quietly at "12abc". */
+static int strict_number(const char *s, double *out)
 {
-	size_t n = strlen(key);
-	if (strncmp(tok, key, n) || tok[n] != '=')
+	const char *p = s;
+	char *end;
+
+	if (*p < '0' || *p > '9')
+		return -1;
+	while (*p >= '0' && *p <= '9')
+		p++;
+	if (*p == '.') {
+		p++;
+		if (*p < '0' || *p > '9')
+			return -1;
+		while (*p >= '0' && *p <= '9')
+			p++;
+	}
+	if (*p == 'e' || *p == 'E') {
+		p++;
+		if (*p == '+' || *p == '-')
+			p++;
+		if (*p < '0' || *p > '9')
+			return -1;
+		while (*p >= '0' && *p <= '9')
+			p++;
+	}
+	if (*p)
+		return -1;
+	*out = strtod(s, &end);
+	return isfinite(*out) ? 0 : -1;
+}
+
+/* A key=value token into v[i] for the setting it names.  0, or
+ * KVT_ECONFIG naming the file, line, setting and its range. */
+static int setting_set(const char *path, int ln, const char *tok, const struct setting *keys,
+		       int nk, double *v)
+{
+	const char *eq = strchr(tok, '=');
+	for (int i = 0; eq && i < nk; i++) {
+		size_t n = strlen(keys[i].key);
+		if ((size_t)(eq - tok) != n || strncmp(tok, keys[i].key, n))
+			continue;
+		double d;
+		if (strict_number(eq + 1, &d) || d < keys[i].lo || d > keys[i].hi ||
+		    (keys[i].whole && d != floor(d)))
+			return kvt_err(KVT_ECONFIG, "catalog %s:%d: %s=\"%s\": expected %s %g..%g",
+				       path, ln, keys[i].key, eq + 1,
+				       keys[i].whole ? "a whole number" : "a number", keys[i].lo,
+				       keys[i].hi);
+		v[i] = d;
 		return 0;
-	*out = strtod(tok + n + 1, NULL);
-	return 1;
+	}
+	return kvt_err(KVT_ECONFIG, "catalog %s:%d: unknown setting \"%s\"", path, ln, tok);
 }
 
 int plan_catalog_load(const char *path)
 {
+	struct stat st;
 	FILE *f = fopen(path, "r");
 	if (!f)
-		return kvt_err(-errno, "catalog %s: cannot open", path);
-	char line[1024];
+		return kvt_err(-errno, "catalog %s: cannot open: %s", path, strerror(errno));
+	if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode) || st.st_size > CATALOG_MAX_BYTES) {
+		fclose(f);
+		return kvt_err(KVT_ECONFIG, "catalog %s: not a regular file of at most 1 MiB", path);
+	}
+	char *line = NULL;
+	size_t lcap = 0;
+	ssize_t llen;
 	int ln = 0, rc = 0;
-	while (!rc && fgets(line, sizeof(line), f)) {
+	while (!rc && (llen = getline(&line, &lcap, f)) >= 0) {
 		ln++;
+		if (memchr(line, '\0', (size_t)llen)) {
+			rc = kvt_err(KVT_ECONFIG, "catalog %s:%d: a NUL byte: not a text file", path, ln);
+			break;
+		}
 		char *h = strchr(line, '#');
 		if (h)
 			*h = 0;
@@ -94,7 +176,8 @@ int plan_catalog_load(const char *path)
 			continue;
 		char *name = strtok_r(NULL, " \t\r\n", &save);
 		if (!name || strlen(name) >= 48) {
-			rc = kvt_err(KVT_ECONFIG, "catalog %s:%d: a name is needed", path, ln);
+			rc = kvt_err(KVT_ECONFIG, "catalog %s:%d: a name of 1..47 characters is needed",
+				     path, ln);
 			break;
 		}
 		double v[6] = {0};
@@ -123,21 +206,11 @@ int plan_catalog_load(const char *path)
 				v[3] = o->usd_per_1k_get; v[4] = o->usd_per_1k_put;
 			}
 		}
-		static const char *const mk[] = {"params", "layers", "d_model", "kv_heads", "head_dim"};
-		static const char *const gk[] = {"tflops", "mfu", "usd_hour"};
-		static const char *const tk[] = {"gbps", "latency_us", "usd_gib_month",
-						 "usd_per_1k_get", "usd_per_1k_put"};
-		const char *const *keys = m ? mk : g ? gk : tk;
+		const struct setting *keys = m ? model_keys : g ? gpu_keys : tier_keys;
 		int nk = m ? 5 : g ? 3 : 5;
 		char *tok;
-		while (!rc && (tok = strtok_r(NULL, " \t\r\n", &save))) {
-			int ok = 0;
-			for (int i = 0; i < nk && !ok; i++)
-				ok = kv(tok, keys[i], &v[i]);
-			if (!ok)
-				rc = kvt_err(KVT_ECONFIG, "catalog %s:%d: unknown setting \"%s\"", path,
-					     ln, tok);
-		}
+		while (!rc && (tok = strtok_r(NULL, " \t\r\n", &save)))
+			rc = setting_set(path, ln, tok, keys, nk, v);
 		if (rc)
 			break;
 		if (m) {
@@ -180,6 +253,7 @@ int plan_catalog_load(const char *path)
 			e->usd_per_1k_get = v[3]; e->usd_per_1k_put = v[4];
 		}
 	}
+	free(line);
 	fclose(f);
 	return rc;
 }

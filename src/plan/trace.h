@@ -42,15 +42,38 @@ struct plan_trace {
 	uint32_t *out_len;      /* nreq: generated tokens (0 if unknown) */
 };
 
+/* Bounds of what the readers accept (docs/PLANNING.md).  A trace is read
+ * line by line: a line longer than PLAN_TRACE_MAX_LINE, or a NUL byte
+ * anywhere, ends the read with an error naming the file and line, so a
+ * wrong file (/dev/zero, a binary) is refused at once instead of being
+ * read into memory.  Prompt and output lengths are at most
+ * PLAN_TRACE_MAX_TOKENS; timestamps are finite, non-negative, in arrival
+ * order, and at most PLAN_TRACE_MAX_SECONDS from zero in the format's unit
+ * (seconds, or milliseconds for Mooncake). */
+#define PLAN_TRACE_MAX_LINE (16u << 20)
+#define PLAN_TRACE_MAX_TOKENS (1u << 30)
+#define PLAN_TRACE_MAX_SECONDS 1e10 /* ~317 years: any epoch time fits */
+
 /* "mooncake", "bailian", "tokens", "auto" -> enum; -1 if unknown. */
 int plan_fmt_parse(const char *s);
 const char *plan_fmt_name(enum plan_fmt f);
 
-/* Parse a trace held in memory.  fmt AUTO looks at the first line: chat_id
- * means Bailian, hash_ids means Mooncake, else token ids.  block_tokens 0
- * takes the format's own (512, 16, 256).  max_req > 0 keeps only the first
- * max_req requests.  0 or a KVT_E* code (kvt_errmsg names the line); on
- * success free with plan_trace_free. */
+/* Read the trace in file `path` ("-" = stdin), streaming it line by line.
+ * fmt AUTO looks at the first non-blank line: chat_id means Bailian,
+ * hash_ids means Mooncake, else token ids.  block_tokens 0 takes the
+ * format's own (512, 16, 256).  max_req > 0 keeps only the first max_req
+ * requests (and reads no further).  Every line of a JSON format must be an
+ * object with a hash_ids array of integers below 2^64; timestamp,
+ * input_length and output_length are optional numbers within the bounds
+ * above.  A trace with no request, or with no whole block in any, is
+ * refused: there is nothing to plan from.  0, KVT_ENOMEM, or KVT_EINVAL
+ * with kvt_errmsg() naming the file, the line and the field ("t.jsonl:3:
+ * timestamp: ..."), or -errno if the file cannot be read.  On success free
+ * with plan_trace_free. */
+int plan_trace_read(const char *path, enum plan_fmt fmt, uint32_t block_tokens,
+		    uint64_t max_req, struct plan_trace *pt);
+
+/* The same for a trace held in memory; messages name it "trace". */
 int plan_trace_parse(const char *buf, size_t len, enum plan_fmt fmt,
 		     uint32_t block_tokens, uint64_t max_req, struct plan_trace *pt);
 void plan_trace_free(struct plan_trace *pt);
