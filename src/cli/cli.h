@@ -49,15 +49,53 @@ int cli_desc(const cli_common *c, kvt_ns_desc *d);
 /* Open the store and resolve the namespace of --model/--tenant. */
 int cli_open(const cli_common *c, kvt_store **st, kvt_ns *ns);
 
-/* Read token ids from a file ("-" = stdin): a JSON array or whitespace/comma
- * separated integers.  Caller frees *tokens. */
+/* The most a token file may hold: 64 MiB, some ten million token ids,
+ * far past any context window.  A file is streamed, so a wrong one (say
+ * /dev/zero) fails at its first wrong byte and a stream of valid ids stops
+ * at the bound instead of filling memory. */
+#define CLI_TOKENS_MAX_BYTES (64u << 20)
+
+/* Read token ids from a file ("-" = stdin; a directory is refused): a JSON
+ * array or whitespace/comma separated integers below 2^32, at most
+ * CLI_TOKENS_MAX_BYTES.  0, or -1 with the reason (file, line) printed.
+ * Caller frees *tokens. */
 int cli_read_tokens(const char *path, uint32_t **tokens, size_t *n);
 
-/* Read a whole file into memory (caller frees). */
+/* Read a whole file into memory, at most `max` bytes ("-" = stdin; a
+ * directory is refused).  0, or -1 with the reason printed, naming the
+ * file and the bound when it holds more.  Caller frees *buf. */
+int cli_read_file_max(const char *path, size_t max, uint8_t **buf, size_t *len);
+
+/* Read a whole file into memory with no bound but the memory (caller
+ * frees).  Callers that read what a user names should bound it with
+ * cli_read_file_max. */
 int cli_read_file(const char *path, uint8_t **buf, size_t *len);
+
+/* Strict option values, the one grammar of numbers on the command line:
+ * the whole string must be the number (no sign, no space, no "1abc"; for
+ * integers no hex, exponent or leading zero), finite and within [lo, hi].
+ * 0, or -1 after printing "kvtier CMD: OPT \"VALUE\": ..." with the
+ * accepted range.  `cmd` "" is for the options every subcommand shares. */
+int cli_parse_u64(const char *cmd, const char *opt, const char *v, uint64_t lo, uint64_t hi,
+		  uint64_t *out);
+int cli_parse_u32(const char *cmd, const char *opt, const char *v, uint32_t lo, uint32_t hi,
+		  uint32_t *out);
+/* DIGITS[.DIGITS][e[+-]DIGITS]: no hex, inf or nan; overflow is an error. */
+int cli_parse_double(const char *cmd, const char *opt, const char *v, double lo, double hi,
+		     double *out);
+/* A size in bytes (kvt_parse_size's grammar: 64KiB, 1.5GB, 4096). */
+int cli_parse_size(const char *cmd, const char *opt, const char *v, uint64_t lo, uint64_t hi,
+		   uint64_t *out);
+/* A duration in seconds, the configuration's ttl grammar (3600, 90m, 7d,
+ * 2w; at most 100 years). */
+int cli_parse_duration(const char *cmd, const char *opt, const char *v, uint64_t *out);
 
 /* Report a failed library call: "kvtier CMD: WHAT: reason (detail)". */
 int cli_fail(const char *cmd, const char *what, int rc);
+
+/* Report a failure whose detail already names the file and line: "kvtier
+ * CMD: detail" (the code's name when there is no detail). */
+int cli_fail_detail(const char *cmd, int rc);
 
 /* Monotonic seconds. */
 double cli_now(void);

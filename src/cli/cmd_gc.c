@@ -4,13 +4,9 @@
  * may run it at once, from cron or a systemd timer, while others read and
  * write (docs/SHAREDFS.md).
  */
-#include <ctype.h>
-#include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
-#include "store/config.h"
 #include "tier/fsdir.h"
 
 static void gc_usage(FILE *f)
@@ -26,38 +22,9 @@ static void gc_usage(FILE *f)
 		"The budget is soft: what writers publish during the pass is not\n"
 		"seen by it (docs/SHAREDFS.md).\n\n"
 		"  --budget SIZE       e.g. 10GiB, 500GB (0 = no budget)\n"
-		"  --ttl DURATION      e.g. 3600, 90m, 12h, 7d, 2w (0 = no TTL)\n"
+		"  --ttl DURATION      e.g. 3600, 90m, 1.5h, 7d, 2w; at most 36500d (0 = no TTL)\n"
 		"  --dry-run           count what would go; remove nothing\n"
 		"  --json              one JSON object on stdout\n");
-}
-
-/* "7d", "12h", "90m", "30s", "2w" or bare seconds. */
-static int parse_duration(const char *s, int64_t *out)
-{
-	char *end;
-	double v;
-	int64_t mult = 1;
-
-	errno = 0;
-	v = strtod(s, &end);
-	if (end == s || errno || v < 0 || v > 1e12)
-		return -1;
-	while (isspace((unsigned char)*end))
-		end++;
-	if (*end) {
-		switch (*end) {
-		case 's': mult = 1; break;
-		case 'm': mult = 60; break;
-		case 'h': mult = 3600; break;
-		case 'd': mult = 86400; break;
-		case 'w': mult = 7 * 86400; break;
-		default: return -1;
-		}
-		if (end[1])
-			return -1;
-	}
-	*out = (int64_t)(v * (double)mult + 0.5);
-	return 0;
 }
 
 int cmd_gc(int argc, char **argv)
@@ -83,19 +50,18 @@ int cmd_gc(int argc, char **argv)
 			dir = v;
 			i++;
 		} else if (!strcmp(a, "--budget") && v) {
-			if (kvt_parse_size(v, 1, &o.budget)) {
-				fprintf(stderr, "kvtier gc: --budget: %s\n", kvt_errmsg());
+			if (cli_parse_size("gc", a, v, 0, UINT64_MAX, &o.budget))
 				return 2;
-			}
 			i++;
 		} else if ((!strcmp(a, "--ttl") || !strcmp(a, "--tmp-grace")) && v) {
-			int64_t *dst = a[2] == 't' && a[3] == 't' ? &o.ttl_s
-								  : &o.tmp_grace_s;
-			if (parse_duration(v, dst)) {
-				fprintf(stderr, "kvtier gc: %s: \"%s\" is not a duration "
-					"(e.g. 3600, 90m, 12h, 7d)\n", a, v);
+			uint64_t s;
+			/* The configuration's ttl grammar, bounded at 100 years. */
+			if (cli_parse_duration("gc", a, v, &s))
 				return 2;
-			}
+			if (!strcmp(a, "--ttl"))
+				o.ttl_s = (int64_t)s;
+			else
+				o.tmp_grace_s = (int64_t)s;
 			i++;
 		} else {
 			fprintf(stderr, "kvtier gc: unknown or incomplete option \"%s\"\n\n", a);

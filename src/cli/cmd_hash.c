@@ -11,11 +11,12 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: kvtier hash [options] [TOKENS_FILE|-]\n\n"
 		"Print one line per whole block of the token list (a JSON array or\n"
-		"whitespace-separated ids; stdin when no file): block index, key in hex\n"
-		"and, for sha256_cbor, the 64-bit integer vLLM publishes in KV events.\n\n"
+		"whitespace-separated ids below 2^32; stdin when no file; at most 64 MiB,\n"
+		"read as a stream): block index, key in hex and, for sha256_cbor, the\n"
+		"64-bit integer vLLM publishes in KV events.\n\n"
 		"  --scheme S       sha256 (default) | xxh3: kvtier chain keys of the namespace\n"
 		"                   sha256_cbor: vLLM's prefix-cache block hash\n"
-		"  --block-size N   tokens per block (default: the config's chunk_size;\n"
+		"  --block-size N   tokens per block, 1..1048576 (default: the config's chunk_size;\n"
 		"                   16 for sha256_cbor, vLLM's default)\n"
 		"  --seed S         PYTHONHASHSEED for sha256_cbor's NONE_HASH (default \"0\")\n"
 		"  --salt S         cache salt (first block only)\n"
@@ -56,14 +57,8 @@ int cmd_hash(int argc, char **argv)
 		} else if (i + 1 < argc && !strcmp(a, "--lora")) {
 			x.lora = argv[++i];
 		} else if (i + 1 < argc && !strcmp(a, "--block-size")) {
-			char *end;
-			unsigned long v = strtoul(argv[++i], &end, 10);
-			if (*end || v == 0 || v > (1u << 20)) {
-				fprintf(stderr, "kvtier hash: --block-size \"%s\": expected 1..1048576\n",
-					argv[i]);
+			if (cli_parse_u32("hash", a, argv[++i], 1, 1u << 20, &bs))
 				return 2;
-			}
-			bs = (uint32_t)v;
 		} else if (a[0] == '-' && a[1]) {
 			fprintf(stderr, "kvtier hash: unknown or incomplete option \"%s\"\n", a);
 			usage(stderr);

@@ -5,6 +5,7 @@
  * cheapest one that meets a target.  Writes a terminal table, JSON, CSV and
  * a report directory (gnuplot SVG charts + index.html).
  */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -19,8 +20,13 @@
 #include "cli/cli.h"
 #include "plan/cost.h"
 #include "plan/plan.h"
+#include "store/config.h"
 
-#define MAX_LIST 64
+#define MAX_LIST 64     /* capacities per tier list */
+#define MAX_POLICIES 8
+#define MAX_ADMITS 16
+#define MAX_THREADS 64
+#define MAX_LIMIT 1000000000000ull /* requests: 10^12 */
 
 struct cfg_out {
 	struct plan_conf conf;
@@ -52,74 +58,135 @@ struct plan_ctx {
 
 /* ---- options -------------------------------------------------------------- */
 
-static int parse_caps(const char *s, double block_bytes, uint64_t *out, int *n)
+/* Capacities are blocks; so that a typo is not a capacity, at most this. */
+#define MAX_CAP_BLOCKS 1000000000000000ull /* 10^15 */
+
+/* The comma-separated elements of an option's list into out[] (pointers
+ * into buf, a copy of s): at most `max`, none empty.  The count, or -1
+ * after saying what is wrong with the option. */
+static int split_list(const char *opt, const char *s, char *buf, size_t len, char **out,
+		      int max)
 {
-	char buf[1024];
-	snprintf(buf, sizeof(buf), "%s", s);
-	char *save = NULL;
-	*n = 0;
-	for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-		if (*n >= MAX_LIST)
-			return -1;
-		if (!strcmp(t, "inf") || !strcmp(t, "unbounded")) {
-			out[(*n)++] = PLAN_UNBOUNDED;
-			continue;
-		}
-		char *end;
-		double v = strtod(t, &end);
-		if (end == t || v < 0)
-			return -1;
-		double mul = 0;
-		if (!*end)
-			mul = 1; /* blocks */
-		else if (!strcasecmp(end, "k"))
-			mul = 1e3;
-		else if (!strcasecmp(end, "m"))
-			mul = 1e6;
-		else if (!strcasecmp(end, "KiB"))
-			mul = 1024.0 / block_bytes;
-		else if (!strcasecmp(end, "MiB"))
-			mul = 1048576.0 / block_bytes;
-		else if (!strcasecmp(end, "GiB"))
-			mul = 1073741824.0 / block_bytes;
-		else if (!strcasecmp(end, "TiB"))
-			mul = 1099511627776.0 / block_bytes;
-		else
-			return -1;
-		out[(*n)++] = (uint64_t)(v * mul);
+	int n = 0;
+
+	if (strlen(s) >= len) {
+		fprintf(stderr, "kvtier plan: %s: a list of more than %zu characters\n", opt,
+			len - 1);
+		return -1;
 	}
-	return *n ? 0 : -1;
+	snprintf(buf, len, "%s", s);
+	for (char *t = buf;;) {
+		char *comma = strchr(t, ',');
+		if (comma)
+			*comma = '\0';
+		if (!*t) {
+			fprintf(stderr, "kvtier plan: %s \"%s\": an empty element (expected a comma list)\n",
+				opt, s);
+			return -1;
+		}
+		if (n == max) {
+			fprintf(stderr, "kvtier plan: %s \"%s\": more than %d elements\n", opt, s, max);
+			return -1;
+		}
+		out[n++] = t;
+		if (!comma)
+			break;
+		t = comma + 1;
+	}
+	return n;
 }
 
+/* One capacity: "inf" or "unbounded"; blocks ("1000", "5k", "1.5m"); or a
+ * size ("64GiB", "500GB") turned into whole blocks of `block_bytes`.  0, or
+ * -1 after naming the option and the accepted forms. */
+static int parse_cap(const char *opt, const char *t, double block_bytes, uint64_t *out)
+{
+	size_t digits = strspn(t, "0123456789.");
+	const char *unit = t + digits;
+
+	if (!strcmp(t, "inf") || !strcmp(t, "unbounded")) {
+		*out = PLAN_UNBOUNDED;
+		return 0;
+	}
+	if (!*unit)
+		return cli_parse_u64("plan", opt, t, 0, MAX_CAP_BLOCKS, out);
+	if (!strcasecmp(unit, "k") || !strcasecmp(unit, "m")) {
+		char num[64];
+		double v, mul = tolower((unsigned char)*unit) == 'k' ? 1e3 : 1e6;
+		if (digits >= sizeof(num) || !digits) {
+			fprintf(stderr, "kvtier plan: %s \"%s\": expected blocks (1000, 5k, 1.5m), a size (64GiB) or inf\n",
+				opt, t);
+			return -1;
+		}
+		memcpy(num, t, digits);
+		num[digits] = '\0';
+		if (cli_parse_double("plan", opt, num, 0, (double)MAX_CAP_BLOCKS / mul, &v))
+			return -1;
+		v *= mul;
+		if (fabs(v - round(v)) > 1e-6) {
+			fprintf(stderr, "kvtier plan: %s \"%s\": not a whole number of blocks\n", opt, t);
+			return -1;
+		}
+		*out = (uint64_t)llround(v);
+		return 0;
+	}
+	uint64_t bytes;
+	if (kvt_parse_size(t, 1, &bytes)) {
+		fprintf(stderr, "kvtier plan: %s \"%s\": expected blocks (1000, 5k, 1.5m), a size "
+				"(64GiB, 512MiB, 1.5GB; units B, KiB, MiB, GiB, TiB, KB, MB, GB, TB) or inf\n",
+			opt, t);
+		return -1;
+	}
+	double blocks = floor((double)bytes / block_bytes);
+	if (bytes && blocks < 1) {
+		fprintf(stderr, "kvtier plan: %s \"%s\": less than one block (%.0f bytes of KV)\n",
+			opt, t, block_bytes);
+		return -1;
+	}
+	if (blocks > (double)MAX_CAP_BLOCKS) {
+		fprintf(stderr, "kvtier plan: %s \"%s\": more than 10^15 blocks\n", opt, t);
+		return -1;
+	}
+	*out = (uint64_t)blocks;
+	return 0;
+}
+
+/* A capacity list: at most MAX_LIST. */
+static int parse_caps(const char *opt, const char *s, double block_bytes, uint64_t *out, int *n)
+{
+	char buf[1024], *el[MAX_LIST];
+	int k = split_list(opt, s, buf, sizeof(buf), el, MAX_LIST);
+
+	if (k < 0)
+		return -1;
+	for (int i = 0; i < k; i++)
+		if (parse_cap(opt, el[i], block_bytes, &out[i]))
+			return -1;
+	*n = k;
+	return 0;
+}
+
+/* none | always | seenN (N 1..15, seen = seen2) | tinylfu | prefixN (N >= 1). */
 static int parse_admit(const char *s, struct kvt_admit_conf *a)
 {
 	memset(a, 0, sizeof(*a));
 	if (!strcmp(s, "none") || !strcmp(s, "always"))
 		return 0;
-	if (!strncmp(s, "seen", 4)) {
-		a->rules = KVT_ADMIT_SEEN;
-		a->seen_n = s[4] ? (uint32_t)atoi(s + 4) : 2;
-		return a->seen_n >= 1 && a->seen_n <= 15 ? 0 : -1;
-	}
 	if (!strcmp(s, "tinylfu")) {
 		a->rules = KVT_ADMIT_TINYLFU;
 		return 0;
 	}
+	if (!strncmp(s, "seen", 4)) {
+		a->rules = KVT_ADMIT_SEEN;
+		a->seen_n = 2;
+		return s[4] ? cli_parse_u32("plan", "--admit seenN", s + 4, 1, 15, &a->seen_n) : 0;
+	}
 	if (!strncmp(s, "prefix", 6)) {
 		a->rules = KVT_ADMIT_PREFIX;
-		a->min_prefix = (uint32_t)atoi(s + 6);
-		return a->min_prefix >= 1 ? 0 : -1;
+		return cli_parse_u32("plan", "--admit prefixN", s + 6, 1, 1u << 20, &a->min_prefix);
 	}
+	fprintf(stderr, "kvtier plan: --admit \"%s\": expected none, seenN, tinylfu or prefixN\n", s);
 	return -1;
-}
-
-static int split(char *s, char **out, int max)
-{
-	int n = 0;
-	char *save = NULL;
-	for (char *t = strtok_r(s, ",", &save); t && n < max; t = strtok_r(NULL, ",", &save))
-		out[n++] = t;
-	return n;
 }
 
 /* ---- evaluation ----------------------------------------------------------- */
@@ -587,27 +654,30 @@ static const char plan_help[] =
 	"recommend the cheapest that meets a target.  Local tiers (DRAM over NVMe) are\n"
 	"exclusive; a shared tier (file system or S3) is inclusive, shared by all nodes.\n\n"
 	"  --format F          auto|mooncake|bailian|tokens (default auto)\n"
-	"  --block-tokens N    tokens per block (default: the format's: 512, 16, 256)\n"
-	"  --limit N           only the first N requests\n"
+	"  --block-tokens N    tokens per block, 1..1048576 (default: the format's: 512, 16, 256)\n"
+	"  --limit N           only the first N requests (1..10^12)\n"
 	"  --dram LIST         T0 capacities per node: blocks (1000, 5k), sizes (64GiB) or inf\n"
 	"                      (default 1000,2000,5000,10000,20000,50000,inf)\n"
 	"  --nvme LIST         T1 capacities per node, 0 = none (default 0)\n"
 	"  --shared LIST       shared tier capacities, 0 = none (default 0)\n"
 	"  --shared-tier NAME  fs or s3 (default fs): its price and speed\n"
-	"  --policy LIST       lru,s3fifo (default both)\n"
-	"  --admit LIST        none,seen2,tinylfu,prefixN for the lower tiers (default none)\n"
-	"  --nodes N           fleet size (default 1)\n"
+	"  --policy LIST       lru,s3fifo (default both; at most 8)\n"
+	"  --admit LIST        none,seenN (N 1..15),tinylfu,prefixN for the lower tiers\n"
+	"                      (default none; at most 16)\n"
+	"  --nodes N           fleet size, 1..1024 (default 1)\n"
 	"  --route R           rr|affinity (default rr)\n"
 	"  --model NAME        (default Llama-3.1-8B)   --gpu NAME (default H100)\n"
 	"  --catalog FILE      more models, GPUs, tiers (see docs/PLANNING.md)\n"
 	"  --list              print the models, GPUs and tiers known\n"
 	"  --target-hit F      token hit rate to reach (0..1)\n"
-	"  --target-ttft-ms MS p90 TTFT to meet\n"
-	"  --threads N         worker threads (default: online CPUs, at most 64)\n"
-	"  --repeat N          time each configuration as the fastest of N runs\n"
+	"  --target-ttft-ms MS p90 TTFT to meet (0.001..1e9)\n"
+	"  --threads N         worker threads, 1..64 (default: online CPUs, at most 64)\n"
+	"  --repeat N          time each configuration as the fastest of N runs (1..1000)\n"
 	"  --json | --csv      machine output on stdout instead of the table\n"
 	"  --report DIR        write plan.json, plan.csv, SVG charts (gnuplot) and index.html\n"
-	"  --quiet             no progress line\n";
+	"  --quiet             no progress line\n\n"
+	"TRACE (\"-\" = stdin) is read line by line; a line is at most 16 MiB, and a\n"
+	"trace with no request or no whole block is refused (docs/PLANNING.md).\n";
 
 int cmd_plan(int argc, char **argv)
 {
@@ -615,7 +685,7 @@ int cmd_plan(int argc, char **argv)
 		   *shared = "0", *shared_tier = "fs", *policy = "lru,s3fifo", *admit = "none",
 		   *model = "Llama-3.1-8B", *gpu = "H100", *report = NULL, *catalog = NULL;
 	int fmt = PLAN_FMT_AUTO, json = 0, csv = 0, quiet = 0, list = 0;
-	unsigned nodes = 1, threads = 0, repeat = 1;
+	uint32_t nodes = 1, threads = 0, repeat = 1;
 	enum plan_route route = PLAN_ROUTE_RR;
 	uint32_t block_tokens = 0;
 	uint64_t limit = 0;
@@ -635,15 +705,24 @@ int cmd_plan(int argc, char **argv)
 				fprintf(stderr, "kvtier plan: unknown format %s\n", v);
 				return 2;
 			}
-		} else if (!strcmp(a, "--block-tokens")) { VAL(); block_tokens = (uint32_t)atoi(v);
-		} else if (!strcmp(a, "--limit")) { VAL(); limit = strtoull(v, NULL, 10);
+		} else if (!strcmp(a, "--block-tokens")) {
+			VAL();
+			if (cli_parse_u32("plan", a, v, 1, 1u << 20, &block_tokens))
+				return 2;
+		} else if (!strcmp(a, "--limit")) {
+			VAL();
+			if (cli_parse_u64("plan", a, v, 1, MAX_LIMIT, &limit))
+				return 2;
 		} else if (!strcmp(a, "--dram")) { VAL(); dram = v;
 		} else if (!strcmp(a, "--nvme")) { VAL(); nvme = v;
 		} else if (!strcmp(a, "--shared")) { VAL(); shared = v;
 		} else if (!strcmp(a, "--shared-tier")) { VAL(); shared_tier = v;
 		} else if (!strcmp(a, "--policy")) { VAL(); policy = v;
 		} else if (!strcmp(a, "--admit")) { VAL(); admit = v;
-		} else if (!strcmp(a, "--nodes")) { VAL(); nodes = (unsigned)atoi(v);
+		} else if (!strcmp(a, "--nodes")) {
+			VAL();
+			if (cli_parse_u32("plan", a, v, 1, PLAN_MAX_NODES, &nodes))
+				return 2;
 		} else if (!strcmp(a, "--route")) {
 			VAL();
 			if (!strcmp(v, "rr") || !strcmp(v, "round-robin"))
@@ -657,10 +736,22 @@ int cmd_plan(int argc, char **argv)
 		} else if (!strcmp(a, "--model")) { VAL(); model = v;
 		} else if (!strcmp(a, "--gpu")) { VAL(); gpu = v;
 		} else if (!strcmp(a, "--catalog")) { VAL(); catalog = v;
-		} else if (!strcmp(a, "--target-hit")) { VAL(); target_hit = atof(v);
-		} else if (!strcmp(a, "--target-ttft-ms")) { VAL(); target_ttft = atof(v);
-		} else if (!strcmp(a, "--threads")) { VAL(); threads = (unsigned)atoi(v);
-		} else if (!strcmp(a, "--repeat")) { VAL(); repeat = (unsigned)atoi(v);
+		} else if (!strcmp(a, "--target-hit")) {
+			VAL();
+			if (cli_parse_double("plan", a, v, 0, 1, &target_hit))
+				return 2;
+		} else if (!strcmp(a, "--target-ttft-ms")) {
+			VAL();
+			if (cli_parse_double("plan", a, v, 1e-3, 1e9, &target_ttft))
+				return 2;
+		} else if (!strcmp(a, "--threads")) {
+			VAL();
+			if (cli_parse_u32("plan", a, v, 1, MAX_THREADS, &threads))
+				return 2;
+		} else if (!strcmp(a, "--repeat")) {
+			VAL();
+			if (cli_parse_u32("plan", a, v, 1, 1000, &repeat))
+				return 2;
 		} else if (!strcmp(a, "--report")) { VAL(); report = v;
 		} else if (!strcmp(a, "--json")) { json = 1;
 		} else if (!strcmp(a, "--csv")) { csv = 1;
@@ -687,10 +778,36 @@ int cmd_plan(int argc, char **argv)
 		fputs(plan_help, stderr);
 		return 2;
 	}
-	if (nodes < 1 || nodes > PLAN_MAX_NODES) {
-		fprintf(stderr, "kvtier plan: --nodes 1..%d\n", PLAN_MAX_NODES);
+	/* Every option is checked before the trace is read: a typo is
+	 * reported at once, not after a long trace.  Sizes in capacity lists
+	 * need the block's bytes, known from the trace: checked again then. */
+	uint64_t c0[MAX_LIST], c1[MAX_LIST], cs[MAX_LIST];
+	int n0, n1, ns;
+	if (parse_caps("--dram", dram, 1, c0, &n0) || parse_caps("--nvme", nvme, 1, c1, &n1) ||
+	    parse_caps("--shared", shared, 1, cs, &ns))
 		return 2;
+	char pbuf[256], abuf[256];
+	char *pols[MAX_POLICIES], *adms[MAX_ADMITS];
+	enum kvt_evict_kind kinds[MAX_POLICIES];
+	struct kvt_admit_conf ac[MAX_ADMITS];
+	int np = split_list("--policy", policy, pbuf, sizeof(pbuf), pols, MAX_POLICIES);
+	int na = split_list("--admit", admit, abuf, sizeof(abuf), adms, MAX_ADMITS);
+	if (np < 0 || na < 0)
+		return 2;
+	for (int i = 0; i < np; i++) {
+		if (!strcmp(pols[i], "lru")) {
+			kinds[i] = KVT_EVICT_LRU;
+		} else if (!strcmp(pols[i], "s3fifo")) {
+			kinds[i] = KVT_EVICT_S3FIFO;
+		} else {
+			fprintf(stderr, "kvtier plan: --policy \"%s\": expected a comma list of lru, s3fifo\n",
+				pols[i]);
+			return 2;
+		}
 	}
+	for (int i = 0; i < na; i++)
+		if (parse_admit(adms[i], &ac[i]))
+			return 2;
 	struct plan_ctx *x = calloc(1, sizeof(*x));
 	if (!x)
 		return 1;
@@ -706,19 +823,11 @@ int cmd_plan(int argc, char **argv)
 		free(x);
 		return 2;
 	}
-	uint8_t *buf = NULL;
-	size_t len = 0;
-	if (cli_read_file(trace, &buf, &len)) {
-		free(x);
-		return 1;
-	}
 	double t_parse = cli_now();
-	int rc = plan_trace_parse((const char *)buf, len, (enum plan_fmt)fmt, block_tokens, limit,
-				  &x->pt);
-	free(buf);
+	int rc = plan_trace_read(trace, (enum plan_fmt)fmt, block_tokens, limit, &x->pt);
 	if (rc) {
 		free(x);
-		return cli_fail("plan", trace, rc);
+		return cli_fail_detail("plan", rc); /* names the file, line, field */
 	}
 	t_parse = cli_now() - t_parse;
 	x->block_bytes = plan_kv_bytes_per_token(x->model) * x->pt.block_tokens;
@@ -742,29 +851,14 @@ int cmd_plan(int argc, char **argv)
 		free(tt);
 	}
 
-	/* The grid. */
-	uint64_t c0[MAX_LIST], c1[MAX_LIST], cs[MAX_LIST];
-	int n0, n1, ns;
-	if (parse_caps(dram, x->block_bytes, c0, &n0) || parse_caps(nvme, x->block_bytes, c1, &n1) ||
-	    parse_caps(shared, x->block_bytes, cs, &ns)) {
-		fprintf(stderr, "kvtier plan: a capacity list is a comma list of blocks, 5k, 64GiB or inf\n");
+	/* The grid, sizes now in blocks of this trace and model. */
+	if (parse_caps("--dram", dram, x->block_bytes, c0, &n0) ||
+	    parse_caps("--nvme", nvme, x->block_bytes, c1, &n1) ||
+	    parse_caps("--shared", shared, x->block_bytes, cs, &ns)) {
 		plan_trace_free(&x->pt);
 		free(x);
 		return 2;
 	}
-	char pbuf[256], abuf[256];
-	snprintf(pbuf, sizeof(pbuf), "%s", policy);
-	snprintf(abuf, sizeof(abuf), "%s", admit);
-	char *pols[8], *adms[16];
-	int np = split(pbuf, pols, 8), na = split(abuf, adms, 16);
-	struct kvt_admit_conf ac[16];
-	for (int i = 0; i < na; i++)
-		if (parse_admit(adms[i], &ac[i])) {
-			fprintf(stderr, "kvtier plan: unknown admission rule %s\n", adms[i]);
-			plan_trace_free(&x->pt);
-			free(x);
-			return 2;
-		}
 	size_t maxcfg = (size_t)np * (size_t)na * (size_t)n0 * (size_t)n1 * (size_t)ns;
 	x->cfg = calloc(maxcfg ? maxcfg : 1, sizeof(*x->cfg));
 	if (!x->cfg) {
@@ -773,18 +867,7 @@ int cmd_plan(int argc, char **argv)
 		return 1;
 	}
 	for (int p = 0; p < np; p++) {
-		enum kvt_evict_kind kind;
-		if (!strcmp(pols[p], "lru"))
-			kind = KVT_EVICT_LRU;
-		else if (!strcmp(pols[p], "s3fifo"))
-			kind = KVT_EVICT_S3FIFO;
-		else {
-			fprintf(stderr, "kvtier plan: unknown policy %s (lru, s3fifo)\n", pols[p]);
-			plan_trace_free(&x->pt);
-			free(x->cfg);
-			free(x);
-			return 2;
-		}
+		enum kvt_evict_kind kind = kinds[p];
 		for (int a = 0; a < na; a++)
 			for (int s = 0; s < ns; s++)
 				for (int j = 0; j < n1; j++)

@@ -24,6 +24,10 @@
 #include "common/err.h"
 #include "plan/trace.h"
 
+/* --dram-blocks fills a scratch store N + 1 times over to size the tier:
+ * beyond this it is not a test anyone waits for. */
+#define MAX_DRAM_BLOCKS 100000000ull
+
 static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -151,12 +155,12 @@ static const char replay_help[] =
 	"single-threaded and deterministic: per request a lookup of the chain, then a get\n"
 	"of every present block and a put of every missing one, in prompt order.\n\n"
 	"  --format F          auto|mooncake|bailian|tokens\n"
-	"  --block-tokens N    tokens per block (default: the format's)\n"
-	"  --block-bytes SIZE  payload of one chunk (default 64KiB): the scale-down\n"
-	"  --dram-blocks N     a DRAM tier of exactly N chunk images (4 KiB pages)\n"
-	"  --limit N           only the first N requests\n"
-	"  --pace X            follow the trace's clock at X times its speed (default:\n"
-	"                      as fast as possible)\n"
+	"  --block-tokens N    tokens per block, 1..1048576 (default: the format's)\n"
+	"  --block-bytes SIZE  payload of one chunk, 1B..1GiB (default 64KiB): the scale-down\n"
+	"  --dram-blocks N     a DRAM tier of exactly N chunk images (4 KiB pages), 1..10^8\n"
+	"  --limit N           only the first N requests (1..10^12)\n"
+	"  --pace X            follow the trace's clock at X times its speed, 1e-6..1e6\n"
+	"                      (default: as fast as possible)\n"
 	"  --json              machine output\n"
 	"  --config FILE, --set KEY=VALUE, --dir PATH   the store (see kvtier put --help)\n";
 
@@ -188,20 +192,26 @@ int cmd_replay(int argc, char **argv)
 				fprintf(stderr, "kvtier replay: unknown format %s\n", v);
 				return 2;
 			}
-		} else if (!strcmp(a, "--block-tokens")) { VAL(); block_tokens = (uint32_t)atoi(v);
+		} else if (!strcmp(a, "--block-tokens")) {
+			VAL();
+			if (cli_parse_u32("replay", a, v, 1, 1u << 20, &block_tokens))
+				return 2;
 		} else if (!strcmp(a, "--block-bytes")) {
 			VAL();
-			char *end;
-			double n = strtod(v, &end);
-			double mul = !*end ? 1 : !strcasecmp(end, "KiB") ? 1024 : !strcasecmp(end, "MiB") ? 1048576 : 0;
-			if (n <= 0 || !mul) {
-				fprintf(stderr, "kvtier replay: --block-bytes 64KiB, 1MiB or a byte count\n");
+			if (cli_parse_size("replay", a, v, 1, 1ull << 30, &block_bytes))
 				return 2;
-			}
-			block_bytes = (uint64_t)(n * mul);
-		} else if (!strcmp(a, "--dram-blocks")) { VAL(); dram_blocks = strtoull(v, NULL, 10);
-		} else if (!strcmp(a, "--limit")) { VAL(); limit = strtoull(v, NULL, 10);
-		} else if (!strcmp(a, "--pace")) { VAL(); pace = atof(v);
+		} else if (!strcmp(a, "--dram-blocks")) {
+			VAL();
+			if (cli_parse_u64("replay", a, v, 1, MAX_DRAM_BLOCKS, &dram_blocks))
+				return 2;
+		} else if (!strcmp(a, "--limit")) {
+			VAL();
+			if (cli_parse_u64("replay", a, v, 1, 1000000000000ull, &limit))
+				return 2;
+		} else if (!strcmp(a, "--pace")) {
+			VAL();
+			if (cli_parse_double("replay", a, v, 1e-6, 1e6, &pace))
+				return 2;
 		} else if (!strcmp(a, "--json")) { json = 1;
 		} else if (a[0] == '-' && a[1]) {
 			fprintf(stderr, "kvtier replay: unknown option %s\n", a);
@@ -215,15 +225,10 @@ int cmd_replay(int argc, char **argv)
 		fputs(replay_help, stderr);
 		return 2;
 	}
-	uint8_t *buf = NULL;
-	size_t len = 0;
-	if (cli_read_file(trace, &buf, &len))
-		return 1;
 	struct plan_trace pt;
-	int rc = plan_trace_parse((const char *)buf, len, (enum plan_fmt)fmt, block_tokens, limit, &pt);
-	free(buf);
+	int rc = plan_trace_read(trace, (enum plan_fmt)fmt, block_tokens, limit, &pt);
 	if (rc)
-		return cli_fail("replay", trace, rc);
+		return cli_fail_detail("replay", rc); /* names the file, line, field */
 
 	/* The chunk: one layer, K and V, bf16, the trace's block of tokens;
 	 * head_dim sets the bytes.  Payload + the 4 KiB header is a whole

@@ -3,11 +3,15 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cli/cli.h"
+#include "store/config.h"
 
 /* DESIGN.md's reference models (fp16/bf16, K and V). */
 static const cli_model models[] = {
@@ -65,14 +69,8 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i)
 	if (slot) {
 		*slot = argv[*i];
 	} else if (!strcmp(a, "--chunk-tokens")) {
-		char *end;
-		unsigned long v = strtoul(argv[*i], &end, 10);
-		if (*end || v == 0 || v > (1u << 20)) {
-			fprintf(stderr, "kvtier: --chunk-tokens \"%s\": expected 1..1048576\n",
-				argv[*i]);
+		if (cli_parse_u32("", a, argv[*i], 1, 1u << 20, &c->chunk))
 			return -1;
-		}
-		c->chunk = (uint32_t)v;
 	} else {
 		if (c->n_sets == (int)(sizeof(c->sets) / sizeof(c->sets[0]))) {
 			fprintf(stderr, "kvtier: too many --set/--dir options\n");
@@ -178,25 +176,62 @@ int cli_open(const cli_common *c, kvt_store **st, kvt_ns *ns)
 	return 0;
 }
 
-int cli_read_file(const char *path, uint8_t **buf, size_t *len)
+/* Open `path` for one of the readers below ("-" = stdin).  A directory is
+ * refused by name: fopen takes it and only the first read fails, with a
+ * message ("Is a directory") that does not say which option was wrong. */
+static FILE *open_input(const char *path)
 {
-	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+	struct stat st;
+	FILE *f;
+
+	if (!strcmp(path, "-"))
+		return stdin;
+	f = fopen(path, "rb");
+	if (!f) {
+		fprintf(stderr, "kvtier: %s: %s\n", path, strerror(errno));
+		return NULL;
+	}
+	if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "kvtier: %s: is a directory, not a file\n", path);
+		fclose(f);
+		return NULL;
+	}
+	return f;
+}
+
+static void close_input(FILE *f)
+{
+	if (f && f != stdin)
+		fclose(f);
+}
+
+int cli_read_file_max(const char *path, size_t max, uint8_t **buf, size_t *len)
+{
+	FILE *f = open_input(path);
 	uint8_t *b = NULL;
 	size_t n = 0, cap = 0, r;
 
-	if (!f) {
-		fprintf(stderr, "kvtier: %s: %s\n", path, strerror(errno));
+	if (!f)
 		return -1;
-	}
 	do {
 		if (n == cap) {
 			uint8_t *nb;
+			if (cap > max) {
+				fprintf(stderr, "kvtier: %s: larger than %zu bytes, the most this reads\n",
+					path, max);
+				free(b);
+				close_input(f);
+				return -1;
+			}
+			/* Grow to at most max + 1: one byte past the bound is
+			 * how a file that is too large is told apart. */
 			cap = cap ? cap * 2 : 1 << 16;
+			if (cap > max)
+				cap = max + 1;
 			nb = realloc(b, cap);
 			if (!nb) {
 				free(b);
-				if (f != stdin)
-					fclose(f);
+				close_input(f);
 				fprintf(stderr, "kvtier: %s: out of memory\n", path);
 				return -1;
 			}
@@ -208,79 +243,273 @@ int cli_read_file(const char *path, uint8_t **buf, size_t *len)
 	if (ferror(f)) {
 		fprintf(stderr, "kvtier: %s: read error\n", path);
 		free(b);
-		if (f != stdin)
-			fclose(f);
+		close_input(f);
 		return -1;
 	}
-	if (f != stdin)
-		fclose(f);
+	close_input(f);
+	if (n > max) {
+		fprintf(stderr, "kvtier: %s: larger than %zu bytes, the most this reads\n", path, max);
+		free(b);
+		return -1;
+	}
 	*buf = b;
 	*len = n;
 	return 0;
 }
 
+int cli_read_file(const char *path, uint8_t **buf, size_t *len)
+{
+	return cli_read_file_max(path, SIZE_MAX - 1, buf, len);
+}
+
+#define PAST_BOUND (-2)
+
+/* The next byte of a token file, or PAST_BOUND once more than
+ * CLI_TOKENS_MAX_BYTES have been read. */
+static int next_byte(FILE *f, uint64_t *count)
+{
+	int ch = getc(f);
+	if (ch != EOF && ++*count > CLI_TOKENS_MAX_BYTES)
+		return PAST_BOUND;
+	return ch;
+}
+
+/* Streamed byte by byte (stdio buffers it), so that a wrong file fails at
+ * its first wrong byte: /dev/zero is refused after one byte, not after it
+ * has filled memory; a stream of valid ids stops at CLI_TOKENS_MAX_BYTES. */
 int cli_read_tokens(const char *path, uint32_t **tokens, size_t *n_out)
 {
-	uint8_t *buf;
-	size_t len, n = 0, cap = 0, i = 0, line = 1;
+	FILE *f = open_input(path);
+	size_t n = 0, cap = 0, line = 1;
+	uint64_t count = 0;
 	uint32_t *t = NULL;
-	int in_array = 0;
+	int in_array = 0, ch;
 
-	if (cli_read_file(path, &buf, &len))
+	if (!f)
 		return -1;
-	while (i < len) {
-		unsigned char ch = buf[i];
+	ch = next_byte(f, &count);
+	while (ch != EOF) {
+		if (ch == PAST_BOUND) {
+			fprintf(stderr, "kvtier: %s: larger than %u MiB, the bound on a token file\n",
+				path, CLI_TOKENS_MAX_BYTES >> 20);
+			goto bad;
+		}
 		if (ch == '\n')
 			line++;
 		if (isspace(ch) || ch == ',') {
-			i++;
+			ch = next_byte(f, &count);
 		} else if (ch == '[' && !in_array && n == 0) {
 			in_array = 1;
-			i++;
-		} else if (ch == ']' && in_array) {
+			ch = next_byte(f, &count);
+		} else if (ch == ']' && in_array == 1) {
 			in_array = 2;
-			i++;
+			ch = next_byte(f, &count);
 		} else if (isdigit(ch) && in_array != 2) {
-			unsigned long long v = 0;
-			while (i < len && isdigit(buf[i])) {
-				v = v * 10 + (unsigned)(buf[i] - '0');
-				if (v > UINT32_MAX)
-					break;
-				i++;
-			}
-			if (v > UINT32_MAX) {
-				fprintf(stderr, "kvtier: %s:%zu: token id exceeds 32 bits\n",
-					path, line);
-				goto bad;
+			uint64_t v = 0;
+			for (; ch >= '0' && ch <= '9'; ch = next_byte(f, &count)) {
+				v = v * 10 + (unsigned)(ch - '0');
+				if (v > UINT32_MAX) {
+					fprintf(stderr, "kvtier: %s:%zu: token id exceeds 32 bits\n",
+						path, line);
+					goto bad;
+				}
 			}
 			if (n == cap) {
 				uint32_t *nt;
 				cap = cap ? cap * 2 : 1024;
 				nt = realloc(t, cap * sizeof(*t));
-				if (!nt)
+				if (!nt) {
+					fprintf(stderr, "kvtier: %s: out of memory\n", path);
 					goto bad;
+				}
 				t = nt;
 			}
 			t[n++] = (uint32_t)v;
 		} else {
-			fprintf(stderr,
-				"kvtier: %s:%zu: unexpected '%c' (expected token ids: a JSON array or whitespace-separated integers)\n",
-				path, line, isprint(ch) ? ch : '?');
+			if (isprint(ch))
+				fprintf(stderr,
+					"kvtier: %s:%zu: unexpected '%c' (expected token ids: a JSON array or whitespace-separated integers)\n",
+					path, line, ch);
+			else
+				fprintf(stderr,
+					"kvtier: %s:%zu: unexpected byte 0x%02x (expected token ids: a JSON array or whitespace-separated integers)\n",
+					path, line, (unsigned)ch);
 			goto bad;
 		}
+	}
+	if (ferror(f)) {
+		fprintf(stderr, "kvtier: %s: read error\n", path);
+		goto bad;
 	}
 	if (in_array == 1) {
 		fprintf(stderr, "kvtier: %s: JSON array not closed\n", path);
 		goto bad;
 	}
-	free(buf);
+	close_input(f);
 	*tokens = t;
 	*n_out = n;
 	return 0;
 bad:
-	free(buf);
+	close_input(f);
 	free(t);
 	return -1;
+}
+
+/* --- strict option values ------------------------------------------------ */
+
+/* "kvtier CMD: OPT \"V\": " — cmd "" for the options every command shares. */
+static void opt_err(const char *cmd, const char *opt, const char *v, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void opt_err(const char *cmd, const char *opt, const char *v, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "kvtier%s%s: %s \"%s\": ", *cmd ? " " : "", cmd, opt, v);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+int cli_parse_u64(const char *cmd, const char *opt, const char *v, uint64_t lo, uint64_t hi,
+		  uint64_t *out)
+{
+	uint64_t n = 0;
+	const char *p = v;
+
+	/* Digits only: strtoull would take "-1" (as 2^64 - 1), " 7", "+7", and
+	 * stop quietly at "1abc"; atoi reads "abc" as 0. */
+	if (!isdigit((unsigned char)*p) || (p[0] == '0' && p[1]))
+		goto bad;
+	for (; isdigit((unsigned char)*p); p++) {
+		unsigned d = (unsigned)(*p - '0');
+		if (n > (UINT64_MAX - d) / 10) {
+			opt_err(cmd, opt, v, "out of range %llu..%llu", (unsigned long long)lo,
+				(unsigned long long)hi);
+			return -1;
+		}
+		n = n * 10 + d;
+	}
+	if (*p)
+		goto bad;
+	if (n < lo || n > hi) {
+		opt_err(cmd, opt, v, "out of range %llu..%llu", (unsigned long long)lo,
+			(unsigned long long)hi);
+		return -1;
+	}
+	*out = n;
+	return 0;
+bad:
+	opt_err(cmd, opt, v, "expected a whole number %llu..%llu (decimal digits only)",
+		(unsigned long long)lo, (unsigned long long)hi);
+	return -1;
+}
+
+int cli_parse_u32(const char *cmd, const char *opt, const char *v, uint32_t lo, uint32_t hi,
+		  uint32_t *out)
+{
+	uint64_t n;
+
+	if (cli_parse_u64(cmd, opt, v, lo, hi, &n))
+		return -1;
+	*out = (uint32_t)n;
+	return 0;
+}
+
+int cli_parse_double(const char *cmd, const char *opt, const char *v, double lo, double hi,
+		     double *out)
+{
+	const char *p = v;
+	char *end;
+	double d;
+
+	/* DIGITS [. DIGITS] [e [+-] DIGITS]: strtod alone would also take
+	 * hex ("0x1p3"), "inf", "nan" and leading space. */
+	if (!isdigit((unsigned char)*p))
+		goto bad;
+	while (isdigit((unsigned char)*p))
+		p++;
+	if (*p == '.') {
+		p++;
+		if (!isdigit((unsigned char)*p))
+			goto bad;
+		while (isdigit((unsigned char)*p))
+			p++;
+	}
+	if (*p == 'e' || *p == 'E') {
+		p++;
+		if (*p == '+' || *p == '-')
+			p++;
+		if (!isdigit((unsigned char)*p))
+			goto bad;
+		while (isdigit((unsigned char)*p))
+			p++;
+	}
+	if (*p)
+		goto bad;
+	errno = 0;
+	d = strtod(v, &end);
+	if (*end)
+		goto bad;
+	if (errno == ERANGE || !isfinite(d) || d < lo || d > hi) {
+		opt_err(cmd, opt, v, "out of range %g..%g", lo, hi);
+		return -1;
+	}
+	*out = d;
+	return 0;
+bad:
+	opt_err(cmd, opt, v, "expected a decimal number %g..%g (e.g. 0.5, 800, 1e-3)", lo, hi);
+	return -1;
+}
+
+int cli_parse_size(const char *cmd, const char *opt, const char *v, uint64_t lo, uint64_t hi,
+		   uint64_t *out)
+{
+	char a[32], b[32];
+	uint64_t n;
+
+	if (kvt_parse_size(v, 1, &n)) {
+		/* The library's sentence already names the value and the forms. */
+		fprintf(stderr, "kvtier%s%s: %s: %s\n", *cmd ? " " : "", cmd, opt, kvt_errmsg());
+		return -1;
+	}
+	if (n < lo || n > hi) {
+		opt_err(cmd, opt, v, "out of range %s..%s", kvt_fmt_size(lo, a, sizeof(a)),
+			kvt_fmt_size(hi, b, sizeof(b)));
+		return -1;
+	}
+	*out = n;
+	return 0;
+}
+
+int cli_parse_duration(const char *cmd, const char *opt, const char *v, uint64_t *out)
+{
+	/* One grammar with the configuration's ttl: parse it there. */
+	kvt_config *c = kvt_config_new();
+	int rc;
+
+	if (!c) {
+		fprintf(stderr, "kvtier: out of memory\n");
+		return -1;
+	}
+	rc = kvt_config_set(c, "ttl", v);
+	if (rc) {
+		const char *m = kvt_errmsg();
+		if (!strncmp(m, "ttl: ", 5))
+			m += 5; /* the option, not the key, is what the user typed */
+		fprintf(stderr, "kvtier%s%s: %s: %s\n", *cmd ? " " : "", cmd, opt, m);
+	} else {
+		*out = c->ttl_s;
+	}
+	kvt_config_free(c);
+	return rc ? -1 : 0;
+}
+
+int cli_fail_detail(const char *cmd, int rc)
+{
+	const char *d = kvt_errmsg();
+	fprintf(stderr, "kvtier %s: %s\n", cmd, *d ? d : kvt_strerror(rc));
+	return 1;
 }
 
 double cli_now(void)
