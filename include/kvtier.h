@@ -508,6 +508,14 @@ typedef struct kvt_tier_stats {
 				   * serving reads) */
 	char last_write_error[160]; /* why the last failed write to the tier
 				     * failed ("" if none has) */
+	uint32_t unreachable;     /* 1 while the tier's endpoint does not answer
+				   * (its index is then not known to be
+				   * complete: a miss may be a false one) */
+	uint32_t read_only;       /* 1 if the tier was opened for reading only */
+	uint64_t bad_listed;      /* objects found bad and left in place, listed
+				   * by kvtier verify */
+	uint64_t read_errors;     /* gets that failed other than by a miss */
+	char state[160];          /* why the tier is degraded ("" if healthy) */
 } kvt_tier_stats;
 
 /* Wait until the background copies queued so far (write-through to lower

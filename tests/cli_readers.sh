@@ -34,6 +34,8 @@ expect "signed put to a shared directory" "$kvtier" put "${m[@]}" --set shared_f
 for cmd in ls stat; do
 	expect "$cmd without the key" "$kvtier" $cmd "${m[@]}" --set shared_fs="$D"
 done
+grep -q "fsdir holds 20 bad object(s), not served" "$work/out" && ok "stat says 20 objects are held but not served" ||
+	bad "stat: $(cat "$work/out")"
 expect "lookup without the key" "$kvtier" lookup "${m[@]}" --set shared_fs="$D" --tokens "$work/prompt.txt"
 grep -q "^0 of 20" "$work/out" && ok "lookup without the key finds nothing it can serve" || bad "lookup: $(cat "$work/out")"
 expect_fail "get without the key is a miss" "" "$kvtier" get "${m[@]}" --set shared_fs="$D" --key "$key" -o "$work/x"

@@ -142,6 +142,14 @@ dead=("${common[@]}" --set "s3_endpoint=http://127.0.0.1:$dead_port" --set s3_ti
 grep -qi "unreachable" "$work/err" && grep -q "127.0.0.1:$dead_port" "$work/err" &&
 	ok "stat on a dead endpoint says it is unreachable" ||
 	bad "stat on a dead endpoint: $(cat "$work/out" "$work/err")"
+grep -q "^s3 UNREACHABLE: " "$work/out" && ok "stat's own output marks the tier UNREACHABLE" ||
+	bad "stat output: $(cat "$work/out")"
+"$kvtier" stat "${dead[@]}" --json >"$work/out" 2>/dev/null
+grep -q '"name": "s3".*"reachable": false' "$work/out" && ok "stat --json: reachable false" ||
+	bad "stat --json: $(cat "$work/out")"
+"$kvtier" lookup "${dead[@]}" --tokens "$work/prompt.txt" >"$work/out" 2>/dev/null
+grep -q "^note: s3 UNREACHABLE" "$work/out" && ok "lookup notes the unreachable tier beside its count" ||
+	bad "lookup output: $(cat "$work/out")"
 "$kvtier" lookup "${dead[@]}" --tokens "$work/prompt.txt" --json >"$work/out" 2>"$work/err"
 grep -qi "unreachable" "$work/err" && ok "lookup on a dead endpoint says it is unreachable" ||
 	bad "lookup on a dead endpoint: $(cat "$work/out" "$work/err")"

@@ -321,6 +321,38 @@ int cmd_get(int argc, char **argv)
 	return bad;
 }
 
+/* A JSON string (quotes, backslashes and control bytes escaped). */
+static void json_string(FILE *f, const char *v)
+{
+	fputc('"', f);
+	for (; *v; v++) {
+		unsigned char c = (unsigned char)*v;
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+/* What is wrong with a tier, if anything, on lines of its own: an empty
+ * listing of an unreachable tier must not read as an empty tier. */
+static void tier_state(FILE *f, const kvt_tier_stats *s, const char *indent)
+{
+	if (s->unreachable)
+		fprintf(f, "%s%s UNREACHABLE: %s; its chunks are not counted\n", indent,
+			s->name, s->state[0] ? s->state : "endpoint not answering");
+	else if (s->state[0])
+		fprintf(f, "%s%s degraded: %s\n", indent, s->name, s->state);
+	if (s->bad_listed)
+		fprintf(f, "%s%s holds %llu bad object(s), not served (kvtier verify lists them)\n",
+			indent, s->name, (unsigned long long)s->bad_listed);
+	if (s->read_only)
+		fprintf(f, "%s%s is open read-only\n", indent, s->name);
+}
+
 static void lookup_usage(FILE *f)
 {
 	fprintf(f, "usage: kvtier lookup --tokens FILE [options]\n\n"
@@ -368,6 +400,12 @@ int cmd_lookup(int argc, char **argv)
 	} else {
 		printf("%u of %zu chunk(s) cached (%llu tokens)\n", res.n_hit, n,
 		       (unsigned long long)res.n_hit * ns.layout.chunk_tokens);
+		for (int t = 0; t < kvt_store_tiers(st); t++) {
+			kvt_tier_stats ts;
+			kvt_store_stats(st, t, &ts);
+			if (ts.unreachable || ts.state[0]) /* a miss there may be false */
+				tier_state(stdout, &ts, "note: ");
+		}
 		for (uint32_t i = 0; i < res.n_hit; i++) {
 			char hex[65];
 			kvt_tier_stats ts;
@@ -443,20 +481,27 @@ int cmd_stat(int argc, char **argv)
 	for (int t = 0; t < kvt_store_tiers(st); t++) {
 		kvt_tier_stats s;
 		kvt_store_stats(st, t, &s);
-		if (a.json)
+		if (a.json) {
 			printf("%s{\"name\": \"%s\", \"capacity_bytes\": %llu, \"used_bytes\": %llu, "
 			       "\"chunks\": %llu, \"hits\": %llu, \"misses\": %llu, \"evictions\": %llu, "
-			       "\"corrupt\": %llu}",
+			       "\"corrupt\": %llu, \"bad_listed\": %llu, \"reachable\": %s, "
+			       "\"read_only\": %s, \"state\": ",
 			       t ? ", " : "", s.name, (unsigned long long)s.capacity_bytes,
 			       (unsigned long long)s.used_bytes, (unsigned long long)s.chunks,
 			       (unsigned long long)s.hits, (unsigned long long)s.misses,
-			       (unsigned long long)s.evictions, (unsigned long long)s.corrupt);
-		else
+			       (unsigned long long)s.evictions, (unsigned long long)s.corrupt,
+			       (unsigned long long)s.bad_listed, s.unreachable ? "false" : "true",
+			       s.read_only ? "true" : "false");
+			json_string(stdout, s.state);
+			printf("}");
+		} else {
 			printf("%-6s capacity %llu used %llu chunks %llu hits %llu misses %llu evictions %llu corrupt %llu\n",
 			       s.name, (unsigned long long)s.capacity_bytes,
 			       (unsigned long long)s.used_bytes, (unsigned long long)s.chunks,
 			       (unsigned long long)s.hits, (unsigned long long)s.misses,
 			       (unsigned long long)s.evictions, (unsigned long long)s.corrupt);
+			tier_state(stdout, &s, "");
+		}
 	}
 	if (a.json)
 		printf("]}\n");

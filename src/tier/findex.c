@@ -350,6 +350,7 @@ void kvt_findex_stats(struct kvt_findex *ix, kvt_tier_stats *out,
 	out->capacity_bytes = ix->capacity;
 	out->used_bytes = ix->used;
 	out->chunks = ix->count;
+	out->bad_listed = ix->nbad;
 	pthread_mutex_unlock(&ix->mu);
 	snprintf(out->name, sizeof(out->name), "%s", name);
 	out->borrowed = borrowed;

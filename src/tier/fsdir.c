@@ -782,6 +782,7 @@ static void fsdir_stats(kvt_tier *tt, kvt_tier_stats *out)
 	fsdir *t = (fsdir *)tt;
 
 	kvt_findex_stats(&t->ix, out, "fsdir", atomic_load(&t->borrowed));
+	out->read_only = (uint32_t)t->read_only;
 }
 
 static void fsdir_free(fsdir *t)

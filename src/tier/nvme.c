@@ -946,6 +946,7 @@ static void nv_stats(kvt_tier *tt, kvt_tier_stats *out)
 	nvme *t = (nvme *)tt;
 
 	kvt_findex_stats(&t->ix, out, "nvme", atomic_load(&t->borrowed));
+	out->read_only = (uint32_t)t->read_only;
 }
 
 static void nv_free(nvme *t)

@@ -1837,6 +1837,20 @@ static void s3_stats(kvt_tier *tier, kvt_tier_stats *out)
 	pthread_mutex_unlock(&t->mu);
 	snprintf(out->name, sizeof(out->name), "s3");
 	out->borrowed = atomic_load(&t->borrowed);
+	{
+		kvt_s3_status h;
+		kvt_s3_status_get(tier, &h);
+		out->unreachable = !h.reachable;
+		out->read_errors = h.read_errors;
+		if (h.list_rc)
+		{
+			/* The listing's sentence, cut to fit. */
+			memcpy(out->state, h.list_error, sizeof(out->state) - 1);
+			out->state[sizeof(out->state) - 1] = '\0';
+		}
+		else if (!h.reachable)
+			snprintf(out->state, sizeof(out->state), "endpoint not answering");
+	}
 }
 
 static void s3_corrupt(kvt_tier *tier, kvt_tier_rbuf *r)
