@@ -164,5 +164,9 @@ expect_fail "get of an object with 32 trailing bytes is a miss" "" "$kvtier" get
 expect_fail "verify reports the trailing bytes" "" "$kvtier" verify "${m[@]}" --dir "$D"
 grep -q "32 bytes after the declared object" "$work/out" && ok "verify: 32 trailing bytes named" || bad "verify: $(cat "$work/out")"
 
+# put reads at most what the chunks it stores hold (one byte more says "too long").
+expect_fail "put of /dev/zero is refused, bounded" "larger than 16385 bytes" timeout 20 "$kvtier" put "${m[@]}" \
+	--dir "$work/zero" --key "$key" /dev/zero
+
 echo "cli_readers: $fails failure(s)"
 [ "$fails" -eq 0 ]

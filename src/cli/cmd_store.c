@@ -200,7 +200,10 @@ int cmd_put(int argc, char **argv)
 		kvt_store_close(st);
 		return rc;
 	}
-	if (cli_read_file(a.file, &payload, &len)) {
+	per = kvt_layout_payload_bytes(&ns.layout);
+	/* The payload is what n chunks hold: one byte more says "too long"
+	 * without reading /dev/zero until memory runs out. */
+	if (cli_read_file_max(a.file, per * (n ? n : 1) + 1, &payload, &len)) {
 		free(keys);
 		kvt_store_close(st);
 		return 1;
@@ -212,7 +215,6 @@ int cmd_put(int argc, char **argv)
 		kvt_store_close(st);
 		return cli_fail("put", "memory", KVT_ENOMEM);
 	}
-	per = kvt_layout_payload_bytes(&ns.layout);
 	if (n == 0) {
 		fprintf(stderr, "kvtier put: %s holds no whole chunk (a chunk is %u tokens)\n",
 			a.tokens ? a.tokens : "--key", ns.layout.chunk_tokens);

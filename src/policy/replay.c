@@ -123,7 +123,7 @@ int kvt_trace_parse_jsonl(const char *buf, size_t len, struct kvt_trace *t)
 			while (q < eol && (*q == ' ' || *q == ':' || *q == '\t'))
 				q++;
 			if (q >= eol || *q != '[') {
-				rc = kvt_err(KVT_EMALFORMED, "trace line %llu: hash_ids is not an array",
+				rc = kvt_err(KVT_EINVAL, "trace line %llu: hash_ids is not an array",
 					     (unsigned long long)line);
 				break;
 			}
@@ -135,14 +135,24 @@ int kvt_trace_parse_jsonl(const char *buf, size_t len, struct kvt_trace *t)
 				if (q < eol && *q == ']')
 					break;
 				if (q >= eol || *q < '0' || *q > '9') {
-					rc = kvt_err(KVT_EMALFORMED,
+					rc = kvt_err(KVT_EINVAL,
 						     "trace line %llu: hash_ids holds a non-integer",
 						     (unsigned long long)line);
 					break;
 				}
 				uint64_t v = 0;
-				while (q < eol && *q >= '0' && *q <= '9')
-					v = v * 10 + (uint64_t)(*q++ - '0');
+				while (q < eol && *q >= '0' && *q <= '9') {
+					uint64_t dg = (uint64_t)(*q++ - '0');
+					if (v > (UINT64_MAX - dg) / 10) {
+						rc = kvt_err(KVT_EINVAL,
+							     "trace line %llu: a hash id is past 64 bits",
+							     (unsigned long long)line);
+						break;
+					}
+					v = v * 10 + dg;
+				}
+				if (rc)
+					break;
 				uint32_t d;
 				int fresh;
 				rc = idmap_get(&m, v, &d, &fresh);

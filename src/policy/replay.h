@@ -52,7 +52,7 @@ struct kvt_trace {
 
 /* Parse JSON Lines, taking each line's "hash_ids": [..] array and ignoring
  * the rest.  Lines without hash_ids are skipped; a malformed array is
- * KVT_EMALFORMED naming its line.  0 or an error; on success the caller owns
+ * KVT_EINVAL naming its line.  0 or an error; on success the caller owns
  * *t and frees it with kvt_trace_free. */
 int kvt_trace_parse_jsonl(const char *buf, size_t len, struct kvt_trace *t);
 void kvt_trace_free(struct kvt_trace *t);
