@@ -435,7 +435,12 @@ static void test_parse(void)
 	CHECK_EQ(r.inserts[0], 5);
 	kvt_trace_free(&t);
 	const char *bad = "{\"hash_ids\": [1, x]}\n";
-	CHECK_EQ(kvt_trace_parse_jsonl(bad, strlen(bad), &t), KVT_EMALFORMED);
+	CHECK_EQ(kvt_trace_parse_jsonl(bad, strlen(bad), &t), KVT_EINVAL);
+	CHECK(strstr(kvt_errmsg(), "line 1") != NULL);
+	/* An id past 64 bits is refused, not wrapped onto another id. */
+	const char *big = "{\"hash_ids\": [1]}\n{\"hash_ids\": [18446744073709551616]}\n";
+	CHECK_EQ(kvt_trace_parse_jsonl(big, strlen(big), &t), KVT_EINVAL);
+	CHECK(strstr(kvt_errmsg(), "line 2: a hash id is past 64 bits") != NULL);
 }
 
 static char *read_all(const char *path, size_t *len)
