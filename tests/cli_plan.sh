@@ -6,15 +6,15 @@
 set -u
 kvtier=${1:?usage: cli_plan.sh path/to/kvtier}
 src=${KVT_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
-trace="$src/../shared/traces/conversation_trace.jsonl"
+trace="$src/tests/data/traces/conversation_trace.jsonl"
 if [ ! -f "$trace" ]; then
-	echo "skip: $trace absent"
-	exit 77
+	echo "FAIL: $trace missing: the repository ships it"
+	exit 1
 fi
 py=$(command -v python3 || true)
 if [ -z "$py" ]; then
-	echo "skip: python3 absent (the reference is a Python script)"
-	exit 77
+	echo "FAIL: python3 absent (scripts/install-deps.sh installs it; the reference is a Python script)"
+	exit 1
 fi
 work=$(mktemp -d /tmp/kvt-plan-XXXXXX)
 trap 'rm -rf "$work"' EXIT
@@ -116,18 +116,18 @@ if "$kvtier" plan "$trace" --dram 1000,5000,20000,inf --policy lru,s3fifo --repo
 		grep -q 'src="hitrate.svg"' "$work/report/index.html" && ok "index.html links the charts" ||
 			bad "index.html does not link the charts"
 	else
-		echo "skip: gnuplot absent, no charts to check"
+		bad "gnuplot absent (scripts/install-deps.sh installs it): no charts to check"
 	fi
 else
 	bad "report failed: $(cat "$work/err")"
 fi
 
-# --- the page in a real browser (skipped without chromium) ---------------
+# --- the page in a real browser ------------------------------------------
 if [ -s "$work/report/hitrate.svg" ]; then
 	"$py" "$src/tests/plan_browser.py" "$work/report"
 	case $? in
 	0) ok "report renders in headless chromium" ;;
-	77) echo "skip: headless browser check (chromium absent)" ;;
+	77) bad "headless browser check: chromium absent (scripts/install-deps.sh installs it)" ;;
 	*) bad "report does not render in headless chromium" ;;
 	esac
 fi

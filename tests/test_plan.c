@@ -9,26 +9,7 @@
 #include "plan/cost.h"
 #include "plan/plan.h"
 #include "test.h"
-
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	char *b = malloc((size_t)n + 1);
-	if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-		free(b);
-		b = NULL;
-	}
-	fclose(f);
-	if (b)
-		b[n] = 0;
-	*len = (size_t)n;
-	return b;
-}
+#include "test_data.h"
 
 /* One node, local tiers only == kvt_replay_run exclusive; one node, T0 +
  * shared == kvt_replay_run inclusive. */
@@ -324,16 +305,8 @@ int main(void)
 	inputs();
 	catalog();
 	cost();
-	const char *data = getenv("KVT_TEST_DATA");
-	char path[4096];
-	snprintf(path, sizeof(path), "%s/../../../shared/traces/conversation_trace.jsonl",
-		 data ? data : "tests/data");
 	size_t len;
-	char *buf = slurp(path, &len);
-	if (!buf) {
-		fprintf(stderr, "test_plan: %s absent: trace checks skipped\n", path);
-		TEST_DONE();
-	}
+	char *buf = test_data_read("traces/conversation_trace.jsonl", &len);
 	struct plan_trace pt;
 	CHECK_EQ(plan_trace_parse(buf, len, PLAN_FMT_AUTO, 0, 0, &pt), 0);
 	free(buf);

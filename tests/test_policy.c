@@ -3,6 +3,7 @@
  * sequences, and the reference replay on the real conversation trace.
  */
 #include "test.h"
+#include "test_data.h"
 
 #include <stdint.h>
 
@@ -443,60 +444,12 @@ static void test_parse(void)
 	CHECK(strstr(kvt_errmsg(), "line 2: a hash id is past 64 bits") != NULL);
 }
 
-static char *read_all(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	size_t cap = 1 << 20, n = 0;
-	char *b = malloc(cap);
-	size_t got;
-	while (b && (got = fread(b + n, 1, cap - n, f)) > 0) {
-		n += got;
-		if (n == cap) {
-			char *nb = realloc(b, cap *= 2);
-			if (!nb) {
-				free(b);
-				b = NULL;
-			}
-			b = nb;
-		}
-	}
-	fclose(f);
-	*len = n;
-	return b;
-}
-
 /* The reference numbers of the capacity-planning issue, from a plain exact
  * simulation: our policies must reproduce them to the block. */
 static void test_trace_exact(void)
 {
-	char path[4096];
-	const char *env = getenv("KVT_TRACE");
-	const char *data = getenv("KVT_TEST_DATA");
-	if (env)
-		snprintf(path, sizeof(path), "%s", env);
-	else if (data)
-		snprintf(path, sizeof(path), "%s/../../../shared/traces/conversation_trace.jsonl", data);
-	else {
-		/* <src>/tests/test_policy.c -> <src>/../shared/traces */
-		snprintf(path, sizeof(path), "%s", __FILE__);
-		char *s = strrchr(path, '/');
-		if (s)
-			*s = 0;
-		s = strrchr(path, '/');
-		if (s)
-			*s = 0;
-		strncat(path, "/../shared/traces/conversation_trace.jsonl",
-			sizeof(path) - strlen(path) - 1);
-	}
 	size_t len = 0;
-	char *buf = read_all(path, &len);
-	if (!buf) {
-		if (test_failures)
-			exit(1);
-		SKIP("trace %s not found", path);
-	}
+	char *buf = test_data_read("traces/conversation_trace.jsonl", &len);
 	struct kvt_trace t;
 	CHECK_EQ(kvt_trace_parse_jsonl(buf, len, &t), 0);
 	free(buf);

@@ -2,7 +2,7 @@
  * policy_compare — replay a prefix-cache trace through every eviction policy
  * and admission rule at several capacities, and through a two-tier stack.
  *
- *   policy_compare [trace.jsonl]   (default ../shared/traces/conversation_trace.jsonl)
+ *   policy_compare [trace.jsonl]   (default tests/data/traces/conversation_trace.jsonl)
  *
  * Prints block-weighted prefix hit ratios and insertions (the proxy for
  * bytes written to a tier).  Uses src/policy/replay.c, the same replay the
@@ -64,7 +64,7 @@ static int run(const struct kvt_trace *t, struct kvt_replay_conf *c, struct kvt_
 
 int main(int argc, char **argv)
 {
-	const char *path = argc > 1 ? argv[1] : "../shared/traces/conversation_trace.jsonl";
+	const char *path = argc > 1 ? argv[1] : "tests/data/traces/conversation_trace.jsonl";
 	size_t len;
 	char *buf = read_all(path, &len);
 	if (!buf) {

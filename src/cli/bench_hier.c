@@ -35,9 +35,9 @@
  * max_local_cpu_size = 1.25 x N images (the first tier keeps ~13% headroom; nothing is evicted), 64 KiB
  * pages, prefaulted at open (not timed).  3 rounds (2 with --quick).
  *
- * PART 2, TRACE REPLAY.  ../shared/traces/conversation_trace.jsonl (found via
- * --trace, $KVT_SRC/../shared/traces, next to the executable, or next to this
- * source file) is replayed through a real DRAM + NVMe store whose chunks are
+ * PART 2, TRACE REPLAY.  tests/data/traces/conversation_trace.jsonl (found via
+ * --trace, $KVT_SRC/tests/data/traces, from the executable in a build tree of
+ * the repository, or from this source file) is replayed through a real DRAM + NVMe store whose chunks are
  * scaled down: one chunk per 512-token block, 64 KiB of payload (1 layer x 1
  * KV head x 32 dims x 512 tokens x K and V, f16; a 68 KiB image with its
  * header).  Block ids map to keys deterministically (splitmix64 of the
@@ -461,7 +461,7 @@ static struct summary promo_ratio(const struct promo *p, int m, int rounds)
 
 static int find_trace(struct bench *b, const char *opt)
 {
-	const char *rel = "shared/traces/conversation_trace.jsonl";
+	const char *rel = "tests/data/traces/conversation_trace.jsonl";
 	char cand[4][4096];
 	int nc = 0;
 
@@ -470,7 +470,7 @@ static int find_trace(struct bench *b, const char *opt)
 		return access(b->trace, R_OK) == 0;
 	}
 	if (getenv("KVT_SRC") && *getenv("KVT_SRC"))
-		snprintf(cand[nc++], sizeof(cand[0]), "%s/../%s", getenv("KVT_SRC"), rel);
+		snprintf(cand[nc++], sizeof(cand[0]), "%s/%s", getenv("KVT_SRC"), rel);
 	{
 		char exe[2048];
 		ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
@@ -486,7 +486,7 @@ static int find_trace(struct bench *b, const char *opt)
 		}
 	}
 	{
-		/* <src>/src/cli/bench_hier.c -> <src>/../shared/traces */
+		/* <src>/src/cli/bench_hier.c -> <src>/tests/data/traces */
 		char f[2048];
 		char *s;
 
@@ -494,7 +494,7 @@ static int find_trace(struct bench *b, const char *opt)
 		for (int up = 0; up < 3 && (s = strrchr(f, '/')); up++)
 			*s = '\0';
 		if (f[0] == '/')
-			snprintf(cand[nc++], sizeof(cand[0]), "%s/../%s", f, rel);
+			snprintf(cand[nc++], sizeof(cand[0]), "%s/%s", f, rel);
 	}
 	for (int i = 0; i < nc; i++)
 		if (access(cand[i], R_OK) == 0) {
@@ -1062,9 +1062,9 @@ static void usage(FILE *f)
 		"\n"
 		"  --dir DIR     work in a fresh directory under DIR (default /var/tmp);\n"
 		"                removed afterwards\n"
-		"  --trace PATH  the trace (default: $KVT_SRC/../shared/traces/\n"
-		"                conversation_trace.jsonl, else found from the executable\n"
-		"                or the source location); skipped with a message if absent\n"
+		"  --trace PATH  the trace (default: the repository's tests/data/traces/\n"
+		"                conversation_trace.jsonl, found from $KVT_SRC, the\n"
+		"                executable or the source location)\n"
 		"  --json        every figure as one JSON object; ratios in fields named\n"
 		"                ratio_vs_<bound>\n"
 		"  --quick       2 rounds, a quarter of the bytes, first 3,000 requests\n"

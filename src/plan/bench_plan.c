@@ -11,7 +11,7 @@
  *    simulation per capacity.
  * Hit blocks must agree to the block; a mismatch is an error (exit 1).
  * The reference script is found under $KVT_SRC/tests, else ./tests, else
- * ../tests; the trace defaults to <that source dir>/../shared/traces/
+ * ../tests; the trace defaults to <that source dir>/tests/data/traces/
  * conversation_trace.jsonl.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -134,7 +134,7 @@ int bench_plan(int argc, char **argv)
 	const char *src = find_src();
 	char py[4096], deftrace[4096];
 	snprintf(py, sizeof(py), "%s/tests/plan_reference.py", src);
-	snprintf(deftrace, sizeof(deftrace), "%s/../shared/traces/conversation_trace.jsonl", src);
+	snprintf(deftrace, sizeof(deftrace), "%s/tests/data/traces/conversation_trace.jsonl", src);
 	if (!trace)
 		trace = deftrace;
 
