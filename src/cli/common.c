@@ -3,12 +3,14 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "store/config.h"
@@ -77,7 +79,21 @@ int cli_common_arg(cli_common *c, int argc, char **argv, int *i)
 			return -1;
 		}
 		if (!strcmp(a, "--dir")) {
-			snprintf(c->dir_set, sizeof(c->dir_set), "local_disk=%s", argv[*i]);
+			/* A directory named on the command line is relative to
+			 * where the command runs; the configuration wants it
+			 * absolute (a daemon's working directory is not the
+			 * user's). */
+			char cwd[PATH_MAX] = "";
+			if (argv[*i][0] != '/' && !getcwd(cwd, sizeof(cwd))) {
+				fprintf(stderr, "kvtier: --dir %s: cannot resolve: %s\n",
+					argv[*i], strerror(errno));
+				return -1;
+			}
+			if (snprintf(c->dir_set, sizeof(c->dir_set), "local_disk=%s%s%s", cwd,
+				     cwd[0] ? "/" : "", argv[*i]) >= (int)sizeof(c->dir_set)) {
+				fprintf(stderr, "kvtier: --dir %s: path too long\n", argv[*i]);
+				return -1;
+			}
 			c->sets[c->n_sets++] = c->dir_set;
 		} else {
 			c->sets[c->n_sets++] = argv[*i];
