@@ -39,10 +39,17 @@ static int test_failures;
 		}                                                            \
 	} while (0)
 
+/* Skip what the machine cannot do; checks that already failed are not
+ * hidden by the skip: the test then fails. */
 #define SKIP(...)                                                            \
 	do {                                                                 \
 		fprintf(stderr, "SKIP: " __VA_ARGS__);                       \
 		fputc('\n', stderr);                                         \
+		if (test_failures) {                                         \
+			fprintf(stderr, "%d check(s) failed before the skip\n", \
+				test_failures);                              \
+			exit(1);                                             \
+		}                                                            \
 		exit(77);                                                    \
 	} while (0)
 
