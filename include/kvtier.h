@@ -72,6 +72,14 @@
 extern "C" {
 #endif
 
+/* What the library exports: every function declared here and nothing else
+ * (it is built with -fvisibility=hidden; a test checks the export list). */
+#if defined(__GNUC__) || defined(__clang__)
+#define KVT_API __attribute__((visibility("default")))
+#else
+#define KVT_API
+#endif
+
 #define KVT_VERSION_MAJOR 0
 #define KVT_VERSION_MINOR 1
 #define KVT_VERSION_PATCH 0
@@ -111,12 +119,12 @@ enum kvt_error {
 };
 
 /* A static string naming `err`; never NULL, even for unknown codes. */
-const char *kvt_strerror(int err);
+KVT_API const char *kvt_strerror(int err);
 
 /* Detail of the calling thread's most recent failure, or "" if none.  The
  * string is owned by the library and valid until the thread's next kvtier
  * call. */
-const char *kvt_errmsg(void);
+KVT_API const char *kvt_errmsg(void);
 
 /* ------------------------------------------------------------------------ */
 /* Keys                                                                      */
@@ -143,7 +151,7 @@ enum kvt_dtype {
 };
 
 /* Bytes of one element of `dtype`, or 0 if it is not a kvt_dtype. */
-uint32_t kvt_dtype_size(uint32_t dtype);
+KVT_API uint32_t kvt_dtype_size(uint32_t dtype);
 
 /* The shape of one chunk's KV.  Payloads are layer-major: layer 0's bytes,
  * then layer 1's, ...; each layer holds kv_planes × chunk_tokens ×
@@ -167,12 +175,12 @@ typedef struct kvt_layout {
 
 /* Bytes of one layer of one chunk, and of a whole chunk's payload.  0 if the
  * layout is invalid (see kvt_layout_check). */
-uint64_t kvt_layout_layer_bytes(const kvt_layout *l);
-uint64_t kvt_layout_payload_bytes(const kvt_layout *l);
+KVT_API uint64_t kvt_layout_layer_bytes(const kvt_layout *l);
+KVT_API uint64_t kvt_layout_payload_bytes(const kvt_layout *l);
 
 /* 0 if `l` is a layout kvtier can store, else KVT_ELAYOUT with the reason in
  * kvt_errmsg(). */
-int kvt_layout_check(const kvt_layout *l);
+KVT_API int kvt_layout_check(const kvt_layout *l);
 
 /* What names a namespace.  Strings are NUL-terminated UTF-8; NULL means
  * "none" and is distinct from "".  The tenant is a name the store knows; its
@@ -222,7 +230,7 @@ typedef struct kvt_extra_keys {
 /* Key of a chunk: H(ns digest, parent, tokens, extra keys).  `parent` is the
  * previous chunk's key, or NULL for the first chunk.  `extra` may be NULL.
  * `tokens` must hold exactly ns->layout.chunk_tokens ids. */
-int kvt_key_chunk(const kvt_ns *ns, const kvt_key *parent,
+KVT_API int kvt_key_chunk(const kvt_ns *ns, const kvt_key *parent,
 		  const uint32_t *tokens, size_t n_tokens,
 		  const kvt_extra_keys *extra, kvt_key *out);
 
@@ -230,38 +238,38 @@ int kvt_key_chunk(const kvt_ns *ns, const kvt_key *parent,
  * returns how many whole chunks the prompt has (the partial tail is not
  * keyed: it is recomputed).  `extra` applies to every chunk (cache salt to
  * the first only); may be NULL. */
-int kvt_key_chain(const kvt_ns *ns, const uint32_t *tokens, size_t n_tokens,
+KVT_API int kvt_key_chain(const kvt_ns *ns, const uint32_t *tokens, size_t n_tokens,
 		  const kvt_extra_keys *extra, kvt_key *keys, size_t max_keys);
 
 /* Lower-case hex of a key into `out` (65 bytes with the NUL). */
-void kvt_key_hex(const kvt_key *key, char out[65]);
+KVT_API void kvt_key_hex(const kvt_key *key, char out[65]);
 
 /* Parse 64 hex digits into `key`.  0 or KVT_EINVAL. */
-int kvt_key_parse(const char *hex, kvt_key *key);
+KVT_API int kvt_key_parse(const char *hex, kvt_key *key);
 
 /* --- vLLM interoperability ---------------------------------------------- */
 
 /* vLLM's NONE_HASH for `seed` (the PYTHONHASHSEED string):
  * SHA-256(CBOR(seed as a text string)).  See docs/KEYS.md for which vLLM
  * versions use this convention. */
-void kvt_vllm_none_hash(const char *seed, uint8_t out[32]);
+KVT_API void kvt_vllm_none_hash(const char *seed, uint8_t out[32]);
 
 /* vLLM's sha256_cbor block hash: SHA-256 over canonical CBOR of
  * [parent (32-byte string), [token ids], extra keys or null].  `parent` is
  * NONE_HASH for the first block.  `extra` may be NULL (encoded as null); the
  * cache salt is included only when `first_block` is nonzero. */
-int kvt_vllm_block_hash(const uint8_t parent[32], const uint32_t *tokens,
+KVT_API int kvt_vllm_block_hash(const uint8_t parent[32], const uint32_t *tokens,
 			size_t n_tokens, const kvt_extra_keys *extra,
 			int first_block, uint8_t out[32]);
 
 /* The 64-bit integer vLLM publishes in KV events for a 32-byte block hash:
  * its last 8 bytes read big-endian. */
-uint64_t kvt_vllm_hash_u64(const uint8_t hash[32]);
+KVT_API uint64_t kvt_vllm_hash_u64(const uint8_t hash[32]);
 
 /* kvtier's storage key for a chunk whose last engine block has hash
  * `engine_hash` (of `len` bytes): the engine hash wrapped with the namespace
  * digest, so an engine hash alone never names stored bytes. */
-int kvt_key_from_engine_hash(const kvt_ns *ns, const uint8_t *engine_hash,
+KVT_API int kvt_key_from_engine_hash(const kvt_ns *ns, const uint8_t *engine_hash,
 			     size_t len, kvt_key *out);
 
 /* ------------------------------------------------------------------------ */
@@ -273,33 +281,33 @@ typedef struct kvt_config kvt_config;
 /* A configuration with every default (a DRAM tier of 1 GiB, 64 KiB pages,
  * 256-token chunks, SHA-256 keys, no tenants but the default one).  Caller
  * owns the result; free it with kvt_config_free. */
-kvt_config *kvt_config_new(void);
+KVT_API kvt_config *kvt_config_new(void);
 
 /* Parse a YAML file.  On failure returns NULL, and *err (if not NULL) gets
  * the code; kvt_errmsg() names the file, line and what was expected. */
-kvt_config *kvt_config_load(const char *path, int *err);
+KVT_API kvt_config *kvt_config_load(const char *path, int *err);
 
 /* Same, from a string; `name` is used in error messages. */
-kvt_config *kvt_config_parse(const char *yaml, size_t len, const char *name,
+KVT_API kvt_config *kvt_config_parse(const char *yaml, size_t len, const char *name,
 			     int *err);
 
 /* Set one key as it would appear in the YAML file ("max_local_cpu_size",
  * "8GiB").  0, or KVT_ECONFIG with the reason in kvt_errmsg(). */
-int kvt_config_set(kvt_config *cfg, const char *key, const char *value);
+KVT_API int kvt_config_set(kvt_config *cfg, const char *key, const char *value);
 
 /* Apply KVTIER_<KEY> environment variables (KVTIER_MAX_LOCAL_CPU_SIZE=...).
  * Returns 0 or the first error. */
-int kvt_config_apply_env(kvt_config *cfg);
+KVT_API int kvt_config_apply_env(kvt_config *cfg);
 
-void kvt_config_free(kvt_config *cfg);
+KVT_API void kvt_config_free(kvt_config *cfg);
 
 /* Format a byte count for people ("1.50 GiB") into buf; returns buf. */
-const char *kvt_fmt_size(uint64_t bytes, char *buf, size_t len);
+KVT_API const char *kvt_fmt_size(uint64_t bytes, char *buf, size_t len);
 
 /* Resolve a namespace against a configuration without opening a store (the
  * tenant's secret and the default chunk size come from `cfg`).  Same results
  * and errors as kvt_ns_init. */
-int kvt_config_ns(const kvt_config *cfg, const kvt_ns_desc *desc, kvt_ns *ns);
+KVT_API int kvt_config_ns(const kvt_config *cfg, const kvt_ns_desc *desc, kvt_ns *ns);
 
 /* ------------------------------------------------------------------------ */
 /* Store                                                                     */
@@ -309,16 +317,16 @@ typedef struct kvt_store kvt_store;
 
 /* Open a store.  The configuration is copied; the caller may free it at once.
  * On failure returns NULL and *err gets the code. */
-kvt_store *kvt_store_open(const kvt_config *cfg, int *err);
+KVT_API kvt_store *kvt_store_open(const kvt_config *cfg, int *err);
 
 /* Wait for in-flight asynchronous operations, then free everything.  Every
  * kvt_ref must have been released and every kvt_op freed before. */
-void kvt_store_close(kvt_store *st);
+KVT_API void kvt_store_close(kvt_store *st);
 
 /* Resolve a namespace description against the store (tenant secret, chunk
  * size).  KVT_ETENANT if the tenant is not configured; KVT_ELAYOUT if the
  * layout is invalid. */
-int kvt_ns_init(kvt_store *st, const kvt_ns_desc *desc, kvt_ns *ns);
+KVT_API int kvt_ns_init(kvt_store *st, const kvt_ns_desc *desc, kvt_ns *ns);
 
 /* How durable a put must be before it returns.  The DRAM tier only gives
  * KVT_DUR_CACHED; asking for more from a store without a disk tier is
@@ -343,13 +351,13 @@ enum kvt_durability {
  * (the key is already stored; nothing changed), KVT_ELAYOUT (wrong length),
  * KVT_ETOOBIG or KVT_EFULL.  The payload is copied; the checksums are
  * computed in the same pass. */
-int kvt_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+KVT_API int kvt_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	    const void *payload, size_t len, int durability);
 
 /* Same, from one buffer per layer (`layers[i]` holds
  * kvt_layout_layer_bytes() bytes), as a connector that saves layer by layer
  * has them. */
-int kvt_put_layers(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+KVT_API int kvt_put_layers(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		   const void *const *layers, uint32_t n_layers, int durability);
 
 /* Copy a chunk's payload into `buf` (capacity `cap`).  *len gets the payload
@@ -358,19 +366,19 @@ int kvt_put_layers(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
  * tier, counted (kvt_tier_stats.corrupt) and logged, and the search goes on
  * in the tiers below; if none holds a good copy the result is KVT_ENOTFOUND,
  * a miss like any other. */
-int kvt_get(kvt_store *st, const kvt_ns *ns, const kvt_key *key, void *buf,
+KVT_API int kvt_get(kvt_store *st, const kvt_ns *ns, const kvt_key *key, void *buf,
 	    size_t cap, size_t *len);
 
 /* Copy one layer of a chunk, verifying that layer's checksum alone. */
-int kvt_get_layer(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+KVT_API int kvt_get_layer(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		  uint32_t layer, void *buf, size_t cap);
 
 /* 1 if present in any tier, 0 if not, or a negative code. */
-int kvt_exists(kvt_store *st, const kvt_ns *ns, const kvt_key *key);
+KVT_API int kvt_exists(kvt_store *st, const kvt_ns *ns, const kvt_key *key);
 
 /* Remove a chunk from every tier.  0 or KVT_ENOTFOUND.  A reader holding a
  * kvt_ref keeps its view until it releases it. */
-int kvt_delete(kvt_store *st, const kvt_ns *ns, const kvt_key *key);
+KVT_API int kvt_delete(kvt_store *st, const kvt_ns *ns, const kvt_key *key);
 
 /* --- zero-copy reads ----------------------------------------------------- */
 
@@ -378,18 +386,18 @@ typedef struct kvt_ref kvt_ref;
 
 /* Borrow a chunk without copying it.  The returned reference pins the chunk:
  * it is neither evicted nor reused until kvt_release. */
-int kvt_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+KVT_API int kvt_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	       kvt_ref **ref);
 
 /* The payload as a list of memory segments, in order.  *iov points into the
  * reference and is valid until kvt_release; the memory is read-only. */
-int kvt_ref_iov(const kvt_ref *ref, const struct iovec **iov, int *n_iov);
-uint64_t kvt_ref_len(const kvt_ref *ref);
+KVT_API int kvt_ref_iov(const kvt_ref *ref, const struct iovec **iov, int *n_iov);
+KVT_API uint64_t kvt_ref_len(const kvt_ref *ref);
 
 /* Verify the borrowed payload's checksums.  0 or KVT_ECORRUPT. */
-int kvt_ref_verify(const kvt_ref *ref);
+KVT_API int kvt_ref_verify(const kvt_ref *ref);
 
-void kvt_release(kvt_ref *ref);
+KVT_API void kvt_release(kvt_ref *ref);
 
 /* --- lookup -------------------------------------------------------------- */
 
@@ -401,7 +409,7 @@ typedef struct kvt_lookup_result {
 
 /* Longest run of leading keys present in some tier.  Answers from memory,
  * never waits on I/O.  Returns n_hit (>= 0) or a negative code. */
-int kvt_lookup(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
+KVT_API int kvt_lookup(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
 	       size_t n_keys, kvt_lookup_result *res);
 
 /* Tensor- and pipeline-parallel ranks are one unit: a prefix hits only as
@@ -409,7 +417,7 @@ int kvt_lookup(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
  * rank's namespace, ns[r]), each n_keys long.  Returns the common prefix
  * length; res->tier[i] (if given) is the slowest tier any rank's shard i
  * sits in, the one that bounds its load time. */
-int kvt_lookup_ranks(kvt_store *st, const kvt_ns *ns, size_t n_ranks,
+KVT_API int kvt_lookup_ranks(kvt_store *st, const kvt_ns *ns, size_t n_ranks,
 		     const kvt_key *const *keys, size_t n_keys,
 		     kvt_lookup_result *res);
 
@@ -419,13 +427,13 @@ int kvt_lookup_ranks(kvt_store *st, const kvt_ns *ns, size_t n_ranks,
  * the latency and bandwidth the store has measured on its reads (planning
  * defaults until it has).  The engine loads that many and recomputes the
  * rest. */
-int kvt_lookup_worth(kvt_store *st, const kvt_ns *ns,
+KVT_API int kvt_lookup_worth(kvt_store *st, const kvt_ns *ns,
 		     const kvt_lookup_result *res, double recompute_s);
 
 /* Hash a prompt's tokens and look the chain up in one call.  `keys`, if not
  * NULL, receives the chain (max_keys entries).  Returns the number of leading
  * whole chunks present. */
-int kvt_lookup_tokens(kvt_store *st, const kvt_ns *ns, const uint32_t *tokens,
+KVT_API int kvt_lookup_tokens(kvt_store *st, const kvt_ns *ns, const uint32_t *tokens,
 		      size_t n_tokens, const kvt_extra_keys *extra,
 		      kvt_key *keys, size_t max_keys, kvt_lookup_result *res);
 
@@ -433,13 +441,13 @@ int kvt_lookup_tokens(kvt_store *st, const kvt_ns *ns, const uint32_t *tokens,
 
 /* Store n chunks; results[i] gets each one's code.  Returns the number that
  * were stored (KVT_EEXIST counts as stored: the key is present). */
-int kvt_put_batch(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
+KVT_API int kvt_put_batch(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
 		  const void *const *payloads, size_t n, int durability,
 		  int *results);
 
 /* Fetch n chunks, each into bufs[i] of capacity cap; results[i] gets each
  * one's code.  Returns the number fetched. */
-int kvt_get_batch(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
+KVT_API int kvt_get_batch(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
 		  void *const *bufs, size_t cap, size_t n, int *results);
 
 /* --- asynchronous operations --------------------------------------------- */
@@ -449,9 +457,9 @@ typedef struct kvt_op kvt_op;
 /* Submit a get or a put to the store's worker pool and return at once.  The
  * buffers must stay valid (and, for a get, untouched) until the op completes.
  * The op is owned by the caller: free it with kvt_op_free once complete. */
-int kvt_get_async(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+KVT_API int kvt_get_async(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		  void *buf, size_t cap, kvt_op **op);
-int kvt_put_async(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+KVT_API int kvt_put_async(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		  const void *payload, size_t len, int durability, kvt_op **op);
 
 /* Load the leading chunks of `keys` into the first tier before a request
@@ -460,26 +468,26 @@ int kvt_put_async(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
  * prefix ends (a chunk in no tier), or at `deadline_ms` from now, whichever
  * comes first; its result is the number of leading chunks now in the first
  * tier (a partial hit: the engine recomputes the rest).  `keys` is copied. */
-int kvt_prefetch(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
+KVT_API int kvt_prefetch(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
 		 size_t n_keys, int deadline_ms, kvt_op **op);
 
 /* KVT_EAGAIN while in flight; otherwise the op's result code. */
-int kvt_op_poll(kvt_op *op);
+KVT_API int kvt_op_poll(kvt_op *op);
 
 /* Wait up to timeout_ms (-1: forever).  KVT_ETIMEDOUT if still in flight,
  * else the op's result code. */
-int kvt_op_wait(kvt_op *op, int timeout_ms);
+KVT_API int kvt_op_wait(kvt_op *op, int timeout_ms);
 
 /* Bytes transferred by a completed op. */
-uint64_t kvt_op_bytes(const kvt_op *op);
+KVT_API uint64_t kvt_op_bytes(const kvt_op *op);
 
 /* Free a completed op.  Freeing an op still in flight waits for it first. */
-void kvt_op_free(kvt_op *op);
+KVT_API void kvt_op_free(kvt_op *op);
 
 /* Pin (`pin` nonzero) or unpin a chunk in every tier that holds it: a
  * pinned chunk is never chosen for eviction (a shared system prompt).  Pins
  * nest.  KVT_ENOTFOUND if no tier holds it. */
-int kvt_pin(kvt_store *st, const kvt_ns *ns, const kvt_key *key, int pin);
+KVT_API int kvt_pin(kvt_store *st, const kvt_ns *ns, const kvt_key *key, int pin);
 
 /* --- statistics ---------------------------------------------------------- */
 
@@ -523,23 +531,23 @@ typedef struct kvt_tier_stats {
  * KVT_ETIMEDOUT.  A copy that failed is counted in its tier's
  * write_errors and last_write_error; kvt_locate then says where each chunk
  * is.  A short-lived process that put chunks calls this before it exits. */
-int kvt_store_flush(kvt_store *st, int timeout_ms);
+KVT_API int kvt_store_flush(kvt_store *st, int timeout_ms);
 
 /* Which tiers hold `key` now: bit i of *mask for tier i.  From memory, like
  * kvt_lookup.  Returns how many, or a negative code. */
-int kvt_locate(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+KVT_API int kvt_locate(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	       uint32_t *mask);
 
 /* Number of tiers of the store. */
-int kvt_store_tiers(const kvt_store *st);
+KVT_API int kvt_store_tiers(const kvt_store *st);
 
 /* Fill `out` for tier `tier` (0 = fastest).  0 or KVT_EINVAL. */
-int kvt_store_stats(kvt_store *st, int tier, kvt_tier_stats *out);
+KVT_API int kvt_store_stats(kvt_store *st, int tier, kvt_tier_stats *out);
 
 /* Call `fn` for each chunk of tier `tier` with its key and payload length.
  * A nonzero return from `fn` stops the walk and is returned.  Chunks put or
  * evicted during the walk may or may not be seen. */
-int kvt_store_iterate(kvt_store *st, int tier,
+KVT_API int kvt_store_iterate(kvt_store *st, int tier,
 		      int (*fn)(void *arg, const kvt_key *key, uint64_t len),
 		      void *arg);
 
@@ -566,7 +574,7 @@ typedef struct kvt_verify_result {
  * read it.  Chunks put or evicted meanwhile may or may not be seen.
  * Returns 0 or a negative code (-EROFS: `drop` on a read-only store); the
  * tally is in *res. */
-int kvt_store_verify(kvt_store *st, int tier, int drop,
+KVT_API int kvt_store_verify(kvt_store *st, int tier, int drop,
 		     void (*bad_fn)(void *arg, const kvt_key *key, int err,
 				    const char *why),
 		     void *arg, kvt_verify_result *res);
