@@ -22,12 +22,15 @@
  * a value a client picks: no client can compute, probe or aim at another
  * tenant's keys.
  *
- * A *store* (kvt_store) is an ordered list of tiers, fastest first.  This
- * version ships the host-DRAM tier: an arena reserved once at the configured
- * size, cut into fixed pages, with LRU eviction and reference counts so that
- * a chunk being read is never freed under its reader.  Every tier fills one
- * vtable (src/tier/tier.h) so that NVMe, shared-file-system and S3 tiers plug
- * in as one file each.
+ * A *store* (kvt_store) is an ordered list of tiers, fastest first, any
+ * subset of: host DRAM (an arena reserved once, cut into fixed pages, with
+ * reference counts so that a chunk being read is never freed under its
+ * reader), local NVMe (one O_DIRECT file per chunk through io_uring, warm
+ * after a restart), a directory on a shared file system that a fleet mounts,
+ * and an S3 bucket.  Per tier an eviction policy, an admission filter and a
+ * write policy decide what lives where; hits below the first tier are
+ * promoted in the background.  Every tier fills one vtable
+ * (src/tier/tier.h).
  *
  * Every stored chunk is an *object*: a 4 KiB self-describing header (magic,
  * version, key, namespace digest, layout, per-layer offsets and XXH3
@@ -56,8 +59,18 @@
  *   returns KVT_EEXIST: two writers of one key may hold different bytes (GPU
  *   kernels are not bit-deterministic across batch shapes), and a reader
  *   must never see a mix of the two.
- * - The DRAM tier holds the only copy of what was put at the KVT_DUR_CACHED
- *   level: such a chunk may be evicted at any time and is lost on exit.
+ * - KVT_DUR_CACHED promises the first tier only; copies below follow in the
+ *   background (see enum kvt_durability).  In a DRAM-first store such a
+ *   chunk may be evicted at any time and is lost on exit unless a lower tier
+ *   took it.
+ * - Reads never change a tier: a copy that fails verification is no longer
+ *   served, and on a disk tier it stays on the medium, listed by
+ *   kvt_store_verify, until that call's repair or the next put of its key
+ *   moves it aside.
+ * - With a TTL (`ttl` in the configuration), a chunk older than it is a
+ *   miss for kvt_get and kvt_borrow; kvt_lookup and kvt_exists answer from
+ *   memory and may still count it until a put of its key replaces it, or
+ *   eviction or GC removes it.
  * - Keys computed with KVT_HASH_XXH3 are not collision-resistant against an
  *   adversary; use them only in trusted, single-tenant deployments.
  */
