@@ -491,6 +491,11 @@ KVT_API int kvt_op_poll(kvt_op *op);
  * else the op's result code. */
 KVT_API int kvt_op_wait(kvt_op *op, int timeout_ms);
 
+/* The detail of a completed op's failure (what kvt_errmsg() said in the
+ * worker that ran it); "" while in flight or after success.  Owned by the
+ * op: valid until kvt_op_free. */
+KVT_API const char *kvt_op_errmsg(kvt_op *op);
+
 /* Bytes transferred by a completed op. */
 KVT_API uint64_t kvt_op_bytes(const kvt_op *op);
 

@@ -157,10 +157,18 @@ static void dram_only(void)
 		CHECK_EQ(kvt_op_wait(op2, -1), 0);
 		CHECK_EQ(kvt_op_poll(op2), 0);
 		CHECK(!memcmp(p, q, per));
+		CHECK_EQ(kvt_op_errmsg(op1)[0], '\0'); /* success: no detail */
 		kvt_op_free(op1);
 		kvt_op_free(op2);
 		CHECK_EQ(kvt_get_async(st, &ns, &k[5], q, per, &op2), 0);
 		CHECK_EQ(kvt_op_wait(op2, 5000), KVT_ENOTFOUND);
+		/* The worker's detail travels with the op. */
+		CHECK(strstr(kvt_op_errmsg(op2), "no chunk under that key") != NULL);
+		kvt_op_free(op2);
+		/* A wrong-length async put says why, too. */
+		CHECK_EQ(kvt_put_async(st, &ns, &k[6], p, per - 1, KVT_DUR_CACHED, &op2), 0);
+		CHECK(kvt_op_wait(op2, 5000) < 0);
+		CHECK(strstr(kvt_op_errmsg(op2), "bytes") != NULL);
 		kvt_op_free(op2);
 	}
 

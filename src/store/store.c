@@ -112,6 +112,7 @@ struct kvt_op {
 	int done;
 	int rc;
 	uint64_t bytes;
+	char msg[256]; /* kvt_errmsg() of the worker that ran it, on failure */
 };
 
 struct kvt_ref {
@@ -1556,6 +1557,8 @@ static void op_run(kvt_store *st, struct job *j)
 		rc = prefetch_run(op->st, op);
 	}
 	pthread_mutex_lock(&op->lock);
+	/* The detail lives in the worker's thread: keep it with the op. */
+	snprintf(op->msg, sizeof(op->msg), "%s", rc < 0 ? kvt_errmsg() : "");
 	op->rc = rc;
 	op->done = 1;
 	pthread_cond_broadcast(&op->cond);
@@ -1920,6 +1923,19 @@ int kvt_op_wait(kvt_op *op, int timeout_ms)
 	rc = op->done ? op->rc : KVT_ETIMEDOUT;
 	pthread_mutex_unlock(&op->lock);
 	return rc;
+}
+
+const char *kvt_op_errmsg(kvt_op *op)
+{
+	const char *m = "";
+
+	if (!op)
+		return m;
+	pthread_mutex_lock(&op->lock);
+	if (op->done)
+		m = op->msg;
+	pthread_mutex_unlock(&op->lock);
+	return m;
 }
 
 uint64_t kvt_op_bytes(const kvt_op *op)
