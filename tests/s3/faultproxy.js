@@ -37,6 +37,26 @@
 //   htmllist  ListObjectsV2 only: 200 with an HTML page (a captive portal,
 //             a misrouted load balancer)
 //
+// Conditional writes.  s3rver ignores `If-None-Match: *` on PUT (last writer
+// wins), so the proxy emulates AWS S3's conditional write (first writer wins,
+// 412 PreconditionFailed for the others) on every request that passes
+// through it.  It cannot ask s3rver first (a HEAD would need the client's
+// signature), so it keeps, per Host and raw object path, what it has seen
+// exist:
+//   - learnt present: a 2xx to a PUT of the object (not an UploadPart), to a
+//     CompleteMultipartUpload, or to a GET/HEAD of it;
+//   - learnt absent: a 2xx to a DELETE of the object (not an
+//     AbortMultipartUpload), a 404 to a GET/HEAD; a DeleteObjects batch
+//     forgets the whole bucket (forgetting only ever falls back to s3rver's
+//     own last-writer-wins).
+// A PUT or CompleteMultipartUpload carrying `If-None-Match: *` whose object is
+// known present, or has another conditional write in flight, is answered 412
+// PreconditionFailed with an S3 error body and never forwarded; otherwise it
+// is forwarded and claims the name until its answer (a failed write releases
+// it).  Objects written to s3rver behind the proxy's back are not known, so
+// such a put still wins last, as it did before.  /__stats counts the 412s as
+// "precondition_failed".
+//
 // Standalone:  node faultproxy.js UPSTREAM_PORT   prints "PORT <port>".
 'use strict'
 const http = require('node:http')
@@ -48,9 +68,32 @@ function isList(req) {
   return req.method === 'GET' && /[?&]list-type=2(&|$)/.test(req.url)
 }
 
-function s3Error(res, status, code, message) {
+function s3Error(res, status, code, message, extra = '') {
   res.writeHead(status, { 'content-type': 'application/xml' })
-  res.end(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>${code}</Code><Message>${message}</Message></Error>`)
+  res.end(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>${code}</Code><Message>${message}</Message>${extra}</Error>`)
+}
+
+// What a request does to the existence of one object, for the emulation of
+// conditional writes (see the top of this file): 'put' (a PUT of an object
+// or a CompleteMultipartUpload), 'read' (GET/HEAD of an object), 'delete'
+// (DELETE of an object), 'batchdelete' (DeleteObjects), or '' (anything
+// else: UploadPart, listings, bucket and multipart bookkeeping).
+function objectOp(req) {
+  const q = req.url.indexOf('?')
+  const query = q < 0 ? '' : req.url.slice(q + 1)
+  const has = (name) => new RegExp(`(^|&)${name}(=|&|$)`).test(query)
+  if (req.method === 'PUT') return has('partNumber') || has('uploadId') || has('acl') || has('tagging') ? '' : 'put'
+  if (req.method === 'POST') return has('uploadId') ? 'put' : has('delete') ? 'batchdelete' : ''
+  if (req.method === 'GET' || req.method === 'HEAD') return query === '' || has('versionId') || has('partNumber') ? 'read' : ''
+  if (req.method === 'DELETE') return has('uploadId') ? '' : 'delete'
+  return ''
+}
+
+// The name the emulation keeps an object under: Host (virtual-hosted
+// buckets) and the raw path, as the client signed them.
+function objectName(req) {
+  const q = req.url.indexOf('?')
+  return `${req.headers.host || ''} ${q < 0 ? req.url : req.url.slice(0, q)}`
 }
 
 function listPage(res, truncated, token) {
@@ -80,7 +123,9 @@ function parseFault(get) {
 function createFaultProxy(upstreamPort, upstreamHost = '127.0.0.1') {
   const env = (k) => process.env['FAULT_' + k.toUpperCase()]
   let fault = parseFault(env)
-  const stats = { requests: 0, faulted: 0, lists: 0 }
+  const stats = { requests: 0, faulted: 0, lists: 0, precondition_failed: 0 }
+  const present = new Set() // object names known to exist
+  const claimed = new Set() // names with a conditional write in flight
   let fresh = 0
   const agent = new http.Agent({ keepAlive: true, maxSockets: 256 })
 
@@ -96,7 +141,23 @@ function createFaultProxy(upstreamPort, upstreamHost = '127.0.0.1') {
     return f.mode
   }
 
-  function forward(req, res, mode, f) {
+  // Learn from an upstream answer what exists (conditional-write emulation).
+  function learn(req, op, status) {
+    const name = objectName(req)
+    const ok = status >= 200 && status < 300
+    if (op === 'put' && ok) present.add(name)
+    else if (op === 'read' && ok) present.add(name)
+    else if (op === 'read' && status === 404) present.delete(name)
+    else if (op === 'delete' && ok) present.delete(name)
+    else if (op === 'batchdelete' && ok) {
+      // "host /bucket?delete" (path style) or "host /?delete" (virtual host).
+      const bucket = name.replace(/\/+$/, '') + '/'
+      for (const n of present) if (n.startsWith(bucket)) present.delete(n)
+    }
+  }
+
+  function forward(req, res, mode, f, done = () => {}) {
+    const op = objectOp(req)
     const up = http.request({
       host: upstreamHost,
       port: upstreamPort,
@@ -106,6 +167,8 @@ function createFaultProxy(upstreamPort, upstreamHost = '127.0.0.1') {
       setHost: false,
       agent,
     }, (ur) => {
+      learn(req, op, ur.statusCode)
+      done(ur.statusCode)
       const len = Number(ur.headers['content-length'])
       if (mode === 'truncate' && ur.statusCode < 300 && len > 1) {
         // Promise the whole body, deliver half, then end the connection.
@@ -145,7 +208,7 @@ function createFaultProxy(upstreamPort, upstreamHost = '127.0.0.1') {
       res.writeHead(ur.statusCode, ur.rawHeaders)
       ur.pipe(res)
     })
-    up.on('error', () => res.destroy())
+    up.on('error', () => { done(0); res.destroy() })
     res.on('close', () => { if (!res.writableFinished) up.destroy() })
     req.pipe(up)
   }
@@ -193,8 +256,26 @@ function createFaultProxy(upstreamPort, upstreamHost = '127.0.0.1') {
         res.writeHead(200, { 'content-type': 'text/html' })
         return res.end('<html><body>Welcome! Please log in.</body></html>')
       default:
-        return forward(req, res, mode, f)
+        break
     }
+    if (req.headers['if-none-match'] && req.headers['if-none-match'].trim() === '*' &&
+        objectOp(req) === 'put') {
+      // AWS S3's conditional write, emulated (see the top of this file).
+      const name = objectName(req)
+      if (present.has(name) || claimed.has(name)) {
+        stats.precondition_failed++
+        req.resume()
+        return s3Error(res, 412, 'PreconditionFailed',
+          'At least one of the pre-conditions you specified did not hold',
+          '<Condition>If-None-Match</Condition>')
+      }
+      claimed.add(name)
+      let released = false
+      const release = () => { if (!released) { released = true; claimed.delete(name) } }
+      res.on('close', release)
+      return forward(req, res, mode, f, release)
+    }
+    return forward(req, res, mode, f)
   })
   server.keepAliveTimeout = 60000
   return server
