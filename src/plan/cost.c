@@ -13,6 +13,7 @@
 
 #include "common/err.h"
 #include "kvtier.h"
+#include "tier/speeds.h"
 
 #define MAX_ENTRIES 64
 
@@ -33,10 +34,10 @@ static struct plan_gpu gpus[MAX_ENTRIES] = {
 static int n_gpus = 4;
 
 static struct plan_tier_cost tiers[MAX_ENTRIES] = {
-	{ "dram", 25, 5, 2.0, 0, 0 },
-	{ "nvme", 6, 100, 0.10, 0, 0 },
-	{ "fs", 1, 1000, 0.145, 0, 0 },
-	{ "s3", 1, 30000, 0.023, 0.0004, 0.005 },
+	{ "dram", KVT_SPEED_DRAM_GBPS, KVT_SPEED_DRAM_LAT_US, 2.0, 0, 0 },
+	{ "nvme", KVT_SPEED_NVME_GBPS, KVT_SPEED_NVME_LAT_US, 0.10, 0, 0 },
+	{ "fs", KVT_SPEED_FS_GBPS, KVT_SPEED_FS_LAT_US, 0.145, 0, 0 },
+	{ "s3", KVT_SPEED_S3_GBPS, KVT_SPEED_S3_LAT_US, 0.023, 0.0004, 0.005 },
 };
 static int n_tiers = 4;
 

@@ -22,6 +22,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "format/object.h"
+#include "tier/speeds.h"
 #include "key/key.h"
 #include "store/config.h"
 #include "store/hier.h"
@@ -201,9 +202,11 @@ static int job_submit(kvt_store *st, struct job *j, int prio);
 
 static int add_tier(kvt_store *st, kvt_tier *t, int verify, int kind)
 {
-	/* Planning figures (DESIGN.md) until reads are measured. */
-	static const double gbps[] = { 20.0, 3.0, 1.0, 0.1 };
-	static const double lat_us[] = { 2.0, 100.0, 1000.0, 30000.0 };
+	/* Planning figures until reads are measured (the planner's too). */
+	static const double gbps[] = { KVT_SPEED_DRAM_GBPS, KVT_SPEED_NVME_GBPS,
+				       KVT_SPEED_FS_GBPS, KVT_SPEED_S3_GBPS };
+	static const double lat_us[] = { KVT_SPEED_DRAM_LAT_US, KVT_SPEED_NVME_LAT_US,
+					 KVT_SPEED_FS_LAT_US, KVT_SPEED_S3_LAT_US };
 	struct tier_perf *p = &st->perf[st->n_tiers];
 
 	pthread_mutex_init(&p->mu, NULL);
