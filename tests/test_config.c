@@ -357,6 +357,15 @@ int main(void)
 	files();
 	endpoints();
 
+	/* The S3 listing bounds. */
+	c = kvt_config_new();
+	CHECK_EQ(kvt_config_set(c, "s3_list_max_pages", "5"), 0);
+	CHECK_EQ(kvt_config_set(c, "s3_list_timeout_ms", "60000"), 0);
+	CHECK_EQ(kvt_config_set(c, "s3_list_max_pages", "-1"), KVT_ECONFIG);
+	CHECK(strstr(kvt_errmsg(), "s3_list_max_pages") != NULL);
+	CHECK_EQ(kvt_config_set(c, "s3_list_timeout_ms", "86400001"), KVT_ECONFIG);
+	kvt_config_free(c);
+
 	/* A file that does not exist. */
 	c = kvt_config_load("/nonexistent/kvtier.yaml", &err);
 	CHECK(c == NULL);

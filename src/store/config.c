@@ -476,6 +476,14 @@ static int set_s3_timeout_ms(kvt_config *c, const char *v)
 {
 	return parse_u32(v, 1, 3600000, &c->s3_timeout_ms);
 }
+static int set_s3_list_timeout_ms(kvt_config *c, const char *v)
+{
+	return parse_u32(v, 0, 86400000, &c->s3_list_timeout_ms);
+}
+static int set_s3_list_max_pages(kvt_config *c, const char *v)
+{
+	return parse_u32(v, 0, 10000000, &c->s3_list_max_pages);
+}
 static int set_s3_refresh_s(kvt_config *c, const char *v)
 {
 	return parse_u32(v, 0, 86400, &c->s3_refresh_s);
@@ -699,6 +707,8 @@ static const struct config_key {
 	{ "s3_multipart_size", set_s3_multipart_size, "objects above this go multipart; at least 1MiB" },
 	{ "s3_timeout_ms", set_s3_timeout_ms, "1..3600000" },
 	{ "s3_refresh_s", set_s3_refresh_s, "0..86400" },
+	{ "s3_list_timeout_ms", set_s3_list_timeout_ms, "0..86400000 (0: 10 x s3_timeout_ms)" },
+	{ "s3_list_max_pages", set_s3_list_max_pages, "0..10000000 (0: 10000)" },
 };
 #define N_KEYS (sizeof(config_keys) / sizeof(config_keys[0]))
 

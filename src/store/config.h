@@ -60,6 +60,8 @@ struct kvt_config {
 	uint64_t s3_multipart_size;   /* larger objects go multipart */
 	uint32_t s3_timeout_ms;
 	uint32_t s3_refresh_s;
+	uint32_t s3_list_timeout_ms;  /* 0: 10 x s3_timeout_ms */
+	uint32_t s3_list_max_pages;   /* 0: the tier's default (10000) */
 	uint32_t hash_scheme;         /* enum kvt_hash_scheme */
 	uint32_t workers;             /* async worker threads */
 

@@ -370,6 +370,8 @@ kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 			.multipart_bytes = cfg->s3_multipart_size,
 			.timeout_ms = (int)cfg->s3_timeout_ms,
 			.refresh_s = (int)cfg->s3_refresh_s,
+			.list_timeout_ms = (int)cfg->s3_list_timeout_ms,
+			.list_max_pages = cfg->s3_list_max_pages,
 			.hmac_key = cfg->object_auth_key_len ? cfg->object_auth_key : NULL,
 			.hmac_key_len = cfg->object_auth_key_len,
 		};
