@@ -17,6 +17,8 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include <openssl/crypto.h>
+
 #include "common/err.h"
 #include "key/key.h"
 
@@ -63,8 +65,8 @@ kvt_config *kvt_config_new(void)
 
 void kvt_config_free(kvt_config *cfg)
 {
-	if (cfg)
-		memset(cfg->tenants, 0, sizeof(cfg->tenants)); /* secrets */
+	if (cfg) /* tenant secrets, the object authentication key */
+		OPENSSL_cleanse(cfg, sizeof(*cfg));
 	free(cfg);
 }
 

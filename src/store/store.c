@@ -19,6 +19,9 @@
 #include <string.h>
 #include <time.h>
 
+#include <openssl/crypto.h>
+
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "format/object.h"
@@ -305,7 +308,7 @@ kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 	}
 	st->cfg = *cfg;
 	pthread_mutex_init(&st->qlock, NULL);
-	pthread_cond_init(&st->qcond, NULL);
+	kvt_cond_init_mono(&st->qcond); /* flush waits on it with a deadline */
 	pthread_mutex_init(&st->flight_mu, NULL);
 	pthread_mutex_init(&st->err_mu, NULL);
 	st->max_bg = cfg->workers > 1 ? cfg->workers - 1 : 1;
@@ -435,7 +438,7 @@ void kvt_store_close(kvt_store *st)
 	pthread_mutex_destroy(&st->err_mu);
 	pthread_mutex_destroy(&st->qlock);
 	pthread_cond_destroy(&st->qcond);
-	memset(st->cfg.tenants, 0, sizeof(st->cfg.tenants));
+	OPENSSL_cleanse(&st->cfg, sizeof(st->cfg)); /* secrets, the auth key */
 	free(st);
 }
 
@@ -1649,7 +1652,7 @@ static int op_submit(kvt_store *st, kvt_op *op, kvt_op **out)
 	int rc;
 
 	pthread_mutex_init(&op->lock, NULL);
-	pthread_cond_init(&op->cond, NULL);
+	kvt_cond_init_mono(&op->cond);
 	op->st = st;
 	op->job.run = op_run;
 	if ((rc = job_submit(st, &op->job, PRIO_URGENT))) {
@@ -1912,15 +1915,8 @@ int kvt_op_wait(kvt_op *op, int timeout_ms)
 
 	if (!op)
 		return KVT_EINVAL;
-	if (timeout_ms >= 0) {
-		clock_gettime(CLOCK_REALTIME, &dl);
-		dl.tv_sec += timeout_ms / 1000;
-		dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-		if (dl.tv_nsec >= 1000000000L) {
-			dl.tv_sec++;
-			dl.tv_nsec -= 1000000000L;
-		}
-	}
+	if (timeout_ms >= 0)
+		dl = kvt_deadline_after(timeout_ms);
 	pthread_mutex_lock(&op->lock);
 	while (!op->done && rc != ETIMEDOUT)
 		rc = timeout_ms < 0 ? pthread_cond_wait(&op->cond, &op->lock)
@@ -1968,15 +1964,7 @@ int kvt_store_flush(kvt_store *st, int timeout_ms)
 
 	if (!st)
 		return kvt_err(KVT_EINVAL, "store missing");
-	clock_gettime(CLOCK_REALTIME, &until);
-	if (timeout_ms >= 0) {
-		until.tv_sec += timeout_ms / 1000;
-		until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-		if (until.tv_nsec >= 1000000000L) {
-			until.tv_sec++;
-			until.tv_nsec -= 1000000000L;
-		}
-	}
+	until = kvt_deadline_after(timeout_ms);
 	pthread_mutex_lock(&st->qlock);
 	while (!rc && (st->queued_bg || st->running_bg)) {
 		if (timeout_ms < 0)

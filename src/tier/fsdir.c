@@ -48,6 +48,7 @@
 
 #include <openssl/crypto.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "format/auth.h"
@@ -1185,13 +1186,7 @@ static void *fsdir_refresh_main(void *arg)
 
 	pthread_mutex_lock(&t->rmu);
 	while (!t->stop) {
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_sec += t->refresh_ms / 1000;
-		ts.tv_nsec += (long)(t->refresh_ms % 1000) * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
+		ts = kvt_deadline_after(t->refresh_ms);
 		while (!t->stop &&
 		       pthread_cond_timedwait(&t->rcv, &t->rmu, &ts) != ETIMEDOUT)
 			;
@@ -1458,23 +1453,14 @@ int kvt_fsdir_gc(const char *root, const kvt_fsdir_gc_opts *o,
 
 static int fsdir_sync_init(fsdir *t)
 {
-	pthread_condattr_t ca;
-	int rc;
-
 	if (pthread_mutex_init(&t->rmu, NULL))
 		return -1;
 	if (pthread_mutex_init(&t->scan_mu, NULL))
 		goto f2;
 	if (pthread_mutex_init(&t->pool_mu, NULL))
 		goto f3;
-	if (pthread_condattr_init(&ca))
-		goto f4;
-	rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) ||
-	     pthread_cond_init(&t->rcv, &ca);
-	pthread_condattr_destroy(&ca);
-	if (!rc)
+	if (!kvt_cond_init_mono(&t->rcv))
 		return 0;
-f4:
 	pthread_mutex_destroy(&t->pool_mu);
 f3:
 	pthread_mutex_destroy(&t->scan_mu);

@@ -44,10 +44,12 @@
 #include <unistd.h>
 
 #include <curl/curl.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <xxhash.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "format/object.h"
@@ -395,14 +397,8 @@ static CURL *s3_handle_get(s3_tier *t, int wait, int64_t deadline)
 		if (!wait || s3_now_ms() >= deadline)
 			break;
 		{
-			struct timespec ts;
 			int64_t ms = deadline - s3_now_ms();
-			clock_gettime(CLOCK_REALTIME, &ts);
-			if (ms > 100)
-				ms = 100;
-			ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-			ts.tv_sec += ms / 1000 + ts.tv_nsec / 1000000000L;
-			ts.tv_nsec %= 1000000000L;
+			struct timespec ts = kvt_deadline_after(ms > 100 ? 100 : ms);
 			pthread_cond_timedwait(&t->pool_cv, &t->pool_mu, &ts);
 		}
 	}
@@ -1899,12 +1895,12 @@ static void s3_close(kvt_tier *tier)
 	free(t->base_url);
 	free(t->user);
 	if (t->secret)
-		memset(t->secret, 0, strlen(t->secret));
+		OPENSSL_cleanse(t->secret, strlen(t->secret));
 	free(t->secret);
 	free(t->sigv4);
 	free(t->token_hdr);
 	if (t->hmac_key)
-		memset(t->hmac_key, 0, t->hmac_key_len);
+		OPENSSL_cleanse(t->hmac_key, t->hmac_key_len);
 	free(t->hmac_key);
 	free(t);
 }
@@ -1996,9 +1992,7 @@ static void *s3_refresh_main(void *arg)
 
 	pthread_mutex_lock(&t->stop_mu);
 	while (!t->stopping) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += t->refresh_s;
+		struct timespec ts = kvt_deadline_after((int64_t)t->refresh_s * 1000);
 		pthread_cond_timedwait(&t->stop_cv, &t->stop_mu, &ts);
 		if (t->stopping)
 			break;
@@ -2178,9 +2172,9 @@ int kvt_s3_open(const kvt_s3_opts *o, kvt_tier **out)
 	t->base.ops = &s3_ops;
 	pthread_mutex_init(&t->mu, NULL);
 	pthread_mutex_init(&t->pool_mu, NULL);
-	pthread_cond_init(&t->pool_cv, NULL);
+	kvt_cond_init_mono(&t->pool_cv);
 	pthread_mutex_init(&t->stop_mu, NULL);
-	pthread_cond_init(&t->stop_cv, NULL);
+	kvt_cond_init_mono(&t->stop_cv);
 	for (j = 0; j < CURL_LOCK_DATA_LAST; j++)
 		pthread_mutex_init(&t->share_mu[j], NULL);
 	t->capacity = o->capacity ? o->capacity : UINT64_MAX;
