@@ -1,0 +1,253 @@
+/*
+ * fuzz_aws_creds.c — libFuzzer target for the reader of the AWS shared
+ * credentials and config files (~/.aws/credentials, ~/.aws/config) in the
+ * S3 tier (src/tier/s3.c).
+ *
+ * Those files are outside bytes: any tool or user may have written them.
+ * The reader (s3_ini_get) is static; the way in is the tier's public
+ * open, kvt_s3_open, which reads them when no keys are given and none are
+ * in the environment.  With an endpoint that has no scheme the open stops
+ * right after reading them, before any network: KVT_EINVAL when it found
+ * an access key and a secret, KVT_ECONFIG when it did not.
+ *
+ * Input: the first line is AWS_PROFILE (empty: unset, i.e. "default");
+ * the rest, up to the first 0x1e byte (ASCII record separator), is the
+ * credentials file; after it, the config file.  Both are memfds named to
+ * the reader by AWS_SHARED_CREDENTIALS_FILE and AWS_CONFIG_FILE as their
+ * /proc/self/fd paths; nothing is written to any file system, and every
+ * other AWS_* variable is unset, so the run does not depend on the
+ * machine's environment.
+ *
+ * Checked against a reading of the format made here independently of the
+ * reader: lines trimmed of white space; '#' and ';' lines are comments;
+ * "[name]" opens a section ("[profile name]" in the config file); in the
+ * profile's section, "key = value" with the first '=' splitting and the
+ * first match winning; keys come from the credentials file, or from the
+ * config file when the credentials file has no access key.  Both the
+ * outcome of the open and each value read (s3_ini_get is called directly
+ * too: s3.c is compiled into this file, rather than linked from the
+ * library archive, which is built without coverage instrumentation) must
+ * agree.  The comparison leaves out files with a NUL byte (fgets reads
+ * past it, the string ends at it), profile names longer than 200 bytes
+ * (the config section name is cut at 255), and files with a line of more
+ * than 1022 characters: the reader reads lines into a 1024-byte buffer,
+ * so it cuts such a value short and takes the rest of the line for a line
+ * of its own.  (AWS session tokens can be longer than that: a token of
+ * 1100 characters is read as its first 1003.  Drop the exclusion once the
+ * reader takes lines of any length.)
+ *
+ *   ./fuzz_aws_creds -max_len=4096 fuzz/corpus/aws_creds
+ */
+#include <ctype.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "tier/s3.c"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static int cred_fd = -1, conf_fd = -1;
+static char cred_path[64], conf_path[64];
+
+static int mem_fd(const char *name, char *path, size_t cap)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC);
+
+	if (fd < 0)
+		abort();
+	snprintf(path, cap, "/proc/self/fd/%d", fd);
+	return fd;
+}
+
+static void setup(void)
+{
+	static const char *const unset[] = {
+		"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+		"AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE",
+	};
+
+	for (size_t i = 0; i < sizeof(unset) / sizeof(unset[0]); i++)
+		unsetenv(unset[i]);
+	cred_fd = mem_fd("fuzz_aws_credentials", cred_path, sizeof(cred_path));
+	conf_fd = mem_fd("fuzz_aws_config", conf_path, sizeof(conf_path));
+	setenv("AWS_SHARED_CREDENTIALS_FILE", cred_path, 1);
+	setenv("AWS_CONFIG_FILE", conf_path, 1);
+}
+
+static void fill(int fd, const uint8_t *buf, size_t len)
+{
+	if (ftruncate(fd, 0))
+		abort();
+	for (size_t off = 0; off < len;) {
+		ssize_t n = pwrite(fd, buf + off, len - off, (off_t)off);
+		if (n <= 0)
+			abort();
+		off += (size_t)n;
+	}
+}
+
+/* Lines of at most 1022 characters and no NUL: read as the reader would
+ * with a buffer of any size. */
+static int plain_file(const uint8_t *d, size_t len)
+{
+	size_t run = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		if (!d[i])
+			return 0;
+		run = d[i] == '\n' ? 0 : run + 1;
+		if (run > 1022)
+			return 0;
+	}
+	return 1;
+}
+
+static int sp(uint8_t c)
+{
+	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
+/* The value of `key` in `section` of the file d[0..len), as the format
+ * reads, or NULL (malloc'd). */
+static char *ini_value(const uint8_t *d, size_t len, const char *section, const char *key)
+{
+	int in = 0;
+
+	for (size_t i = 0; i < len;) {
+		size_t a = i, b, e;
+		while (i < len && d[i] != '\n')
+			i++;
+		b = i;
+		if (i < len)
+			i++;
+		while (a < b && sp(d[a]))
+			a++;
+		while (b > a && sp(d[b - 1]))
+			b--;
+		if (a == b || d[a] == '#' || d[a] == ';')
+			continue;
+		if (d[a] == '[') {
+			const uint8_t *z = memchr(d + a, ']', b - a);
+			if (z) {
+				size_t s = a + 1, n;
+				while (s < (size_t)(z - d) && sp(d[s]))
+					s++;
+				n = (size_t)(z - d) - s;
+				in = strlen(section) == n && !memcmp(d + s, section, n);
+			}
+			continue;
+		}
+		const uint8_t *eq = memchr(d + a, '=', b - a);
+		if (!in || !eq)
+			continue;
+		e = (size_t)(eq - d);
+		while (e > a && sp(d[e - 1]))
+			e--;
+		if (e - a != strlen(key) || memcmp(d + a, key, e - a))
+			continue;
+		size_t v = (size_t)(eq - d) + 1;
+		while (v < b && sp(d[v]))
+			v++;
+		char *out = malloc(b - v + 1);
+		if (!out)
+			abort();
+		memcpy(out, d + v, b - v);
+		out[b - v] = '\0';
+		return out;
+	}
+	return NULL;
+}
+
+static int same(const char *a, const char *b)
+{
+	return (!a && !b) || (a && b && !strcmp(a, b));
+}
+
+/* The reader and the reading above agree on one key; the value (NULL if
+ * absent) is returned for the caller to free. */
+static char *lookup(const char *path, const uint8_t *d, size_t len, const char *section,
+		    const char *key, int compare)
+{
+	char *got = s3_ini_get(path, section, key);
+
+	if (compare) {
+		char *want = ini_value(d, len, section, key);
+		if (!same(got, want))
+			abort();
+		free(want);
+	}
+	return got;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	const uint8_t *cred, *conf, *nl, *rs;
+	size_t cred_len, conf_len;
+	char profile[256], csec[300];
+	char *user, *secret, *token, *region;
+	kvt_s3_opts o;
+	kvt_tier *t = NULL;
+	int compare, found, rc;
+
+	if (cred_fd < 0)
+		setup();
+	nl = memchr(data, '\n', size);
+	if (!nl)
+		return 0;
+	snprintf(profile, sizeof(profile), "%.*s", (int)(nl - data), (const char *)data);
+	cred = nl + 1;
+	rs = memchr(cred, 0x1e, size - (size_t)(cred - data));
+	cred_len = rs ? (size_t)(rs - cred) : size - (size_t)(cred - data);
+	conf = rs ? rs + 1 : cred + cred_len;
+	conf_len = size - (size_t)(conf - data);
+	fill(cred_fd, cred, cred_len);
+	fill(conf_fd, conf, conf_len);
+	if (profile[0])
+		setenv("AWS_PROFILE", profile, 1);
+	else
+		unsetenv("AWS_PROFILE");
+
+	memset(&o, 0, sizeof(o));
+	o.bucket = "fuzz-bucket";
+	o.endpoint = "fuzz-endpoint-without-scheme";
+	rc = kvt_s3_open(&o, &t);
+	if (rc == 0) {
+		t->ops->close(t);
+		abort(); /* the endpoint is not a URL */
+	}
+	if (rc != KVT_EINVAL && rc != KVT_ECONFIG)
+		abort();
+
+	/* What it should have found, key by key (s3_credentials' order). */
+	if (!profile[0])
+		snprintf(profile, sizeof(profile), "default");
+	if (!strcmp(profile, "default"))
+		snprintf(csec, sizeof(csec), "default");
+	else
+		snprintf(csec, sizeof(csec), "profile %s", profile);
+	compare = plain_file(cred, cred_len) && plain_file(conf, conf_len) &&
+		  strlen(profile) <= 200;
+	user = lookup(cred_path, cred, cred_len, profile, "aws_access_key_id", compare);
+	secret = lookup(cred_path, cred, cred_len, profile, "aws_secret_access_key", compare);
+	token = lookup(cred_path, cred, cred_len, profile, "aws_session_token", compare);
+	if (!user) {
+		free(secret);
+		free(token);
+		user = lookup(conf_path, conf, conf_len, csec, "aws_access_key_id", compare);
+		secret = lookup(conf_path, conf, conf_len, csec, "aws_secret_access_key", compare);
+		token = lookup(conf_path, conf, conf_len, csec, "aws_session_token", compare);
+	}
+	region = lookup(conf_path, conf, conf_len, csec, "region", compare);
+	found = user && secret && *user && *secret;
+	if (compare && rc != (found ? KVT_EINVAL : KVT_ECONFIG))
+		abort();
+	free(user);
+	free(secret);
+	free(token);
+	free(region);
+	return 0;
+}
