@@ -748,9 +748,8 @@ static int nv_get_into(kvt_tier *tt, const kvt_key *key,
 		rc = kvt_err(KVT_ECORRUPT, "nvme: %s: read %llu of %llu bytes", path,
 			     (unsigned long long)got, (unsigned long long)size);
 	if (rc < 0 && rc > KVT_ERR_BASE) {
-		char why[128];
-		snprintf(why, sizeof(why), "preadv: %s", kvt_strerror(rc));
-		nv_drop(t, key, gen, path, why);
+		/* The medium failed this read, which proves nothing about
+		 * the file: keep it (the store reads the chunk from below). */
 		return kvt_err(rc, "nvme: preadv %s: %s", path, kvt_strerror(rc));
 	}
 	if (rc == KVT_ECORRUPT) {
@@ -807,14 +806,12 @@ static int nv_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 	rc = nv_xfer(t, fd, 0, buf, want, size, &got);
 	t->io->close(t->io, fd);
 	if (rc) {
-		/* The medium failed this file: drop it, so the store treats it
-		 * as a miss and refetches from below. */
+		/* The medium failed this read, which proves nothing about
+		 * the file: keep it, listed nowhere; the store reads the
+		 * chunk from the tier below. */
 		nv_buf_put(t, buf, r->pb);
 		free(r);
 		free(h);
-		snprintf(why, sizeof(why), "%s: %s",
-			 t->uring ? "io_uring read" : "pread", kvt_strerror(rc));
-		nv_drop(t, key, gen, path, why);
 		return kvt_err(rc, "nvme: %s %s: %s",
 			       t->uring ? "io_uring read" : "pread", path,
 			       kvt_strerror(rc));

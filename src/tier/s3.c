@@ -30,6 +30,7 @@
  * times, under one mutex that is never held across a network call.
  */
 #include "tier/s3.h"
+#include "common/hex.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -104,6 +105,16 @@ typedef struct s3_tier {
 	size_t nbuckets;
 	uint64_t count, used;
 	kvt_tier_stats st;
+	/* Objects found bad and left in the bucket (a read never deletes),
+	 * newest first: verify lists them, repair deletes the damaged ones,
+	 * and a put of a damaged one's key replaces it unconditionally. */
+	struct s3_bad {
+		kvt_key key;
+		int proven; /* damaged; 0: only unverifiable here (a tag) */
+		char etag[128]; /* of the object found bad ("" if unknown) */
+		char why[160];
+		struct s3_bad *next;
+	} *bad;
 	kvt_s3_status health; /* all but `reachable`, which is atomic */
 	atomic_int reachable;
 	atomic_uint_fast64_t borrowed;
@@ -113,6 +124,9 @@ typedef struct s3_tier {
 	pthread_mutex_t stop_mu;
 	pthread_cond_t stop_cv;
 } s3_tier;
+
+static int s3_bad_take(s3_tier *t, const kvt_key *k, struct s3_bad *out);
+static void s3_bad_put(s3_tier *t, const struct s3_bad *rec);
 
 typedef struct s3_wbuf {
 	kvt_tier_wbuf w;
@@ -145,26 +159,7 @@ static int64_t s3_wall_s(void)
 
 /* --- names ----------------------------------------------------------------- */
 
-static void s3_hex(const uint8_t *b, size_t n, char *out)
-{
-	static const char digits[] = "0123456789abcdef";
-	size_t i;
-
-	for (i = 0; i < n; i++) {
-		out[2 * i] = digits[b[i] >> 4];
-		out[2 * i + 1] = digits[b[i] & 15];
-	}
-	out[2 * n] = '\0';
-}
-
-static int s3_nibble(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	return -1;
-}
+#define s3_hex kvt_hex_encode
 
 /* "<prefix>ab/<64 hex>.kvt" */
 static void s3_obj_name(const s3_tier *t, const kvt_key *k, char *out,
@@ -185,7 +180,7 @@ static int s3_parse_name(const char *s, size_t n, kvt_key *k)
 	    memcmp(s + 3 + S3_HEX, ".kvt", 4) || s[0] != s[3] || s[1] != s[4])
 		return -1;
 	for (i = 0; i < KVT_KEY_BYTES; i++) {
-		int hi = s3_nibble(s[3 + 2 * i]), lo = s3_nibble(s[4 + 2 * i]);
+		int hi = kvt_hex_nibble(s[3 + 2 * i], 0), lo = kvt_hex_nibble(s[4 + 2 * i], 0);
 		if (hi < 0 || lo < 0)
 			return -1;
 		k->b[i] = (uint8_t)(hi << 4 | lo);
@@ -1127,6 +1122,39 @@ static int s3_list(s3_tier *t, s3_list_fn fn, void *arg, uint64_t *pages)
 	return rc;
 }
 
+/* Whether `k` is on the bad list (a listing must not bring it back). */
+static int s3_is_bad(s3_tier *t, const kvt_key *k)
+{
+	struct s3_bad *b;
+	int found = 0;
+
+	pthread_mutex_lock(&t->mu);
+	for (b = t->bad; b && !found; b = b->next)
+		found = !memcmp(b->key.b, k->b, KVT_KEY_BYTES);
+	pthread_mutex_unlock(&t->mu);
+	return found;
+}
+
+/* Whether `k` is listed bad with exactly this ETag; a listed key under
+ * another ETag is another object, so its record goes. */
+static int s3_bad_same(s3_tier *t, const kvt_key *k, const char *etag)
+{
+	struct s3_bad *b;
+	int same = 0, other = 0;
+
+	pthread_mutex_lock(&t->mu);
+	for (b = t->bad; b; b = b->next)
+		if (!memcmp(b->key.b, k->b, KVT_KEY_BYTES)) {
+			same = b->etag[0] && !strcmp(b->etag, etag);
+			other = !same;
+			break;
+		}
+	pthread_mutex_unlock(&t->mu);
+	if (other)
+		s3_bad_take(t, k, NULL);
+	return same;
+}
+
 typedef struct s3_fill {
 	s3_tier *t;
 	s3_ent **b;
@@ -1163,6 +1191,8 @@ static int s3_fill_one(void *arg, const char *name, size_t n, uint64_t size,
 		}
 		return 0;
 	}
+	if (s3_is_bad(f->t, &k))
+		return 0; /* listed bad: not served, whatever the listing says */
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return KVT_ENOMEM;
@@ -1316,7 +1346,11 @@ static void s3_make_room(s3_tier *t, uint64_t need)
 		for (i = 0; i < t->nbuckets; i++) {
 			s3_ent *e;
 			for (e = t->buckets[i]; e; e = e->next)
-				if (!old || e->mtime_s < old->mtime_s)
+				/* Oldest first; within one second (S3's
+				 * mtime grain), our own puts in the order
+				 * made, listed ones (put_ms 0) before them. */
+				if (!old || e->mtime_s < old->mtime_s ||
+				    (e->mtime_s == old->mtime_s && e->put_ms < old->put_ms))
 					old = e;
 		}
 		k = old->key;
@@ -1397,7 +1431,7 @@ static int s3_put_single(s3_tier *t, const char *name, const uint8_t *img,
 }
 
 static int s3_put_multipart(s3_tier *t, const char *name, const uint8_t *img,
-			    size_t len, const char *hmac)
+			    size_t len, const char *hmac, int conditional)
 {
 	int64_t deadline = s3_now_ms() + t->timeout_ms;
 	size_t nparts = (len + t->part_bytes - 1) / t->part_bytes, i;
@@ -1469,7 +1503,7 @@ static int s3_put_multipart(s3_tier *t, const char *name, const uint8_t *img,
 	xl += (size_t)snprintf(xml + xl, xcap - xl, "</CompleteMultipartUpload>");
 	snprintf(query, sizeof(query), "uploadId=%s", enc_id);
 	rc = s3_req_init(t, &r, "POST", name, query);
-	if (!rc)
+	if (!rc && conditional)
 		rc = s3_req_hdr(&r, "If-None-Match: %s", "*");
 	if (!rc)
 		rc = s3_req_hdr(&r, "Content-Type: %s", "application/xml");
@@ -1521,18 +1555,26 @@ static int s3_put_commit(kvt_tier *tier, kvt_tier_wbuf *w, int durability)
 	char name[S3_NAME_MAX], mac[65];
 	const uint8_t *img = b->iov.iov_base;
 	size_t len = b->iov.iov_len;
-	int rc;
+	struct s3_bad bad;
+	int rc, replace;
 
 	(void)durability; /* S3 acknowledges only durable writes */
+	/* A damaged object under the key is the writer's to replace: write
+	 * without the first-writer condition, which it would otherwise win. */
+	replace = s3_bad_take(t, &w->key, &bad);
+	if (replace && !bad.proven) {
+		s3_bad_put(t, &bad); /* not ours to replace: stays listed */
+		replace = 0;
+	}
 	s3_obj_name(t, &w->key, name, sizeof(name));
 	if (t->hmac_key)
 		s3_hmac_hex(t, img, len, mac);
 	if (t->capacity != UINT64_MAX)
 		s3_make_room(t, len);
 	if (len <= t->multipart_bytes)
-		rc = s3_put_single(t, name, img, len, t->hmac_key ? mac : NULL, 1);
+		rc = s3_put_single(t, name, img, len, t->hmac_key ? mac : NULL, !replace);
 	else
-		rc = s3_put_multipart(t, name, img, len, t->hmac_key ? mac : NULL);
+		rc = s3_put_multipart(t, name, img, len, t->hmac_key ? mac : NULL, !replace);
 	pthread_mutex_lock(&t->mu);
 	if (!rc) {
 		s3_index_set(t, &w->key, len, s3_wall_s(), s3_now_ms());
@@ -1557,16 +1599,63 @@ static void s3_forget(s3_tier *t, const kvt_key *k)
 	pthread_mutex_unlock(&t->mu);
 }
 
-static void s3_count_corrupt(s3_tier *t, const kvt_key *k, const char *name,
-			     const char *why)
+/* Take the record of `k` off the bad list into *out (may be NULL); 1 if
+ * there was one. */
+static int s3_bad_take(s3_tier *t, const kvt_key *k, struct s3_bad *out)
 {
+	struct s3_bad **p, *b = NULL;
+
+	pthread_mutex_lock(&t->mu);
+	for (p = &t->bad; *p; p = &(*p)->next)
+		if (!memcmp((*p)->key.b, k->b, KVT_KEY_BYTES)) {
+			b = *p;
+			*p = b->next;
+			break;
+		}
+	pthread_mutex_unlock(&t->mu);
+	if (b && out)
+		*out = *b;
+	free(b);
+	return b != NULL;
+}
+
+/* Put a record on the bad list (best effort: without memory it is only
+ * not listed). */
+static void s3_bad_put(s3_tier *t, const struct s3_bad *rec)
+{
+	struct s3_bad *b = malloc(sizeof(*b));
+
+	if (!b)
+		return;
+	*b = *rec;
+	pthread_mutex_lock(&t->mu);
+	b->next = t->bad;
+	t->bad = b;
+	pthread_mutex_unlock(&t->mu);
+}
+
+/* An object that is not a valid image of its key: no longer served,
+ * counted, logged, listed, and left in the bucket; other nodes share it,
+ * and only what is damaged (not a tag this node cannot check) may be
+ * replaced or repaired away. */
+static void s3_count_corrupt(s3_tier *t, const kvt_key *k, const char *name,
+			     const char *why, int proven, const char *etag)
+{
+	struct s3_bad b;
+
+	memset(&b, 0, sizeof(b));
+	b.key = *k;
+	b.proven = proven;
+	snprintf(b.etag, sizeof(b.etag), "%s", etag ? etag : "");
+	snprintf(b.why, sizeof(b.why), "%s", why);
+	s3_bad_take(t, k, NULL);
 	pthread_mutex_lock(&t->mu);
 	t->st.corrupt++;
 	s3_index_del(t, k);
 	pthread_mutex_unlock(&t->mu);
-	kvt_log(KVT_LOG_WARN, "s3: s3://%s/%s is not a valid image (%s): dropped",
+	s3_bad_put(t, &b);
+	kvt_log(KVT_LOG_WARN, "s3: s3://%s/%s is not a valid image (%s): not served, left in place",
 		t->bucket, name, why);
-	s3_delete_name(t, name);
 }
 
 static int s3_get(kvt_tier *tier, const kvt_key *key, kvt_tier_rbuf **out)
@@ -1582,6 +1671,8 @@ static int s3_get(kvt_tier *tier, const kvt_key *key, kvt_tier_rbuf **out)
 	kvt_obj_hdr h;
 	int rc;
 
+	/* A key listed bad is read again: another node may have replaced
+	 * the object since (the index, and so lookup, leaves it out). */
 	s3_obj_name(t, key, name, sizeof(name));
 	rc = s3_req_init(t, &first, "GET", name, NULL);
 	/* One request moves objects up to multipart_bytes; a larger one
@@ -1609,10 +1700,18 @@ static int s3_get(kvt_tier *tier, const kvt_key *key, kvt_tier_rbuf **out)
 			s3_forget(t, key);
 		goto out;
 	}
+	if (first.etag[0] && s3_bad_same(t, key, first.etag)) {
+		/* The very object found bad before (by this tier or by the
+		 * store's check): not handed out again.  Another ETag is another
+		 * object, judged afresh. */
+		rc = kvt_err(KVT_ECORRUPT, "s3: s3://%s/%s (ETag %s) was found bad before",
+			     t->bucket, name, first.etag);
+		goto out;
+	}
 	got = first.len;
 	total = first.status == 206 && first.has_total ? first.total : got;
 	if (total > KVT_OBJ_HEADER_BYTES + KVT_OBJ_MAX_PAYLOAD || got > total) {
-		s3_count_corrupt(t, key, name, "impossible length");
+		s3_count_corrupt(t, key, name, "impossible length", 1, first.etag);
 		rc = KVT_ECORRUPT;
 		goto out;
 	}
@@ -1693,13 +1792,14 @@ static int s3_get(kvt_tier *tier, const kvt_key *key, kvt_tier_rbuf **out)
 		goto out;
 	}
 	if (rc) {
-		s3_count_corrupt(t, key, name, kvt_strerror(rc));
+		s3_count_corrupt(t, key, name, kvt_strerror(rc),
+				 rc != KVT_EVERSION && rc != KVT_EBADMAGIC, first.etag);
 		rc = KVT_ECORRUPT;
 		goto out;
 	}
 	if (memcmp(h.key.b, key->b, KVT_KEY_BYTES) ||
 	    (uint64_t)h.header_len + h.payload_len != total) {
-		s3_count_corrupt(t, key, name, "key or length mismatch");
+		s3_count_corrupt(t, key, name, "key or length mismatch", 1, first.etag);
 		rc = KVT_ECORRUPT;
 		goto out;
 	}
@@ -1707,7 +1807,9 @@ static int s3_get(kvt_tier *tier, const kvt_key *key, kvt_tier_rbuf **out)
 		char mac[65];
 		s3_hmac_hex(t, img, total, mac);
 		if (strcmp(mac, first.hmac)) {
-			s3_count_corrupt(t, key, name, "HMAC mismatch");
+			s3_count_corrupt(t, key, name,
+					 "HMAC tag does not verify under this node's key", 0,
+					 first.etag);
 			rc = KVT_ECORRUPT;
 			goto out;
 		}
@@ -1855,7 +1957,62 @@ static void s3_corrupt(kvt_tier *tier, kvt_tier_rbuf *r)
 	char name[S3_NAME_MAX];
 
 	s3_obj_name(t, &r->key, name, sizeof(name));
-	s3_count_corrupt(t, &r->key, name, "payload checksum");
+	s3_count_corrupt(t, &r->key, name, kvt_errmsg()[0] ? kvt_errmsg() : "payload checksum", 1,
+			 ((s3_rbuf *)r)->etag);
+}
+
+static int s3_bad_iterate(kvt_tier *tier,
+			  int (*fn)(void *arg, const kvt_key *key, const char *where,
+				    int proven, const char *why),
+			  void *arg)
+{
+	s3_tier *t = (s3_tier *)tier;
+	struct s3_bad *items = NULL, *b;
+	size_t n = 0, i;
+	int rc = 0;
+
+	pthread_mutex_lock(&t->mu);
+	for (b = t->bad; b; b = b->next)
+		n++;
+	if (n && (items = malloc(n * sizeof(*items)))) {
+		for (i = 0, b = t->bad; b; b = b->next)
+			items[i++] = *b;
+	}
+	pthread_mutex_unlock(&t->mu);
+	if (n && !items)
+		return kvt_err(KVT_ENOMEM, "s3: no memory to list bad objects");
+	for (i = n; i > 0 && !rc; i--) { /* oldest first */
+		char name[S3_NAME_MAX], where[S3_NAME_MAX + 600];
+		s3_obj_name(t, &items[i - 1].key, name, sizeof(name));
+		snprintf(where, sizeof(where), "s3://%s/%s", t->bucket, name);
+		rc = fn(arg, &items[i - 1].key, where, items[i - 1].proven, items[i - 1].why);
+	}
+	free(items);
+	return rc;
+}
+
+static int s3_repair(kvt_tier *tier, const kvt_key *key)
+{
+	s3_tier *t = (s3_tier *)tier;
+	char name[S3_NAME_MAX];
+	struct s3_bad b;
+	int rc;
+
+	if (!s3_bad_take(t, key, &b))
+		return KVT_ENOTFOUND;
+	s3_obj_name(t, key, name, sizeof(name));
+	if (!b.proven) {
+		s3_bad_put(t, &b);
+		return kvt_err(KVT_ENOTSUP, "s3: s3://%s/%s left in place: another node may read it",
+			       t->bucket, name);
+	}
+	rc = s3_delete_name(t, name);
+	if (rc && rc != KVT_ENOTFOUND) {
+		s3_bad_put(t, &b);
+		return rc;
+	}
+	kvt_log(KVT_LOG_WARN, "s3: deleted damaged s3://%s/%s (repair)", t->bucket, name);
+	return 0;
 }
 
 static void s3_close(kvt_tier *tier)
@@ -1897,6 +2054,11 @@ static void s3_close(kvt_tier *tier)
 	if (t->secret)
 		OPENSSL_cleanse(t->secret, strlen(t->secret));
 	free(t->secret);
+	while (t->bad) {
+		struct s3_bad *b = t->bad;
+		t->bad = b->next;
+		free(b);
+	}
 	free(t->sigv4);
 	free(t->token_hdr);
 	if (t->hmac_key)
@@ -1917,6 +2079,8 @@ static const struct kvt_tier_ops s3_ops = {
 	.iterate = s3_iterate,
 	.stats = s3_stats,
 	.corrupt = s3_corrupt,
+	.bad_iterate = s3_bad_iterate,
+	.repair = s3_repair,
 	.close = s3_close,
 };
 
