@@ -46,6 +46,7 @@
  * actually received.
  */
 #include "format/object.h"
+#include "common/hex.h"
 
 #include <stdio.h>
 
@@ -396,12 +397,7 @@ int kvt_obj_hdr_decode(const uint8_t *buf, size_t len, kvt_obj_hdr *h)
 
 static void hex8(const uint8_t *b, char out[17])
 {
-	static const char digits[] = "0123456789abcdef";
-	for (int i = 0; i < 8; i++) {
-		out[2 * i] = digits[b[i] >> 4];
-		out[2 * i + 1] = digits[b[i] & 15];
-	}
-	out[16] = '\0';
+	kvt_hex_encode(b, 8, out);
 }
 
 int kvt_obj_hdr_expect(const kvt_obj_hdr *h, const kvt_ns *ns,

@@ -13,6 +13,7 @@
  * different inputs encode to the same bytes.
  */
 #include "key/key.h"
+#include "common/hex.h"
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -355,23 +356,7 @@ int kvt_ns_derive(const kvt_ns_desc *d, const uint8_t *secret,
 
 void kvt_key_hex(const kvt_key *key, char out[65])
 {
-	static const char hex[] = "0123456789abcdef";
-	for (int i = 0; i < KVT_KEY_BYTES; i++) {
-		out[2 * i] = hex[key->b[i] >> 4];
-		out[2 * i + 1] = hex[key->b[i] & 15];
-	}
-	out[64] = '\0';
-}
-
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
+	kvt_hex_encode(key->b, KVT_KEY_BYTES, out);
 }
 
 int kvt_key_parse(const char *s, kvt_key *key)
@@ -380,7 +365,7 @@ int kvt_key_parse(const char *s, kvt_key *key)
 		return kvt_err(KVT_EINVAL, "a key is 64 hex digits, got \"%.80s\"",
 			       s ? s : "(null)");
 	for (int i = 0; i < KVT_KEY_BYTES; i++) {
-		int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
+		int hi = kvt_hex_nibble(s[2 * i], 1), lo = kvt_hex_nibble(s[2 * i + 1], 1);
 		if (hi < 0 || lo < 0)
 			return kvt_err(KVT_EINVAL, "key \"%s\": not a hex digit at %d",
 				       s, 2 * i + (hi < 0 ? 0 : 1));

@@ -2,6 +2,7 @@
  * admit.c — count-min sketch with 4-bit counters, doorkeeper, and the rules.
  */
 #include "policy/admit.h"
+#include "common/hex.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -20,15 +21,7 @@ struct kvt_admit {
 	uint64_t seen;         /* sightings since the last halving */
 };
 
-static uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	x ^= x >> 31;
-	return x;
-}
+#define mix64 kvt_mix64
 
 /* Double hashing (Kirsch–Mitzenmacher): ROWS independent-enough indices from
  * two 64-bit hashes, no per-row seed tables. */

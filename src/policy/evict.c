@@ -12,6 +12,7 @@
  * halve the node size (a capacity planner holds millions of them).
  */
 #include "policy/evict.h"
+#include "common/hex.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -90,17 +91,9 @@ struct kvt_evict {
 
 /* ---- hashing and the table --------------------------------------------- */
 
-/* splitmix64's finaliser: trace ids are small sequential integers and key
- * prefixes may share high bits; both must spread over all slots. */
-static inline uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	x ^= x >> 31;
-	return x;
-}
+/* Trace ids are small sequential integers and key prefixes may share high
+ * bits; both must spread over all slots. */
+#define mix64 kvt_mix64
 
 /* The slot hash.  Everything above the low GROUP_BITS bits is mixed, the low
  * bits are kept: GROUP consecutive ids (a trace's dense ids, first seen

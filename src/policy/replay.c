@@ -2,6 +2,7 @@
  * replay.c — the trace parser and the reference replay.
  */
 #include "policy/replay.h"
+#include "common/hex.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -17,15 +18,7 @@ struct idmap {
 	uint64_t n;
 };
 
-static uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	x ^= x >> 31;
-	return x;
-}
+#define mix64 kvt_mix64
 
 static int idmap_grow(struct idmap *m)
 {

@@ -12,6 +12,7 @@
  * clean-up of stale temporaries and publication by link(2).
  */
 #include "tier/fanout.h"
+#include "common/hex.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -70,36 +71,13 @@ int kvt_fanout_durable(kvt_fanout *f, kvt_io *io, const char *root,
 
 void kvt_fanout_hex(const kvt_key *k, char out[KVT_FANOUT_HEX + 1])
 {
-	static const char d[] = "0123456789abcdef";
-	int i;
-
-	for (i = 0; i < KVT_KEY_BYTES; i++) {
-		out[2 * i] = d[k->b[i] >> 4];
-		out[2 * i + 1] = d[k->b[i] & 15];
-	}
-	out[KVT_FANOUT_HEX] = '\0';
-}
-
-static int fanout_nibble(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	return -1; /* we write lower case only; anything else is not ours */
+	kvt_hex_encode(k->b, KVT_KEY_BYTES, out);
 }
 
 int kvt_fanout_unhex(const char *s, uint8_t *out, size_t n)
 {
-	size_t i;
-
-	for (i = 0; i < n; i++) {
-		int hi = fanout_nibble(s[2 * i]), lo = fanout_nibble(s[2 * i + 1]);
-		if (hi < 0 || lo < 0)
-			return -1;
-		out[i] = (uint8_t)(hi << 4 | lo);
-	}
-	return 0;
+	/* We write lower case only; anything else is not ours. */
+	return kvt_hex_decode(s, out, n, 0);
 }
 
 void kvt_fanout_final_path(const char *root, const kvt_key *k, char *out)
