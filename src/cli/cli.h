@@ -9,14 +9,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "format/models.h"
 #include "kvtier.h"
 
-/* A model whose KV layout the CLI knows by name (DESIGN.md's table). */
-typedef struct cli_model {
-	const char *name;
-	const char *model_id;
-	uint32_t layers, kv_heads, head_dim;
-} cli_model;
+/* A model whose KV layout the CLI knows by name (format/models.h). */
+typedef kvt_model_preset cli_model;
 
 const cli_model *cli_model_find(const char *name);
 void cli_models_print(FILE *f);

@@ -16,29 +16,18 @@
 #include "store/config.h"
 
 /* DESIGN.md's reference models (fp16/bf16, K and V). */
-static const cli_model models[] = {
-	{ "llama3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", 32, 8, 128 },
-	{ "llama3.1-70b", "meta-llama/Llama-3.1-70B-Instruct", 80, 8, 128 },
-	{ "qwen2.5-7b", "Qwen/Qwen2.5-7B-Instruct", 28, 4, 128 },
-	{ "qwen2.5-0.5b", "Qwen/Qwen2.5-0.5B-Instruct", 24, 2, 64 },
-	/* A toy for tests and quick looks: 2 layers × 2 heads × 16 dims. */
-	{ "tiny", "kvtier/tiny-test-model", 2, 2, 16 },
-};
-
 const cli_model *cli_model_find(const char *name)
 {
-	for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++)
-		if (!strcmp(models[i].name, name) || !strcmp(models[i].model_id, name))
-			return &models[i];
-	return NULL;
+	return kvt_model_preset_find(name);
 }
 
 void cli_models_print(FILE *f)
 {
-	for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++)
-		fprintf(f, "  %-14s %-36s %3u layers x %u KV heads x %u dims\n",
-			models[i].name, models[i].model_id, models[i].layers,
-			models[i].kv_heads, models[i].head_dim);
+	for (size_t i = 0; i < kvt_n_model_presets; i++) {
+		const kvt_model_preset *m = &kvt_model_presets[i];
+		fprintf(f, "  %-14s %-36s %3u layers x %u KV heads x %u dims\n", m->name,
+			m->model_id, m->layers, m->kv_heads, m->head_dim);
+	}
 }
 
 const char cli_common_help[] =

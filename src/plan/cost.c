@@ -5,6 +5,7 @@
 #include "plan/cost.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,17 +14,38 @@
 
 #include "common/err.h"
 #include "kvtier.h"
+#include "format/models.h"
 #include "tier/speeds.h"
 
 #define MAX_ENTRIES 64
 
-static struct plan_model models[MAX_ENTRIES] = {
-	{ "Llama-3.1-8B", 8.03e9, 32, 4096, 8, 128 },
-	{ "Llama-3.1-70B", 70.6e9, 80, 8192, 8, 128 },
-	{ "Qwen2.5-7B", 7.62e9, 28, 3584, 4, 128 },
-	{ "Qwen2.5-72B", 72.7e9, 80, 8192, 8, 128 },
-};
-static int n_models = 4;
+/* The built-in models are format/models.c's (those with a size to plan
+ * for), copied in on first use so that a catalog file can add to them. */
+static struct plan_model models[MAX_ENTRIES];
+static int n_models;
+static pthread_once_t models_once = PTHREAD_ONCE_INIT;
+
+static void models_fill(void)
+{
+	for (size_t i = 0; i < kvt_n_model_presets && n_models < MAX_ENTRIES; i++) {
+		const kvt_model_preset *p = &kvt_model_presets[i];
+		struct plan_model *m = &models[n_models];
+		if (p->params <= 0)
+			continue;
+		snprintf(m->name, sizeof(m->name), "%s", p->title);
+		m->params = p->params;
+		m->layers = p->layers;
+		m->d_model = p->d_model;
+		m->kv_heads = p->kv_heads;
+		m->head_dim = p->head_dim;
+		n_models++;
+	}
+}
+
+static void models_init(void)
+{
+	pthread_once(&models_once, models_fill);
+}
 
 static struct plan_gpu gpus[MAX_ENTRIES] = {
 	{ "H100", 989, 0.5, 4.0 },
@@ -47,12 +69,17 @@ static int n_tiers = 4;
 			return &(arr)[i_]; \
 	return NULL;
 
-const struct plan_model *plan_model_find(const char *name) { FIND(models, n_models, name) }
+const struct plan_model *plan_model_find(const char *name)
+{
+	models_init();
+	FIND(models, n_models, name)
+}
 const struct plan_gpu *plan_gpu_find(const char *name) { FIND(gpus, n_gpus, name) }
 const struct plan_tier_cost *plan_tier_find(const char *name) { FIND(tiers, n_tiers, name) }
 
 void plan_catalog_print(FILE *f)
 {
+	models_init();
 	fprintf(f, "models:\n");
 	for (int i = 0; i < n_models; i++)
 		fprintf(f, "  %-16s params=%.3g layers=%u d_model=%u kv_heads=%u head_dim=%u (%.0f KiB/token)\n",
