@@ -489,25 +489,12 @@ int cli_parse_size(const char *cmd, const char *opt, const char *v, uint64_t lo,
 
 int cli_parse_duration(const char *cmd, const char *opt, const char *v, uint64_t *out)
 {
-	/* One grammar with the configuration's ttl: parse it there. */
-	kvt_config *c = kvt_config_new();
-	int rc;
-
-	if (!c) {
-		fprintf(stderr, "kvtier: out of memory\n");
+	/* One grammar with the configuration's ttl. */
+	if (kvt_parse_duration(v, out)) {
+		fprintf(stderr, "kvtier%s%s: %s: %s\n", *cmd ? " " : "", cmd, opt, kvt_errmsg());
 		return -1;
 	}
-	rc = kvt_config_set(c, "ttl", v);
-	if (rc) {
-		const char *m = kvt_errmsg();
-		if (!strncmp(m, "ttl: ", 5))
-			m += 5; /* the option, not the key, is what the user typed */
-		fprintf(stderr, "kvtier%s%s: %s: %s\n", *cmd ? " " : "", cmd, opt, m);
-	} else {
-		*out = c->ttl_s;
-	}
-	kvt_config_free(c);
-	return rc ? -1 : 0;
+	return 0;
 }
 
 int cli_fail_detail(const char *cmd, int rc)

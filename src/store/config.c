@@ -597,7 +597,7 @@ static int parse_write(const char *v, uint32_t *out)
 
 /* A duration: "3600", "90s", "30m", "1.5h", "7d", "2w", in whole seconds,
  * 0..TTL_MAX_S; the number is scan_decimal's grammar. */
-static int parse_duration(const char *v, uint64_t *out)
+int kvt_parse_duration(const char *v, uint64_t *out)
 {
 	struct decimal d;
 	const char *end;
@@ -635,7 +635,7 @@ static int parse_duration(const char *v, uint64_t *out)
 
 static int set_ttl(kvt_config *c, const char *v)
 {
-	return parse_duration(v, &c->ttl_s);
+	return kvt_parse_duration(v, &c->ttl_s);
 }
 
 #define TIER_SETTERS(NAME, IDX)                                              \
