@@ -3,12 +3,14 @@
 #   1. a release build (-Werror) and every test,
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build and every test,
 #   3. a ThreadSanitizer build and the multi-threaded tests,
-#   4. a bounded libFuzzer run of each fuzz target over its committed corpus.
+#   4. a bounded libFuzzer run of each fuzz target over its committed corpus:
+#      KVT_FUZZ_TOTAL_SECONDS (default 150) shared among the targets, at
+#      least 10 s each, or KVT_FUZZ_SECONDS per target if that is set.
 # Usage: scripts/test.sh [--quick]   (--quick: step 1 only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
-fuzz_secs=${KVT_FUZZ_SECONDS:-60}
+fuzz_secs=${KVT_FUZZ_SECONDS:-}
 passed=0
 failed=0
 
@@ -43,10 +45,17 @@ if [ "${1:-}" != "--quick" ]; then
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 		run_ctest build-tsan tsan 'test_dram|test_store|test_hier|test_fsdir|test_nvme|test_sharedfs'
 
-	echo "== fuzz smoke (${fuzz_secs}s per target)"
+	echo "== fuzz smoke"
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVT_FUZZ=ON \
 		-DKVT_SANITIZE=ON -DBUILD_TESTING=OFF >/dev/null
 	cmake --build build-fuzz -j"$jobs"
+	# One time budget for the whole step, however many targets there are.
+	if [ -z "$fuzz_secs" ]; then
+		n_fuzz=$(find build-fuzz -maxdepth 1 -name 'fuzz_*' -type f -executable | wc -l)
+		fuzz_secs=$(( ${KVT_FUZZ_TOTAL_SECONDS:-150} / (n_fuzz > 0 ? n_fuzz : 1) ))
+		[ "$fuzz_secs" -ge 10 ] || fuzz_secs=10
+	fi
+	echo "fuzzing ${fuzz_secs}s per target"
 	for f in build-fuzz/fuzz_*; do
 		[ -x "$f" ] || continue
 		name=$(basename "$f")
