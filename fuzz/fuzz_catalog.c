@@ -46,6 +46,11 @@ static char mem_path[64];
 
 static void setup(void)
 {
+	/* The built-in models are copied in on first use: before taking the
+	 * snapshot, so that it holds them. */
+	plan_model_find("");
+	if (n_models == 0 || n_gpus == 0 || n_tiers == 0)
+		abort();
 	memcpy(builtin.models, models, sizeof(models));
 	memcpy(builtin.gpus, gpus, sizeof(gpus));
 	memcpy(builtin.tiers, tiers, sizeof(tiers));
