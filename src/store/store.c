@@ -7,8 +7,9 @@
  * the tiers below (write-through), and on a read takes the first tier that
  * has the key, checks that the object is the chunk asked for, verifies it
  * where the medium can tear or rot, and promotes a lower-tier hit into the
- * first tier.  Policies beyond that (admission, prefetch, bandwidth budgets)
- * belong to the hierarchy and are not here yet.
+ * first tier.  Eviction, admission and bandwidth budgets are the
+ * hierarchy's (hier.c); the worker pool, asynchronous operations and
+ * prefetch are ops.c's; the fsck is verify.c's (store_int.h).
  */
 #include <errno.h>
 #include <limits.h>
@@ -34,105 +35,11 @@
 #include "tier/nvme.h"
 #include "tier/s3.h"
 
-#define KVT_MAX_TIERS 8
-
-/* A tier whose writes fail this many times in a row (I/O errors, not a
- * full tier) is given no writes for a while: a dead disk must not make every
- * put pay its error, and reads from it keep being tried. */
-#define TIER_FAIL_STREAK 3
-#define TIER_WRITES_OFF_NS (30ll * 1000000000ll)
-
-struct tier_health {
-	atomic_int streak;           /* consecutive write I/O errors */
-	atomic_llong off_until;      /* CLOCK_MONOTONIC ns; 0 = writes on */
-	atomic_ullong errors;        /* total write I/O errors */
-	char last[160];              /* the last failed write's message, under
-				      * err_mu */
-};
-
-/* Work for the pool, in three classes served in order: what a caller is
- * waiting for (async ops, prefetch), promotions (the next request's hits),
- * and background copies (write-through, demotion), which may also use at
- * most all workers but one, so a deadline-bound load always finds a thread. */
-enum { PRIO_URGENT = 0, PRIO_PROMOTE = 1, PRIO_BACKGROUND = 2, N_PRIO = 3 };
-
-struct job {
-	struct job *next;
-	void (*run)(kvt_store *st, struct job *j);
-};
-
-/* What reads from a tier have cost: the cost model's inputs. */
-struct tier_perf {
-	pthread_mutex_t mu;
-	double gbps, lat_us;       /* EWMA; planning defaults until measured */
-	_Atomic uint64_t hist[24]; /* reads by log2 of their microseconds */
-};
-
-struct kvt_store {
-	kvt_config cfg;
-	struct tier_perf perf[KVT_MAX_TIERS];
-	kvt_tier *tiers[KVT_MAX_TIERS];
-	int n_tiers;
-	int kind[KVT_MAX_TIERS];   /* KVT_CT_*: which configuration applies */
-	int verify[KVT_MAX_TIERS]; /* verify payload checksums on read */
-	struct tier_health health[KVT_MAX_TIERS];
-	kvt_hier *hier;
-
-	/* Worker pool: FIFOs per priority, a fixed set of threads. */
-	pthread_mutex_t qlock;
-	pthread_cond_t qcond;
-	struct job *qhead[N_PRIO], *qtail[N_PRIO];
-	uint32_t queued_bg, running_bg, max_bg;
-	uint64_t queued_bg_bytes, max_bg_bytes; /* images held by queued copies */
-	int stopping;
-	pthread_t *workers;
-	uint32_t n_workers;
-
-	/* Keys with a promotion queued or running: one transfer per key. */
-	pthread_mutex_t flight_mu;
-	pthread_mutex_t err_mu; /* guards health[].last */
-	kvt_key *flight;
-	size_t n_flight, cap_flight;
-};
-
-enum op_kind { OP_GET = 1, OP_PUT = 2, OP_PREFETCH = 3 };
-
-struct kvt_op {
-	struct job job; /* first: the pool runs ops like any job */
-	kvt_store *st;
-	int kind;
-	kvt_ns ns;
-	kvt_key key;
-	void *buf;
-	const void *payload;
-	size_t len;
-	int durability;
-	kvt_key *keys;      /* prefetch: the chain, owned */
-	size_t n_keys;
-	int64_t deadline_ns;
-
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	int done;
-	int rc;
-	uint64_t bytes;
-	char msg[256]; /* kvt_errmsg() of the worker that ran it, on failure */
-};
-
-struct kvt_ref {
-	kvt_store *st;
-	kvt_tier *tier;
-	kvt_tier_rbuf *rb;
-	kvt_obj_hdr hdr;
-	struct iovec *iov; /* the payload: the image less its header */
-	int n_iov;
-};
-
-/* --- images in segments ---------------------------------------------------- */
+#include "store/store_int.h"
 
 /* The payload segments of an image: skip the header's bytes. */
-static int payload_iov(const kvt_tier_rbuf *rb, uint64_t skip,
-		       struct iovec **out, int *n_out)
+int store_payload_iov(const kvt_tier_rbuf *rb, uint64_t skip,
+		      struct iovec **out, int *n_out)
 {
 	struct iovec *v = malloc(sizeof(*v) * (size_t)(rb->n_iov ? rb->n_iov : 1));
 	int n = 0;
@@ -156,7 +63,7 @@ static int payload_iov(const kvt_tier_rbuf *rb, uint64_t skip,
 }
 
 /* Decode the header of a borrowed image, which may span segments. */
-static int image_header(const kvt_tier_rbuf *rb, kvt_obj_hdr *h)
+int store_image_header(const kvt_tier_rbuf *rb, kvt_obj_hdr *h)
 {
 	uint8_t tmp[KVT_OBJ_HEADER_BYTES];
 	size_t got = 0;
@@ -200,8 +107,6 @@ static void image_copy(const kvt_tier_rbuf *src, kvt_tier_wbuf *dst)
 
 /* --- open / close ------------------------------------------------------------ */
 
-static void *worker_main(void *arg);
-static int job_submit(kvt_store *st, struct job *j, int prio);
 
 static int add_tier(kvt_store *st, kvt_tier *t, int verify, int kind)
 {
@@ -222,8 +127,6 @@ static int add_tier(kvt_store *st, kvt_tier *t, int verify, int kind)
 }
 
 static void evict_victims(kvt_store *st, int tier, kvt_key *v, size_t n);
-static void after_insert(kvt_store *st, int tier, const kvt_key *key,
-			 uint64_t len);
 
 /* Teach the policies what the tiers already hold (a warm restart). */
 static int warm_one(void *arg, const kvt_key *key, uint64_t len)
@@ -400,7 +303,7 @@ kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 		goto fail;
 	}
 	for (uint32_t i = 0; i < cfg->workers; i++) {
-		if (pthread_create(&st->workers[i], NULL, worker_main, st)) {
+		if (pthread_create(&st->workers[i], NULL, store_worker_main, st)) {
 			rc = kvt_err(-EAGAIN, "cannot start worker thread %u", i);
 			goto fail;
 		}
@@ -451,7 +354,7 @@ int kvt_ns_init(kvt_store *st, const kvt_ns_desc *desc, kvt_ns *ns)
 
 /* --- put --------------------------------------------------------------------- */
 
-static int check_args(kvt_store *st, const kvt_ns *ns, const kvt_key *key)
+int store_check_args(kvt_store *st, const kvt_ns *ns, const kvt_key *key)
 {
 	if (!st || !ns || !key)
 		return kvt_err(KVT_EINVAL, "store, namespace or key missing");
@@ -460,7 +363,7 @@ static int check_args(kvt_store *st, const kvt_ns *ns, const kvt_key *key)
 	return 0;
 }
 
-static long long mono_ns(void)
+long long store_mono_ns(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -470,7 +373,7 @@ static long long mono_ns(void)
 static int writes_off(kvt_store *st, int i)
 {
 	long long until = atomic_load(&st->health[i].off_until);
-	return until && mono_ns() < until;
+	return until && store_mono_ns() < until;
 }
 
 /* Count a put's outcome in tier i's health: an I/O error (a negated errno) or a timeout
@@ -490,7 +393,7 @@ static void tier_note_write(kvt_store *st, int i, int rc)
 		 * time: both mean the next write will likely fail too. */
 		atomic_fetch_add(&hl->errors, 1);
 		if (atomic_fetch_add(&hl->streak, 1) + 1 == TIER_FAIL_STREAK) {
-			atomic_store(&hl->off_until, mono_ns() + TIER_WRITES_OFF_NS);
+			atomic_store(&hl->off_until, store_mono_ns() + TIER_WRITES_OFF_NS);
 			kvt_log(KVT_LOG_ERROR,
 				"%s tier: %d writes failed in a row (last: %s); no writes for %lld s, reads go on",
 				st->tiers[i]->ops->name, TIER_FAIL_STREAK, kvt_strerror(rc),
@@ -542,7 +445,7 @@ static int store_harden(kvt_store *st, const kvt_key *key, int holder,
 		if (rc != KVT_EEXIST)
 			tier_note_write(st, i, rc);
 		if (rc == 0)
-			after_insert(st, i, key, rb->len);
+			store_after_insert(st, i, key, rb->len);
 		if (rc == 0 || rc == KVT_EEXIST)
 			done = 1;
 		else if (!err)
@@ -579,7 +482,7 @@ static unsigned put_mask(kvt_store *st, int durability, int *async_through)
 	return mask;
 }
 
-static void after_insert(kvt_store *st, int tier, const kvt_key *key,
+void store_after_insert(kvt_store *st, int tier, const kvt_key *key,
 			 uint64_t len)
 {
 	kvt_key *v;
@@ -605,7 +508,7 @@ static int drop_expired(kvt_store *st, int i, const kvt_key *key)
 
 	if (t->ops->get(t, key, &rb))
 		return 0;
-	old = image_header(rb, &h) == 0 && expired(st, &h);
+	old = store_image_header(rb, &h) == 0 && expired(st, &h);
 	t->ops->release(t, rb);
 	if (!old || t->ops->del(t, key))
 		return 0;
@@ -721,7 +624,7 @@ static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		rc[i] = t->ops->put_commit(t, w[i], want);
 		tier_note_write(st, i, rc[i]);
 		if (rc[i] == 0) {
-			after_insert(st, i, key, len);
+			store_after_insert(st, i, key, len);
 			stored++;
 			if (want >= durability)
 				durable = 1;
@@ -813,7 +716,7 @@ static int copy_into(kvt_store *st, int dst, const kvt_tier_rbuf *rb,
 	if (rc != KVT_EEXIST)
 		tier_note_write(st, dst, rc);
 	if (rc == 0)
-		after_insert(st, dst, &rb->key, rb->len);
+		store_after_insert(st, dst, &rb->key, rb->len);
 	return rc;
 }
 
@@ -838,7 +741,7 @@ static int demote_target(kvt_store *st, int src, const kvt_key *key)
  * and the copy is published only if every layer's checksum matches the
  * header read from the source.  One pass over the bytes where verify, then
  * copy, would take two.  KVT_ECORRUPT if the source is bad. */
-static int copy_verified(kvt_store *st, int dst, const kvt_tier_rbuf *rb,
+int store_copy_verified(kvt_store *st, int dst, const kvt_tier_rbuf *rb,
 			 const kvt_obj_hdr *src_hdr)
 {
 	const void *layers[KVT_MAX_LAYERS];
@@ -876,7 +779,7 @@ static int copy_verified(kvt_store *st, int dst, const kvt_tier_rbuf *rb,
 	if (rc != KVT_EEXIST && rc != KVT_ECORRUPT)
 		tier_note_write(st, dst, rc);
 	if (rc == 0)
-		after_insert(st, dst, &rb->key, rb->len);
+		store_after_insert(st, dst, &rb->key, rb->len);
 	return rc;
 }
 
@@ -892,8 +795,8 @@ static void move_run(kvt_store *st, struct job *j)
 		/* A chunk deleted since the read that asked for it is not
 		 * brought back (the window left is one copy long). */
 		if (h && src->ops->exists(src, &m->key) == 1 &&
-		    image_header(m->rb, h) == 0 &&
-		    copy_verified(st, 0, m->rb, h) == 0)
+		    store_image_header(m->rb, h) == 0 &&
+		    store_copy_verified(st, 0, m->rb, h) == 0)
 			hier_count(st->hier, m->src, HIER_PROMOTION);
 		free(h);
 		flight_leave(st, &m->key);
@@ -971,7 +874,7 @@ static void move_submit(kvt_store *st, int kind, int src, const kvt_key *key)
 		}
 		m->held = m->rb->len;
 	}
-	if (job_submit(st, &m->job, prio)) {
+	if (store_job_submit(st, &m->job, prio)) {
 		if (m->held) {
 			pthread_mutex_lock(&st->qlock);
 			st->queued_bg_bytes -= m->held;
@@ -1019,7 +922,7 @@ int kvt_put_layers(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	int rc;
 
 	kvt_err_clear();
-	if ((rc = check_args(st, ns, key)))
+	if ((rc = store_check_args(st, ns, key)))
 		return rc;
 	if (!layers || n_layers != ns->layout.num_layers)
 		return kvt_err(KVT_ELAYOUT, "%u layers given, namespace has %u",
@@ -1038,7 +941,7 @@ int kvt_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	int rc;
 
 	kvt_err_clear();
-	if ((rc = check_args(st, ns, key)))
+	if ((rc = store_check_args(st, ns, key)))
 		return rc;
 	want = kvt_layout_payload_bytes(&ns->layout);
 	if (want == 0)
@@ -1059,7 +962,7 @@ int kvt_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
  * dropped from their tier (counted there) and the search goes on. */
 /* Fold one read of `bytes` that took `secs` into tier i's figures: small
  * reads teach the fixed cost, large ones the bandwidth. */
-static void perf_note(kvt_store *st, int i, uint64_t bytes, double secs)
+void store_perf_note(kvt_store *st, int i, uint64_t bytes, double secs)
 {
 	struct tier_perf *p = &st->perf[i];
 	double us = secs * 1e6;
@@ -1076,7 +979,7 @@ static void perf_note(kvt_store *st, int i, uint64_t bytes, double secs)
 	pthread_mutex_unlock(&p->mu);
 }
 
-static double now_s(void)
+double store_now_s(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -1108,7 +1011,7 @@ static void note_failure(char *why, size_t len, int *first, int rc,
 								 : kvt_strerror(rc));
 }
 
-static int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 			kvt_ref **out, int *tier_out)
 {
 	char why[384] = "";
@@ -1140,7 +1043,7 @@ static int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		ref->tier = t;
 		ref->rb = rb;
 		ref->iov = NULL;
-		rc = image_header(rb, &ref->hdr);
+		rc = store_image_header(rb, &ref->hdr);
 		if (rc == 0)
 			rc = kvt_obj_hdr_expect(&ref->hdr, ns, key);
 		if (rc == 0 && rb->len != KVT_OBJ_HEADER_BYTES + ref->hdr.payload_len)
@@ -1149,7 +1052,7 @@ static int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 				     (unsigned long long)(KVT_OBJ_HEADER_BYTES +
 							  ref->hdr.payload_len));
 		if (rc == 0)
-			rc = payload_iov(rb, KVT_OBJ_HEADER_BYTES, &ref->iov, &ref->n_iov);
+			rc = store_payload_iov(rb, KVT_OBJ_HEADER_BYTES, &ref->iov, &ref->n_iov);
 		if (rc == KVT_EMISMATCH) {
 			/* Another namespace's chunk under this key: not ours to
 			 * read, and not ours to drop either. */
@@ -1194,7 +1097,7 @@ static int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	return kvt_err(KVT_ENOTFOUND, "no chunk under that key");
 }
 
-static void ref_free(kvt_ref *ref)
+void store_ref_free(kvt_ref *ref)
 {
 	ref->tier->ops->release(ref->tier, ref->rb);
 	free(ref->iov);
@@ -1212,7 +1115,7 @@ static void promote(kvt_store *st, int tier, const kvt_key *key)
 
 /* Drop the borrowed copy that failed verification (exactly that one: a
  * good copy published since stays), then let go of it. */
-static void drop_corrupt(kvt_ref *ref, const kvt_key *key)
+void store_drop_corrupt(kvt_ref *ref, const kvt_key *key)
 {
 	char hex[65];
 	kvt_tier *t = ref->tier;
@@ -1224,7 +1127,7 @@ static void drop_corrupt(kvt_ref *ref, const kvt_key *key)
 	for (int i = 0; i < ref->st->n_tiers; i++)
 		if (ref->st->tiers[i] == t)
 			hier_remove(ref->st->hier, i, key);
-	ref_free(ref);
+	store_ref_free(ref);
 }
 
 int kvt_get(kvt_store *st, const kvt_ns *ns, const kvt_key *key, void *buf,
@@ -1234,29 +1137,29 @@ int kvt_get(kvt_store *st, const kvt_ns *ns, const kvt_key *key, void *buf,
 	int rc, tier;
 
 	kvt_err_clear();
-	if ((rc = check_args(st, ns, key)))
+	if ((rc = store_check_args(st, ns, key)))
 		return rc;
 	for (;;) {
-		double t0 = now_s();
+		double t0 = store_now_s();
 		if ((rc = store_borrow(st, ns, key, &ref, &tier)))
 			return rc;
 		if (len)
 			*len = ref->hdr.payload_len;
 		if (!buf || cap < ref->hdr.payload_len) {
-			ref_free(ref);
+			store_ref_free(ref);
 			return kvt_err(KVT_ESMALL, "buffer of %zu bytes, chunk is %llu",
 				       cap, (unsigned long long)(len ? *len : 0));
 		}
 		rc = kvt_obj_read_iov(&ref->hdr, ref->rb->iov, ref->rb->n_iov, buf,
 				      cap, st->verify[tier]);
 		if (rc == KVT_ECORRUPT) {
-			drop_corrupt(ref, key);
+			store_drop_corrupt(ref, key);
 			continue; /* a lower tier may hold a good copy */
 		}
-		ref_free(ref);
+		store_ref_free(ref);
 		if (rc == 0) {
-			perf_note(st, tier, KVT_OBJ_HEADER_BYTES + (len ? *len : 0),
-				  now_s() - t0);
+			store_perf_note(st, tier, KVT_OBJ_HEADER_BYTES + (len ? *len : 0),
+				  store_now_s() - t0);
 			promote(st, tier, key);
 		}
 		return rc;
@@ -1270,23 +1173,23 @@ int kvt_get_layer(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	int rc, tier;
 
 	kvt_err_clear();
-	if ((rc = check_args(st, ns, key)))
+	if ((rc = store_check_args(st, ns, key)))
 		return rc;
 	for (;;) {
 		if ((rc = store_borrow(st, ns, key, &ref, &tier)))
 			return rc;
 		if (layer >= ref->hdr.n_layers) {
 			uint32_t n = ref->hdr.n_layers;
-			ref_free(ref);
+			store_ref_free(ref);
 			return kvt_err(KVT_EINVAL, "layer %u of a %u-layer chunk", layer, n);
 		}
 		rc = kvt_obj_read_layer_iov(&ref->hdr, ref->rb->iov, ref->rb->n_iov,
 					    layer, buf, cap);
 		if (rc == KVT_ECORRUPT) {
-			drop_corrupt(ref, key);
+			store_drop_corrupt(ref, key);
 			continue;
 		}
-		ref_free(ref);
+		store_ref_free(ref);
 		return rc;
 	}
 }
@@ -1297,7 +1200,7 @@ int kvt_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	int rc, tier;
 
 	kvt_err_clear();
-	if ((rc = check_args(st, ns, key)))
+	if ((rc = store_check_args(st, ns, key)))
 		return rc;
 	if (!ref)
 		return kvt_err(KVT_EINVAL, "reference output missing");
@@ -1309,7 +1212,7 @@ int kvt_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		rc = kvt_obj_verify_iov(&(*ref)->hdr, (*ref)->rb->iov, (*ref)->rb->n_iov);
 		if (rc == 0)
 			return 0;
-		drop_corrupt(*ref, key);
+		store_drop_corrupt(*ref, key);
 	}
 }
 
@@ -1337,14 +1240,14 @@ int kvt_ref_verify(const kvt_ref *ref)
 void kvt_release(kvt_ref *ref)
 {
 	if (ref)
-		ref_free(ref);
+		store_ref_free(ref);
 }
 
 int kvt_exists(kvt_store *st, const kvt_ns *ns, const kvt_key *key)
 {
 	int rc;
 
-	if ((rc = check_args(st, ns, key)))
+	if ((rc = store_check_args(st, ns, key)))
 		return rc;
 	for (int i = 0; i < st->n_tiers; i++)
 		if (st->tiers[i]->ops->exists(st->tiers[i], key) == 1)
@@ -1357,7 +1260,7 @@ int kvt_delete(kvt_store *st, const kvt_ns *ns, const kvt_key *key)
 	int rc, found = 0, err = 0;
 
 	kvt_err_clear();
-	if ((rc = check_args(st, ns, key)))
+	if ((rc = store_check_args(st, ns, key)))
 		return rc;
 	if (st->cfg.read_only)
 		return kvt_err(-EROFS, "the store is open read-only (read_only: true)");
@@ -1543,345 +1446,12 @@ int kvt_get_batch(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
 	return ok;
 }
 
-/* --- async --------------------------------------------------------------------- */
-
-static int prefetch_run(kvt_store *st, kvt_op *op);
-
-static void op_run(kvt_store *st, struct job *j)
-{
-	kvt_op *op = (kvt_op *)j;
-	size_t len = 0;
-	int rc;
-
-	(void)st;
-	if (op->kind == OP_GET) {
-		rc = kvt_get(op->st, &op->ns, &op->key, op->buf, op->len, &len);
-		op->bytes = rc == 0 ? len : 0;
-	} else if (op->kind == OP_PUT) {
-		rc = kvt_put(op->st, &op->ns, &op->key, op->payload, op->len,
-			     op->durability);
-		op->bytes = rc == 0 ? op->len : 0;
-	} else {
-		rc = prefetch_run(op->st, op);
-	}
-	pthread_mutex_lock(&op->lock);
-	/* The detail lives in the worker's thread: keep it with the op. */
-	snprintf(op->msg, sizeof(op->msg), "%s", rc < 0 ? kvt_errmsg() : "");
-	op->rc = rc;
-	op->done = 1;
-	pthread_cond_broadcast(&op->cond);
-	pthread_mutex_unlock(&op->lock);
-}
-
-/* Take the next job a worker may run: the most urgent class first; the
- * background class only while fewer than max_bg of them run. */
-static struct job *job_take(kvt_store *st, int *prio)
-{
-	for (int p = 0; p < N_PRIO; p++) {
-		struct job *j = st->qhead[p];
-		if (!j || (p == PRIO_BACKGROUND && st->running_bg >= st->max_bg))
-			continue;
-		st->qhead[p] = j->next;
-		if (!st->qhead[p])
-			st->qtail[p] = NULL;
-		if (p == PRIO_BACKGROUND) {
-			st->queued_bg--;
-			st->running_bg++;
-		}
-		*prio = p;
-		return j;
-	}
-	return NULL;
-}
-
-static int queues_empty(const kvt_store *st)
-{
-	for (int p = 0; p < N_PRIO; p++)
-		if (st->qhead[p])
-			return 0;
-	return 1;
-}
-
-static void *worker_main(void *arg)
-{
-	kvt_store *st = arg;
-
-	for (;;) {
-		struct job *j;
-		int prio = 0;
-		pthread_mutex_lock(&st->qlock);
-		while (!(j = job_take(st, &prio)) && !(st->stopping && queues_empty(st)))
-			pthread_cond_wait(&st->qcond, &st->qlock);
-		pthread_mutex_unlock(&st->qlock);
-		if (!j) /* stopping and drained */
-			return NULL;
-		j->run(st, j);
-		if (prio == PRIO_BACKGROUND) {
-			pthread_mutex_lock(&st->qlock);
-			st->running_bg--;
-			pthread_cond_broadcast(&st->qcond);
-			pthread_mutex_unlock(&st->qlock);
-		}
-	}
-}
-
-/* Queue a job.  KVT_ECANCELED once the store is closing (the job is not
- * taken; the caller still owns it). */
-static int job_submit(kvt_store *st, struct job *j, int prio)
-{
-	j->next = NULL;
-	pthread_mutex_lock(&st->qlock);
-	if (st->stopping) {
-		pthread_mutex_unlock(&st->qlock);
-		return kvt_err(KVT_ECANCELED, "store is closing");
-	}
-	if (st->qtail[prio])
-		st->qtail[prio]->next = j;
-	else
-		st->qhead[prio] = j;
-	st->qtail[prio] = j;
-	if (prio == PRIO_BACKGROUND)
-		st->queued_bg++;
-	pthread_cond_signal(&st->qcond);
-	pthread_mutex_unlock(&st->qlock);
-	return 0;
-}
-
-static int op_submit(kvt_store *st, kvt_op *op, kvt_op **out)
-{
-	int rc;
-
-	pthread_mutex_init(&op->lock, NULL);
-	kvt_cond_init_mono(&op->cond);
-	op->st = st;
-	op->job.run = op_run;
-	if ((rc = job_submit(st, &op->job, PRIO_URGENT))) {
-		pthread_mutex_destroy(&op->lock);
-		pthread_cond_destroy(&op->cond);
-		free(op->keys);
-		free(op);
-		return rc;
-	}
-	*out = op;
-	return 0;
-}
-
-int kvt_get_async(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
-		  void *buf, size_t cap, kvt_op **out)
-{
-	kvt_op *op;
-	int rc;
-
-	kvt_err_clear();
-	if (out)
-		*out = NULL;
-	if ((rc = check_args(st, ns, key)))
-		return rc;
-	if (!out)
-		return kvt_err(KVT_EINVAL, "op output missing");
-	op = calloc(1, sizeof(*op));
-	if (!op)
-		return kvt_err(KVT_ENOMEM, "out of memory");
-	op->kind = OP_GET;
-	op->ns = *ns;
-	op->key = *key;
-	op->buf = buf;
-	op->len = cap;
-	return op_submit(st, op, out);
-}
-
-int kvt_put_async(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
-		  const void *payload, size_t len, int durability, kvt_op **out)
-{
-	kvt_op *op;
-	int rc;
-
-	kvt_err_clear();
-	if (out)
-		*out = NULL;
-	if ((rc = check_args(st, ns, key)))
-		return rc;
-	if (!out)
-		return kvt_err(KVT_EINVAL, "op output missing");
-	op = calloc(1, sizeof(*op));
-	if (!op)
-		return kvt_err(KVT_ENOMEM, "out of memory");
-	op->kind = OP_PUT;
-	op->ns = *ns;
-	op->key = *key;
-	op->payload = payload;
-	op->len = len;
-	op->durability = durability;
-	return op_submit(st, op, out);
-}
-
-/* Reads straight into DRAM pages: the reservation the tier asks for. */
-struct into_ctx {
-	kvt_tier *dram;
-	const kvt_key *key;
-	kvt_tier_wbuf *w;
-	uint64_t len;
-};
-
-static int into_reserve(void *arg, uint64_t len, const struct iovec **iov,
-			int *n_iov)
-{
-	struct into_ctx *c = arg;
-	int rc = c->dram->ops->put_begin(c->dram, c->key, len, &c->w);
-
-	if (rc)
-		return rc;
-	c->len = len;
-	*iov = c->w->iov;
-	*n_iov = c->w->n_iov;
-	return 0;
-}
-
-/* Promote `key` from tier `src` by reading it into reserved DRAM pages, then
- * decoding and verifying it there before it is published: no bounce buffer,
- * no copy.  0, KVT_EEXIST (already in DRAM), or an error (a bad image is
- * dropped from `src`). */
-static int promote_into(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
-			int src)
-{
-	kvt_tier *t = st->tiers[src], *dram = st->tiers[0];
-	struct into_ctx c = { .dram = dram, .key = key };
-	kvt_obj_hdr *h;
-	double t0 = now_s();
-	int rc = t->ops->get_into(t, key, into_reserve, &c);
-
-	if (rc) {
-		if (c.w)
-			dram->ops->put_abort(dram, c.w);
-		return rc;
-	}
-	h = malloc(sizeof(*h));
-	if (!h) {
-		dram->ops->put_abort(dram, c.w);
-		return kvt_err(KVT_ENOMEM, "out of memory");
-	}
-	{
-		kvt_tier_rbuf view = { .key = *key, .len = c.len, .iov = c.w->iov,
-				       .n_iov = c.w->n_iov };
-		rc = image_header(&view, h);
-		if (rc == 0)
-			rc = kvt_obj_hdr_expect(h, ns, key);
-		if (rc == 0 && c.len != KVT_OBJ_HEADER_BYTES + h->payload_len)
-			rc = kvt_err(KVT_ETRUNCATED, "image is %llu bytes, header says %llu",
-				     (unsigned long long)c.len,
-				     (unsigned long long)(KVT_OBJ_HEADER_BYTES + h->payload_len));
-		if (rc == 0)
-			rc = kvt_obj_verify_iov(h, c.w->iov, c.w->n_iov);
-	}
-	free(h);
-	if (rc) {
-		char hex[65];
-		dram->ops->put_abort(dram, c.w);
-		if (rc == KVT_EMISMATCH)
-			return rc; /* another namespace's chunk: not ours to drop */
-		kvt_key_hex(key, hex);
-		kvt_log(KVT_LOG_WARN, "%s tier: dropping %s: %s (%s)", t->ops->name,
-			hex, kvt_strerror(rc), kvt_errmsg());
-		t->ops->del(t, key);
-		hier_remove(st->hier, src, key);
-		return rc;
-	}
-	rc = dram->ops->put_commit(dram, c.w, KVT_DUR_CACHED);
-	if (rc == 0) {
-		after_insert(st, 0, key, c.len);
-		hier_count(st->hier, src, HIER_PROMOTION);
-		hier_hit(st->hier, src, key);
-		perf_note(st, src, c.len, now_s() - t0);
-	}
-	return rc;
-}
-
-/* Prefetch, run by a worker: walk the chain; a chunk already in the first
- * tier counts; one in a lower tier is read (verified) and copied up now; the
- * first chunk in no tier ends the prefix.  The deadline is checked between
- * chunks: a load in progress finishes, the next does not start. */
-static int prefetch_run(kvt_store *st, kvt_op *op)
-{
-	size_t i;
-
-	for (i = 0; i < op->n_keys; i++) {
-		const kvt_key *k = &op->keys[i];
-		kvt_ref *ref;
-		int tier;
-
-		if (st->tiers[0]->ops->exists(st->tiers[0], k) == 1)
-			continue;
-		if (mono_ns() > op->deadline_ns)
-			break;
-		if (st->kind[0] == KVT_CT_DRAM) {
-			int src = -1, rc;
-			for (int t = 1; t < st->n_tiers && src < 0; t++)
-				if (st->tiers[t]->ops->exists(st->tiers[t], k) == 1)
-					src = t;
-			if (src > 0 && st->tiers[src]->ops->get_into) {
-				rc = promote_into(st, &op->ns, k, src);
-				if (rc == 0 || rc == KVT_EEXIST) {
-					op->bytes += kvt_layout_payload_bytes(&op->ns.layout);
-					continue;
-				}
-				if (rc != KVT_EFULL && rc != -EIO)
-					break;
-				/* DRAM full of borrowed pages or I/O: the
-				 * buffered path below may still manage. */
-			}
-		}
-		if (store_borrow(st, &op->ns, k, &ref, &tier))
-			break;
-		if (tier > 0) {
-			int rc = copy_verified(st, 0, ref->rb, &ref->hdr);
-			if (rc == KVT_ECORRUPT) {
-				drop_corrupt(ref, k);
-				break;
-			}
-			if (rc == 0)
-				hier_count(st->hier, tier, HIER_PROMOTION);
-			op->bytes += ref->hdr.payload_len;
-			ref_free(ref);
-			if (rc && rc != KVT_EEXIST)
-				break;
-		} else {
-			ref_free(ref);
-		}
-	}
-	return (int)i;
-}
-
-int kvt_prefetch(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
-		 size_t n_keys, int deadline_ms, kvt_op **out)
-{
-	kvt_op *op;
-
-	kvt_err_clear();
-	if (out)
-		*out = NULL;
-	if (!st || !ns || (!keys && n_keys) || !out)
-		return kvt_err(KVT_EINVAL, "store, namespace, keys or op output missing");
-	if (n_keys > (size_t)INT32_MAX)
-		return kvt_err(KVT_EINVAL, "%zu keys", n_keys);
-	op = calloc(1, sizeof(*op));
-	if (!op || !(op->keys = malloc((n_keys ? n_keys : 1) * sizeof(kvt_key)))) {
-		free(op);
-		return kvt_err(KVT_ENOMEM, "out of memory");
-	}
-	memcpy(op->keys, keys, n_keys * sizeof(kvt_key));
-	op->n_keys = n_keys;
-	op->kind = OP_PREFETCH;
-	op->ns = *ns;
-	op->deadline_ns = mono_ns() + (int64_t)(deadline_ms < 0 ? 0 : deadline_ms) * 1000000;
-	return op_submit(st, op, out);
-}
-
 int kvt_pin(kvt_store *st, const kvt_ns *ns, const kvt_key *key, int pin)
 {
 	int rc, held = 0, err = 0;
 
 	kvt_err_clear();
-	if ((rc = check_args(st, ns, key)))
+	if ((rc = store_check_args(st, ns, key)))
 		return rc;
 	for (int i = 0; i < st->n_tiers; i++) {
 		if (st->tiers[i]->ops->exists(st->tiers[i], key) != 1)
@@ -1895,64 +1465,6 @@ int kvt_pin(kvt_store *st, const kvt_ns *ns, const kvt_key *key, int pin)
 		return kvt_err(KVT_ENOTFOUND, "no chunk under that key to %s",
 			       pin ? "pin" : "unpin");
 	return err;
-}
-
-int kvt_op_poll(kvt_op *op)
-{
-	int rc;
-	if (!op)
-		return KVT_EINVAL;
-	pthread_mutex_lock(&op->lock);
-	rc = op->done ? op->rc : KVT_EAGAIN;
-	pthread_mutex_unlock(&op->lock);
-	return rc;
-}
-
-int kvt_op_wait(kvt_op *op, int timeout_ms)
-{
-	struct timespec dl;
-	int rc = 0;
-
-	if (!op)
-		return KVT_EINVAL;
-	if (timeout_ms >= 0)
-		dl = kvt_deadline_after(timeout_ms);
-	pthread_mutex_lock(&op->lock);
-	while (!op->done && rc != ETIMEDOUT)
-		rc = timeout_ms < 0 ? pthread_cond_wait(&op->cond, &op->lock)
-				    : pthread_cond_timedwait(&op->cond, &op->lock, &dl);
-	rc = op->done ? op->rc : KVT_ETIMEDOUT;
-	pthread_mutex_unlock(&op->lock);
-	return rc;
-}
-
-const char *kvt_op_errmsg(kvt_op *op)
-{
-	const char *m = "";
-
-	if (!op)
-		return m;
-	pthread_mutex_lock(&op->lock);
-	if (op->done)
-		m = op->msg;
-	pthread_mutex_unlock(&op->lock);
-	return m;
-}
-
-uint64_t kvt_op_bytes(const kvt_op *op)
-{
-	return op ? op->bytes : 0;
-}
-
-void kvt_op_free(kvt_op *op)
-{
-	if (!op)
-		return;
-	kvt_op_wait(op, -1);
-	pthread_mutex_destroy(&op->lock);
-	pthread_cond_destroy(&op->cond);
-	free(op->keys);
-	free(op);
 }
 
 /* --- statistics -------------------------------------------------------------------- */
@@ -1983,7 +1495,7 @@ int kvt_locate(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 {
 	int rc, n = 0;
 
-	if ((rc = check_args(st, ns, key)))
+	if ((rc = store_check_args(st, ns, key)))
 		return rc;
 	*mask = 0;
 	for (int i = 0; i < st->n_tiers; i++) {
@@ -2053,147 +1565,4 @@ int kvt_store_iterate(kvt_store *st, int tier,
 	if (!st || !fn || tier < 0 || tier >= st->n_tiers)
 		return kvt_err(KVT_EINVAL, "tier %d of %d", tier, st ? st->n_tiers : 0);
 	return st->tiers[tier]->ops->iterate(st->tiers[tier], iter_payload, &c);
-}
-
-/* --- verification (fsck) -------------------------------------------------------- */
-
-struct verify_ctx {
-	kvt_store *st;
-	kvt_tier *t;
-	int drop;
-	void (*bad_fn)(void *arg, const kvt_key *key, int err, const char *why);
-	void *arg;
-	kvt_verify_result *res;
-	kvt_key *keys;
-	size_t n, cap;
-	uint64_t recorded; /* failures the tier lists as bad itself */
-};
-
-static int verify_collect(void *arg, const kvt_key *key, uint64_t len)
-{
-	struct verify_ctx *c = arg;
-	(void)len;
-	if (c->n == c->cap) {
-		size_t ncap = c->cap ? c->cap * 2 : 1024;
-		kvt_key *nk = realloc(c->keys, ncap * sizeof(*nk));
-		if (!nk)
-			return KVT_ENOMEM;
-		c->keys = nk;
-		c->cap = ncap;
-	}
-	c->keys[c->n++] = *key;
-	return 0;
-}
-
-/* Verify one indexed chunk.  A copy that fails is never served again: the
- * tier stops serving it and, if it lists bad objects (bad_iterate), keeps
- * it listed with the reason, to be reported from that list; nothing on the
- * medium changes here. */
-static void verify_one(struct verify_ctx *c, const kvt_key *key)
-{
-	kvt_tier_rbuf *rb;
-	kvt_obj_hdr *h = malloc(sizeof(*h));
-	int rc;
-
-	if (!h)
-		return;
-	rc = c->t->ops->get(c->t, key, &rb);
-	if (rc == KVT_ENOTFOUND) { /* evicted or deleted since the walk */
-		free(h);
-		return;
-	}
-	if (rc == 0) {
-		rc = image_header(rb, h);
-		if (rc == 0 && memcmp(&h->key, key, sizeof(*key)))
-			rc = kvt_err(KVT_EMISMATCH, "object holds another key");
-		if (rc == 0 && rb->len != KVT_OBJ_HEADER_BYTES + h->payload_len)
-			rc = kvt_err(KVT_ETRUNCATED, "image is %llu bytes, header says %llu",
-				     (unsigned long long)rb->len,
-				     (unsigned long long)(KVT_OBJ_HEADER_BYTES + h->payload_len));
-		if (rc == 0)
-			rc = kvt_obj_verify_iov(h, rb->iov, rb->n_iov);
-		if (rc == 0)
-			c->res->bytes += h->payload_len;
-		else
-			c->t->ops->corrupt(c->t, rb);
-		c->t->ops->release(c->t, rb);
-	}
-	c->res->checked++;
-	if (rc && c->t->ops->bad_iterate && c->t->ops->exists(c->t, key) != 1) {
-		c->recorded++; /* reported from the tier's list below */
-	} else if (rc) {
-		c->res->bad++;
-		/* A tier that lists no bad objects (memory, S3) has
-		 * nothing on a medium of ours to move aside. */
-		if (c->bad_fn)
-			c->bad_fn(c->arg, key, rc, kvt_errmsg());
-	}
-	free(h);
-}
-
-/* One object the tier lists as bad: report it and, asked to repair, move
- * it aside (a tier shared with other nodes keeps what is only
- * unverifiable here). */
-static int verify_listed(void *arg, const kvt_key *key, const char *where,
-			 int proven, const char *why)
-{
-	struct verify_ctx *c = arg;
-	char msg[PATH_MAX + 512];
-	int rc = proven ? KVT_ECORRUPT : KVT_ENOTSUP;
-
-	c->res->checked++;
-	c->res->bad++;
-	if (!proven)
-		c->res->unverifiable++;
-	if (c->drop) {
-		int r = c->t->ops->repair(c->t, key);
-		if (r == 0) {
-			c->res->repaired++;
-			snprintf(msg, sizeof(msg), "%s: %s; moved to the quarantine", where, why);
-		} else {
-			snprintf(msg, sizeof(msg), "%s: %s; left in place: %s", where, why,
-				 r == KVT_ENOTSUP ? "not proven damaged, another node may read it"
-						  : kvt_errmsg());
-		}
-	} else {
-		snprintf(msg, sizeof(msg), "%s: %s", where, why);
-	}
-	if (c->bad_fn)
-		c->bad_fn(c->arg, key, rc, msg);
-	return 0;
-}
-
-int kvt_store_verify(kvt_store *st, int tier, int drop,
-		     void (*bad_fn)(void *arg, const kvt_key *key, int err,
-				    const char *why),
-		     void *arg, kvt_verify_result *res)
-{
-	struct verify_ctx c = { 0 };
-	kvt_verify_result dummy;
-	int rc;
-
-	kvt_err_clear();
-	if (!st || tier < 0 || tier >= st->n_tiers)
-		return kvt_err(KVT_EINVAL, "tier %d of %d", tier, st ? st->n_tiers : 0);
-	if (!res)
-		res = &dummy;
-	memset(res, 0, sizeof(*res));
-	if (drop && st->cfg.read_only)
-		return kvt_err(-EROFS, "the store is open read-only: repair needs a writable open");
-	c.st = st;
-	c.t = st->tiers[tier];
-	c.drop = drop;
-	c.bad_fn = bad_fn;
-	c.arg = arg;
-	c.res = res;
-	/* Collect the keys first: a tier's walk holds its locks, and reading
-	 * a chunk must not. */
-	rc = c.t->ops->iterate(c.t, verify_collect, &c);
-	for (size_t i = 0; rc == 0 && i < c.n; i++)
-		verify_one(&c, &c.keys[i]);
-	free(c.keys);
-	if (rc == 0 && c.t->ops->bad_iterate)
-		rc = c.t->ops->bad_iterate(c.t, verify_listed, &c);
-	res->checked -= c.recorded; /* counted once, in the list */
-	return rc;
 }

@@ -1,0 +1,157 @@
+/*
+ * store_int.h — what the store's files share: the store, its jobs and ops,
+ * and the few internal calls one part makes into another.
+ *
+ * store.c is the store proper (open and close, put, get, lookup, the
+ * movers between tiers, statistics); ops.c the worker pool, the
+ * asynchronous operations and prefetch; verify.c the fsck.  Nothing here
+ * is exported: the API is include/kvtier.h.
+ */
+#ifndef KVT_STORE_INT_H
+#define KVT_STORE_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "format/object.h"
+#include "kvtier.h"
+#include "store/config.h"
+#include "store/hier.h"
+#include "tier/tier.h"
+
+#define KVT_MAX_TIERS 8
+
+/* A tier whose writes fail this many times in a row (I/O errors, not a
+ * full tier) is given no writes for a while: a dead disk must not make every
+ * put pay its error, and reads from it keep being tried. */
+#define TIER_FAIL_STREAK 3
+#define TIER_WRITES_OFF_NS (30ll * 1000000000ll)
+
+struct tier_health {
+	atomic_int streak;           /* consecutive write I/O errors */
+	atomic_llong off_until;      /* CLOCK_MONOTONIC ns; 0 = writes on */
+	atomic_ullong errors;        /* total write I/O errors */
+	char last[160];              /* the last failed write's message, under
+				      * err_mu */
+};
+
+/* Work for the pool, in three classes served in order: what a caller is
+ * waiting for (async ops, prefetch), promotions (the next request's hits),
+ * and background copies (write-through, demotion), which may also use at
+ * most all workers but one, so a deadline-bound load always finds a thread. */
+enum { PRIO_URGENT = 0, PRIO_PROMOTE = 1, PRIO_BACKGROUND = 2, N_PRIO = 3 };
+
+struct job {
+	struct job *next;
+	void (*run)(kvt_store *st, struct job *j);
+};
+
+/* What reads from a tier have cost: the cost model's inputs. */
+struct tier_perf {
+	pthread_mutex_t mu;
+	double gbps, lat_us;       /* EWMA; planning defaults until measured */
+	_Atomic uint64_t hist[24]; /* reads by log2 of their microseconds */
+};
+
+struct kvt_store {
+	kvt_config cfg;
+	struct tier_perf perf[KVT_MAX_TIERS];
+	kvt_tier *tiers[KVT_MAX_TIERS];
+	int n_tiers;
+	int kind[KVT_MAX_TIERS];   /* KVT_CT_*: which configuration applies */
+	int verify[KVT_MAX_TIERS]; /* verify payload checksums on read */
+	struct tier_health health[KVT_MAX_TIERS];
+	kvt_hier *hier;
+
+	/* Worker pool: FIFOs per priority, a fixed set of threads. */
+	pthread_mutex_t qlock;
+	pthread_cond_t qcond;
+	struct job *qhead[N_PRIO], *qtail[N_PRIO];
+	uint32_t queued_bg, running_bg, max_bg;
+	uint64_t queued_bg_bytes, max_bg_bytes; /* images held by queued copies */
+	int stopping;
+	pthread_t *workers;
+	uint32_t n_workers;
+
+	/* Keys with a promotion queued or running: one transfer per key. */
+	pthread_mutex_t flight_mu;
+	pthread_mutex_t err_mu; /* guards health[].last */
+	kvt_key *flight;
+	size_t n_flight, cap_flight;
+};
+
+enum op_kind { OP_GET = 1, OP_PUT = 2, OP_PREFETCH = 3 };
+
+struct kvt_op {
+	struct job job; /* first: the pool runs ops like any job */
+	kvt_store *st;
+	int kind;
+	kvt_ns ns;
+	kvt_key key;
+	void *buf;
+	const void *payload;
+	size_t len;
+	int durability;
+	kvt_key *keys;      /* prefetch: the chain, owned */
+	size_t n_keys;
+	int64_t deadline_ns;
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int done;
+	int rc;
+	uint64_t bytes;
+	char msg[256]; /* kvt_errmsg() of the worker that ran it, on failure */
+};
+
+struct kvt_ref {
+	kvt_store *st;
+	kvt_tier *tier;
+	kvt_tier_rbuf *rb;
+	kvt_obj_hdr hdr;
+	struct iovec *iov; /* the payload: the image less its header */
+	int n_iov;
+};
+
+/* --- images in segments ---------------------------------------------------- */
+
+
+/* --- store.c ---------------------------------------------------------------- */
+
+/* Decode the header of a borrowed image (its first 4 KiB, in however many
+ * segments). */
+int store_image_header(const kvt_tier_rbuf *rb, kvt_obj_hdr *h);
+/* The image's segments from byte `skip` on, into a new array (caller
+ * frees). */
+int store_payload_iov(const kvt_tier_rbuf *rb, uint64_t skip, struct iovec **out,
+		      int *n);
+
+/* Argument checks every call shares: 0 or KVT_EINVAL with a message. */
+int store_check_args(kvt_store *st, const kvt_ns *ns, const kvt_key *key);
+/* CLOCK_MONOTONIC in ns and in s. */
+long long store_mono_ns(void);
+double store_now_s(void);
+/* Tell tier `tier`'s policy that `key` (len bytes) arrived; demote or
+ * drop the victims it names. */
+void store_after_insert(kvt_store *st, int tier, const kvt_key *key, uint64_t len);
+/* Fold a read of `bytes` in `secs` into tier i's measured speed. */
+void store_perf_note(kvt_store *st, int i, uint64_t bytes, double secs);
+/* Borrow `key` from the first tier that serves a good copy. */
+int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key, kvt_ref **out,
+		 int *tier_out);
+/* Copy a borrowed image into tier `dst`, verifying it in the copy pass. */
+int store_copy_verified(kvt_store *st, int dst, const kvt_tier_rbuf *rb,
+			const kvt_obj_hdr *src_hdr);
+/* Drop the borrowed copy that failed verification, then let go of it. */
+void store_drop_corrupt(kvt_ref *ref, const kvt_key *key);
+void store_ref_free(kvt_ref *ref);
+
+/* --- ops.c ------------------------------------------------------------------ */
+
+/* The worker pool's thread, and queueing a job at a priority: 0, or
+ * KVT_ECANCELED once the store is closing (the caller keeps the job). */
+void *store_worker_main(void *arg);
+int store_job_submit(kvt_store *st, struct job *j, int prio);
+
+#endif
