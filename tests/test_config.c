@@ -357,6 +357,15 @@ int main(void)
 	files();
 	endpoints();
 
+	/* A NUL inside a quoted value is refused, not read as a shorter one. */
+	{
+		static const char y[] = "local_disk: \"/tmp/a\\0/../etc\"\n";
+		c = kvt_config_parse(y, sizeof(y) - 1, "nul.yaml", &err);
+		CHECK(c == NULL);
+		CHECK(strstr(kvt_errmsg(), "NUL") != NULL);
+		kvt_config_free(c);
+	}
+
 	/* The S3 listing bounds. */
 	c = kvt_config_new();
 	CHECK_EQ(kvt_config_set(c, "s3_list_max_pages", "5"), 0);

@@ -438,7 +438,24 @@ static void test_parse(void)
 	const char *bad = "{\"hash_ids\": [1, x]}\n";
 	CHECK_EQ(kvt_trace_parse_jsonl(bad, strlen(bad), &t), KVT_EINVAL);
 	CHECK(strstr(kvt_errmsg(), "line 1") != NULL);
-	/* An id past 64 bits is refused, not wrapped onto another id. */
+	/* JSON whitespace (tabs, CRs) between ids is fine; a request with no
+	 * block replays as nothing (it had no ids to point at). */
+	{
+		const char *tabs = "{\"hash_ids\":\t[1,\t2]}\r\n{\"hash_ids\": []}\n";
+		struct kvt_trace t2;
+		CHECK_EQ(kvt_trace_parse_jsonl(tabs, strlen(tabs), &t2), 0);
+		CHECK_EQ(t2.nblocks, 2);
+		struct kvt_replay_conf c2 = {.ntiers = 1, .tier = {{.kind = KVT_EVICT_LRU, .capacity = 10}}};
+		struct kvt_replay_result r2;
+		CHECK_EQ(kvt_replay_run(&t2, &c2, &r2), 0);
+		kvt_trace_free(&t2);
+		const char *empty = "{\"hash_ids\": []}\n";
+		CHECK_EQ(kvt_trace_parse_jsonl(empty, strlen(empty), &t2), 0);
+		CHECK_EQ(kvt_replay_run(&t2, &c2, &r2), 0);
+		CHECK_EQ(r2.hit_blocks, 0);
+		kvt_trace_free(&t2);
+	}
+		/* An id past 64 bits is refused, not wrapped onto another id. */
 	const char *big = "{\"hash_ids\": [1]}\n{\"hash_ids\": [18446744073709551616]}\n";
 	CHECK_EQ(kvt_trace_parse_jsonl(big, strlen(big), &t), KVT_EINVAL);
 	CHECK(strstr(kvt_errmsg(), "line 2: a hash id is past 64 bits") != NULL);

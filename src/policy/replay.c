@@ -113,7 +113,7 @@ int kvt_trace_parse_jsonl(const char *buf, size_t len, struct kvt_trace *t)
 		const char *h = find_in(p, eol, "\"hash_ids\"");
 		if (h) {
 			const char *q = h + 10;
-			while (q < eol && (*q == ' ' || *q == ':' || *q == '\t'))
+			while (q < eol && (*q == ' ' || *q == ':' || *q == '\t' || *q == '\r'))
 				q++;
 			if (q >= eol || *q != '[') {
 				rc = kvt_err(KVT_EINVAL, "trace line %llu: hash_ids is not an array",
@@ -123,7 +123,9 @@ int kvt_trace_parse_jsonl(const char *buf, size_t len, struct kvt_trace *t)
 			q++;
 			uint32_t pos = 0;
 			for (;;) {
-				while (q < eol && (*q == ' ' || *q == ','))
+				/* JSON's whitespace, as the planner's reader takes it */
+				while (q < eol && (*q == ' ' || *q == ',' || *q == '\t' ||
+						   *q == '\r' || *q == '\n'))
 					q++;
 				if (q < eol && *q == ']')
 					break;
@@ -256,8 +258,10 @@ int kvt_replay_run(const struct kvt_trace *t, const struct kvt_replay_conf *c,
 	}
 	int excl = c->mode == KVT_REPLAY_EXCLUSIVE;
 	for (uint64_t q = 0; !rc && q < t->nreq; q++) {
-		const uint32_t *b = t->ids + t->off[q];
 		uint64_t n = t->off[q + 1] - t->off[q];
+		if (!n)
+			continue; /* a request with no whole block (t->ids may be NULL) */
+		const uint32_t *b = t->ids + t->off[q];
 		for (uint64_t i = 0; i < n; i++) {
 			int in0 = kvt_evict_contains(s.ev[0], b[i]);
 			int in1 = !in0 && c->ntiers > 1 && kvt_evict_contains(s.ev[1], b[i]);

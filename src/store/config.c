@@ -854,6 +854,11 @@ static int yaml_apply(kvt_config *c, yaml_document_t *doc, const char *name)
 				       name, v->start_mark.line + 1, key,
 				       config_keys[i].expect,
 				       v->type == YAML_MAPPING_NODE ? "mapping" : "list");
+		/* A quoted "\0" would cut the value short unseen: "/tmp/a\0/../x"
+		 * is not "/tmp/a". */
+		if (strlen((const char *)v->data.scalar.value) != v->data.scalar.length)
+			return kvt_err(KVT_ECONFIG, "%s:%zu: %s: the value holds a NUL byte",
+				       name, v->start_mark.line + 1, key);
 		if ((rc = config_keys[i].set(c, (const char *)v->data.scalar.value)))
 			return kvt_err_prefix(rc, "%s:%zu: %s: ", name,
 					      v->start_mark.line + 1, key);

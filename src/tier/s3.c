@@ -923,13 +923,28 @@ static void s3_xml_unescape(char *s)
 static int64_t s3_parse_time(const char *s)
 {
 	struct tm tm;
+	unsigned y, mo, d, h, mi, sec;
 
+	/* Fixed-width fields, each in range: a server's bytes must not reach
+	 * an int overflow or timegm's undefined corners. */
 	memset(&tm, 0, sizeof(tm));
-	if (sscanf(s, "%d-%d-%dT%d:%d:%d", &tm.tm_year, &tm.tm_mon,
-		   &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec) != 6)
+	if (strlen(s) < 19 || s[4] != '-' || s[7] != '-' || s[10] != 'T' ||
+	    s[13] != ':' || s[16] != ':')
 		return 0;
-	tm.tm_year -= 1900;
-	tm.tm_mon -= 1;
+	for (int i = 0; i < 19; i++)
+		if (i != 4 && i != 7 && i != 10 && i != 13 && i != 16 &&
+		    (s[i] < '0' || s[i] > '9'))
+			return 0;
+	if (sscanf(s, "%4u-%2u-%2uT%2u:%2u:%2u", &y, &mo, &d, &h, &mi, &sec) != 6 ||
+	    y < 1970 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 ||
+	    sec > 60)
+		return 0;
+	tm.tm_year = (int)y - 1900;
+	tm.tm_mon = (int)mo - 1;
+	tm.tm_mday = (int)d;
+	tm.tm_hour = (int)h;
+	tm.tm_min = (int)mi;
+	tm.tm_sec = (int)sec;
 	return (int64_t)timegm(&tm);
 }
 
@@ -2177,12 +2192,15 @@ static void *s3_refresh_main(void *arg)
 static char *s3_ini_get(const char *path, const char *section, const char *key)
 {
 	FILE *f = fopen(path, "r");
-	char line[1024], *val = NULL;
+	char *line = NULL, *val = NULL;
+	size_t cap = 0;
 	int in = 0;
 
 	if (!f)
 		return NULL;
-	while (!val && fgets(line, sizeof(line), f)) {
+	/* getline: session tokens run past a kilobyte, and a cut one only
+	 * shows up later as a 403. */
+	while (!val && getline(&line, &cap, f) >= 0) {
 		char *s = line, *e, *eq;
 		while (isspace((unsigned char)*s))
 			s++;
@@ -2216,6 +2234,7 @@ static char *s3_ini_get(const char *path, const char *section, const char *key)
 			s++;
 		val = strdup(s);
 	}
+	free(line);
 	fclose(f);
 	return val;
 }
