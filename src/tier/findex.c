@@ -266,6 +266,27 @@ int kvt_findex_publish(struct kvt_findex *ix, kvt_io *io, const char *root,
 	return rc;
 }
 
+int kvt_findex_publish_durable(struct kvt_findex *ix, kvt_fanout *durable,
+			       kvt_io *io, const char *root, const kvt_key *key,
+			       const char *tmp, const char *fin, int durability,
+			       int retries, int replace_unproven, const char *tier)
+{
+	int rc = kvt_findex_publish(ix, io, root, tmp, fin, durability, retries,
+				    replace_unproven, tier);
+
+	if (rc || durability != KVT_DUR_POWER_SAFE)
+		return rc;
+	rc = kvt_fanout_durable(durable, io, root, key, fin);
+	if (!rc && (rc = kvt_io_fsync_parent(io, fin)))
+		kvt_err(rc, "%s: fsync directory of %s: %s", tier, fin, kvt_strerror(rc));
+	if (rc) {
+		/* Published but maybe not durable: take the name back. */
+		io->unlink(io, fin);
+		return rc;
+	}
+	return 0;
+}
+
 int kvt_findex_exists(struct kvt_findex *ix, const kvt_key *key)
 {
 	int found;

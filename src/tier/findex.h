@@ -31,6 +31,7 @@
 #include <time.h>
 
 #include "common/io.h"
+#include "tier/fanout.h"
 #include "kvtier.h"
 #include "tier/tier.h"
 
@@ -107,6 +108,17 @@ void kvt_findex_reap(struct kvt_findex_ent *victims, kvt_io *io,
 int kvt_findex_publish(struct kvt_findex *ix, kvt_io *io, const char *root,
 		       const char *tmp, const char *fin, int durability,
 		       int retries, int replace_unproven, const char *tier);
+
+/* kvt_findex_publish, and for KVT_DUR_POWER_SAFE then every directory on
+ * the way to `fin` made durable (kvt_fanout_durable) and the one holding
+ * it fsynced; if that fails the name is withdrawn, so that nothing weaker
+ * than asked is acknowledged or served.  The one publication path of both
+ * file tiers.  0, -EEXIST (another writer won), or a negated errno with
+ * its message. */
+int kvt_findex_publish_durable(struct kvt_findex *ix, kvt_fanout *durable,
+			       kvt_io *io, const char *root, const kvt_key *key,
+			       const char *tmp, const char *fin, int durability,
+			       int retries, int replace_unproven, const char *tier);
 
 int kvt_findex_exists(struct kvt_findex *ix, const kvt_key *key);
 /* Remove the entry of `key` if it is still generation `gen`; count a

@@ -463,8 +463,8 @@ static int fsdir_put_commit(kvt_tier *tt, kvt_tier_wbuf *ww, int durability)
 	/* Fan-out directories are made lazily (65536 up front would be a slow
 	 * open on a shared file system); another node's GC may remove an empty
 	 * one between our mkdir and link, hence the retries. */
-	rc = kvt_findex_publish(&t->ix, t->io, t->root, tmp, fin, durability,
-				3, 0, "fsdir");
+	rc = kvt_findex_publish_durable(&t->ix, &t->durable, t->io, t->root,
+					&w->w.key, tmp, fin, durability, 3, 0, "fsdir");
 	if (rc == -EEXIST) {
 		/* Index the winner's file, unless it is one found bad. */
 		fsdir_adopt_checked(t, &w->w.key);
@@ -474,23 +474,6 @@ static int fsdir_put_commit(kvt_tier *tt, kvt_tier_wbuf *ww, int durability)
 	}
 	if (rc)
 		goto out;
-	if (durability == KVT_DUR_POWER_SAFE)
-		rc = kvt_fanout_durable(&t->durable, t->io, t->root, &w->w.key, fin);
-	if (rc) {
-		t->io->unlink(t->io, fin);
-		goto out;
-	}
-	if (durability == KVT_DUR_POWER_SAFE) {
-		rc = kvt_io_fsync_parent(t->io, fin);
-		if (rc) {
-			/* The name may not survive a power cut: take it back,
-			 * so that a failed put leaves nothing visible. */
-			t->io->unlink(t->io, fin);
-			rc = kvt_err(rc, "fsdir: fsync parent of %s: %s", fin,
-				     kvt_strerror(rc));
-			goto out;
-		}
-	}
 
 	e->ix.key = w->w.key;
 	e->ix.len = len;

@@ -589,8 +589,8 @@ static int nv_put_commit(kvt_tier *tt, kvt_tier_wbuf *ww, int durability)
 		goto out;
 	/* The directory is this node's alone: a bad file at the name is ours
 	 * to replace, whatever made it bad. */
-	rc = kvt_findex_publish(&t->ix, t->io, t->root, tmp, fin, durability,
-				2, 1, "nvme");
+	rc = kvt_findex_publish_durable(&t->ix, &t->durable, t->io, t->root,
+					&w->w.key, tmp, fin, durability, 2, 1, "nvme");
 	if (rc == -EEXIST) {
 		rc = kvt_err(KVT_EEXIST, "nvme: %s was published by another writer",
 			     fin);
@@ -598,20 +598,6 @@ static int nv_put_commit(kvt_tier *tt, kvt_tier_wbuf *ww, int durability)
 	}
 	if (rc)
 		goto out;
-	if (durability == KVT_DUR_POWER_SAFE) {
-		rc = kvt_fanout_durable(&t->durable, t->io, t->root, &w->w.key, fin);
-		if (!rc)
-			rc = kvt_io_fsync_parent(t->io, fin);
-		if (rc) {
-			/* Published but maybe not durable: report it and
-			 * withdraw the name, so nothing weaker than asked is
-			 * acknowledged or served. */
-			t->io->unlink(t->io, fin);
-			rc = kvt_err(rc, "nvme: fsync directory of %s: %s", fin,
-				     kvt_strerror(rc));
-			goto out;
-		}
-	}
 	e->key = w->w.key;
 	e->len = w->w.len;
 	e->charge = w->disk;
