@@ -261,6 +261,72 @@ int main(void)
 		}
 	}
 
+	/* Credentials from the AWS files, as a fleet's nodes have them: the
+	 * profile AWS_PROFILE names, in the shared credentials file or only
+	 * in the config file, a session token longer than a kilobyte; a
+	 * profile with the wrong keys is refused by the server's signature
+	 * check, so the keys really came from the file. */
+	{
+		char cred[1200], conf[1200], tok[1501];
+		FILE *f;
+		kvt_tier *p = NULL;
+		kvt_key kc = s3t_key(77);
+		kvt_s3_opts po = s3t_opts("cred/");
+
+		memset(tok, 'T', sizeof(tok) - 1);
+		tok[sizeof(tok) - 1] = '\0';
+		snprintf(cred, sizeof(cred), "%s/credentials", dir);
+		snprintf(conf, sizeof(conf), "%s/config", dir);
+		f = fopen(cred, "w");
+		CHECK(f != NULL);
+		if (f) {
+			fprintf(f, "[default]\naws_access_key_id = WRONGKEY\n"
+				   "aws_secret_access_key = wrong\n\n"
+				   "# the fleet's profile\n[fleet]\n"
+				   "aws_access_key_id = %s\naws_secret_access_key = %s\n"
+				   "aws_session_token = %s\n", S3T_AK, S3T_SK, tok);
+			fclose(f);
+		}
+		f = fopen(conf, "w");
+		CHECK(f != NULL);
+		if (f) {
+			fprintf(f, "[profile cfgonly]\nregion = us-east-1\n"
+				   "aws_access_key_id = %s\naws_secret_access_key = %s\n",
+				   S3T_AK, S3T_SK);
+			fclose(f);
+		}
+		po.access_key = po.secret_key = NULL;
+		unsetenv("AWS_ACCESS_KEY_ID");
+		unsetenv("AWS_SECRET_ACCESS_KEY");
+		setenv("AWS_SHARED_CREDENTIALS_FILE", cred, 1);
+		setenv("AWS_CONFIG_FILE", conf, 1);
+		uint64_t lenc;
+		uint8_t *imgc = s3t_image(&small_ns, &kc, 7, &lenc);
+		for (int i = 0; imgc && i < 2; i++) {
+			static const char *const prof[] = { "fleet", "cfgonly" };
+			setenv("AWS_PROFILE", prof[i], 1);
+			CHECK_EQ(kvt_s3_open(&po, &p), 0);
+			if (!p)
+				continue;
+			rc = s3t_put(p, &kc, imgc, lenc);
+			CHECK(rc == 0 || (i == 1 && rc == KVT_EEXIST));
+			CHECK_EQ(s3t_get_cmp(p, &kc, imgc, lenc), 0);
+			p->ops->close(p);
+			p = NULL;
+		}
+		free(imgc);
+		/* The default profile's key id is not the server's. */
+		setenv("AWS_PROFILE", "default", 1);
+		CHECK_EQ(kvt_s3_open(&po, &p), -EACCES);
+		CHECK(strstr(kvt_errmsg(), "InvalidAccessKeyId") != NULL);
+		CHECK(strstr(kvt_errmsg(), "WRONGKEY") != NULL);
+		if (p)
+			p->ops->close(p);
+		unsetenv("AWS_PROFILE");
+		unsetenv("AWS_SHARED_CREDENTIALS_FILE");
+		unsetenv("AWS_CONFIG_FILE");
+	}
+
 	/* GC by budget through listing. */
 	{
 		uint64_t del = 0;
