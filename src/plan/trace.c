@@ -70,9 +70,11 @@ struct reader {
 	uint64_t nreq;
 	int full;              /* max_req requests read: stop */
 
-	/* The requests as compact JSON lines for kvt_trace_parse_jsonl. */
-	char *out;
-	size_t olen, ocap;
+	/* The trace being built, request by request, and one line's ids. */
+	struct kvt_trace_builder b;
+	int b_open;
+	uint64_t *ids;
+	size_t nids, idcap;
 
 	/* Per request, in order. */
 	double *arrive;
@@ -102,39 +104,28 @@ static int bad_line(const struct reader *r, const char *fmt, ...)
 	return kvt_err(KVT_EINVAL, "%s:%llu: %s", r->name, (unsigned long long)r->line, msg);
 }
 
-static int out_reserve(struct reader *r, size_t more)
+/* Append one id to the line's ids. */
+static int line_id(struct reader *r, uint64_t id)
 {
-	if (r->olen + more <= r->ocap)
-		return 0;
-	size_t nc = r->ocap ? r->ocap : 1 << 16;
-	while (nc < r->olen + more)
-		nc *= 2;
-	char *o = realloc(r->out, nc);
-	if (!o)
-		return kvt_err(KVT_ENOMEM, "%s: out of memory", r->name);
-	r->out = o;
-	r->ocap = nc;
+	if (r->nids == r->idcap) {
+		size_t nc = r->idcap ? r->idcap * 2 : 256;
+		uint64_t *v = realloc(r->ids, nc * sizeof(*v));
+		if (!v)
+			return kvt_err(KVT_ENOMEM, "%s: out of memory", r->name);
+		r->ids = v;
+		r->idcap = nc;
+	}
+	r->ids[r->nids++] = id;
 	return 0;
 }
 
-/* Append ",id" (or "id" first) in decimal; by hand, since snprintf per id
- * was a third of the time a large trace took to read. */
-static int out_id(struct reader *r, uint64_t id, int first)
+/* The line's ids become one request of the trace. */
+static int line_commit(struct reader *r)
 {
-	char tmp[20];
-	int n = 0, rc = out_reserve(r, 24);
+	int rc = kvt_trace_build_add(&r->b, r->ids, r->nids);
 
-	if (rc)
-		return rc;
-	do {
-		tmp[n++] = (char)('0' + id % 10);
-		id /= 10;
-	} while (id);
-	if (!first)
-		r->out[r->olen++] = ',';
-	while (n)
-		r->out[r->olen++] = tmp[--n];
-	return 0;
+	r->nids = 0;
+	return rc ? kvt_err(rc, "%s: out of memory", r->name) : 0;
 }
 
 /* Record one request's side fields (the ids are already in out). */
@@ -278,35 +269,26 @@ static int json_line(struct reader *r, const char *p, const char *end)
 	if (h >= end || *h != '[')
 		return bad_line(r, "hash_ids: expected an array of block ids");
 	h++;
-	size_t mark = r->olen;
-	if ((rc = out_reserve(r, 16)))
-		return rc;
-	r->olen += (size_t)sprintf(r->out + r->olen, "{\"hash_ids\":[");
+	r->nids = 0;
 	uint64_t nb = 0;
 	for (;;) {
 		while (h < end && is_blank(*h))
 			h++;
 		if (h < end && *h == ']' && nb == 0)
 			break;
-		if (h >= end || *h < '0' || *h > '9') {
-			r->olen = mark;
+		if (h >= end || *h < '0' || *h > '9')
 			return bad_line(r, "hash_ids: element %llu is not a non-negative integer",
 				   (unsigned long long)nb + 1);
-		}
 		uint64_t v = 0;
 		while (h < end && *h >= '0' && *h <= '9') {
 			unsigned d = (unsigned)(*h++ - '0');
-			if (v > (UINT64_MAX - d) / 10) {
-				r->olen = mark;
+			if (v > (UINT64_MAX - d) / 10)
 				return bad_line(r, "hash_ids: element %llu exceeds 64 bits",
 					   (unsigned long long)nb + 1);
-			}
 			v = v * 10 + d;
 		}
-		if ((rc = out_id(r, v, nb == 0))) {
-			r->olen = mark;
+		if ((rc = line_id(r, v)))
 			return rc;
-		}
 		nb++;
 		while (h < end && is_blank(*h))
 			h++;
@@ -316,7 +298,6 @@ static int json_line(struct reader *r, const char *p, const char *end)
 		}
 		if (h < end && *h == ']')
 			break;
-		r->olen = mark;
 		return bad_line(r, "hash_ids: element %llu is not a non-negative integer",
 			   (unsigned long long)nb);
 	}
@@ -348,12 +329,9 @@ static int json_line(struct reader *r, const char *p, const char *end)
 	if (!rc)
 		rc = json_length(r, p, end, "output_length", 0, &outl);
 	if (!rc)
-		rc = out_reserve(r, 4);
-	if (rc) {
-		r->olen = mark;
+		rc = line_commit(r);
+	if (rc)
 		return rc;
-	}
-	r->olen += (size_t)sprintf(r->out + r->olen, "]}\n");
 	return add_request(r, ts, in, outl);
 }
 
@@ -426,23 +404,15 @@ static int token_line(struct reader *r, const char *p, const char *end)
 	}
 	if (nk && (rc = kvt_key_chain(&r->ns, r->tok, nt, NULL, r->keys, nk)) < 0)
 		return rc;
-	size_t mark = r->olen;
-	if ((rc = out_reserve(r, 16)))
-		return rc;
-	r->olen += (size_t)sprintf(r->out + r->olen, "{\"hash_ids\":[");
+	r->nids = 0;
 	for (size_t i = 0; i < nk; i++) {
 		uint64_t id;
 		memcpy(&id, r->keys[i].b, sizeof(id));
-		if ((rc = out_id(r, id, i == 0))) {
-			r->olen = mark;
+		if ((rc = line_id(r, id)))
 			return rc;
-		}
 	}
-	if ((rc = out_reserve(r, 4))) {
-		r->olen = mark;
+	if ((rc = line_commit(r)))
 		return rc;
-	}
-	r->olen += (size_t)sprintf(r->out + r->olen, "]}\n");
 	return add_request(r, 0, nt, 0);
 }
 
@@ -457,6 +427,8 @@ static int reader_line(struct reader *r, const char *p, size_t n)
 	r->line++;
 	if (r->full)
 		return 0;
+	if (!r->b_open)
+		return kvt_err(KVT_ENOMEM, "%s: out of memory", r->name);
 	if (memchr(p, '\0', n))
 		return bad_line(r, "a NUL byte: binary data, not a trace");
 	while (q < end && is_blank(*q))
@@ -479,7 +451,10 @@ static int reader_line(struct reader *r, const char *p, size_t n)
 
 static void reader_free(struct reader *r)
 {
-	free(r->out);
+	if (r->b_open)
+		kvt_trace_build_end(&r->b);
+	r->b_open = 0;
+	free(r->ids);
 	free(r->arrive);
 	free(r->in_len);
 	free(r->out_len);
@@ -487,21 +462,15 @@ static void reader_free(struct reader *r)
 	free(r->keys);
 }
 
-/* Hand the requests to kvt_trace_parse_jsonl and the side arrays to pt. */
+/* The trace is built; hand the side arrays to pt. */
 static int reader_finish(struct reader *r)
 {
 	struct plan_trace *pt = r->pt;
-	int rc;
+	int rc = 0;
 
 	if (!r->nreq) {
 		rc = kvt_err(KVT_EINVAL, "%s: no requests: an empty trace gives nothing to plan from",
 			     r->name);
-		goto out;
-	}
-	rc = kvt_trace_parse_jsonl(r->out, r->olen, &pt->t);
-	if (rc) {
-		/* Only a failed allocation can get here: the lines were checked. */
-		rc = kvt_err_prefix(rc == KVT_ENOMEM ? rc : KVT_EINVAL, "%s: ", r->name);
 		goto out;
 	}
 	if (pt->t.nreq != r->nreq) {
@@ -537,6 +506,8 @@ static void reader_init(struct reader *r, const char *name, enum plan_fmt fmt,
 	r->name = name;
 	r->pt = pt;
 	r->max_req = max_req;
+	/* Only its first allocation can fail; reader_line then reports it. */
+	r->b_open = kvt_trace_build_begin(&r->b, &pt->t) == 0;
 }
 
 int plan_trace_parse(const char *buf, size_t len, enum plan_fmt fmt,

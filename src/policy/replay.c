@@ -11,12 +11,9 @@
 
 /* ---- parsing -------------------------------------------------------------- */
 
-struct idmap {
-	uint64_t *keys;
-	uint32_t *vals;  /* dense id + 1; 0 = empty */
-	uint64_t mask;
-	uint64_t n;
-};
+/* The id map (struct kvt_trace_idmap, replay.h): open addressing over
+ * the trace's 64-bit ids. */
+#define idmap kvt_trace_idmap
 
 #define mix64 kvt_mix64
 
@@ -73,6 +70,23 @@ static int idmap_get(struct idmap *m, uint64_t key, uint32_t *out, int *fresh)
 	return 0;
 }
 
+/* Make a growable array hold at least `need` elem-sized items. */
+static int grow_to(void **arr, uint64_t *cap, uint64_t need, size_t elem)
+{
+	uint64_t nc = *cap ? *cap : 1024;
+	void *p;
+
+	if (need <= *cap)
+		return 0;
+	while (nc < need)
+		nc *= 2;
+	if (!(p = realloc(*arr, nc * elem)))
+		return KVT_ENOMEM;
+	*arr = p;
+	*cap = nc;
+	return 0;
+}
+
 /* Append to a growable array of elem-sized items. */
 static int push(void **arr, uint64_t *cap, uint64_t n, size_t elem, const void *v)
 {
@@ -97,14 +111,60 @@ static const char *find_in(const char *p, const char *end, const char *needle)
 	return NULL;
 }
 
+int kvt_trace_build_begin(struct kvt_trace_builder *b, struct kvt_trace *t)
+{
+	uint64_t zero = 0;
+
+	memset(t, 0, sizeof(*t));
+	memset(b, 0, sizeof(*b));
+	b->t = t;
+	return push((void **)&t->off, &b->off_cap, 0, sizeof(uint64_t), &zero);
+}
+
+int kvt_trace_build_add(struct kvt_trace_builder *b, const uint64_t *ids, size_t n)
+{
+	struct kvt_trace *t = b->t;
+	struct idmap *m = &b->map;
+	int rc = 0;
+
+	/* Room for the whole request at once: one check, not one per id. */
+	if (grow_to((void **)&t->ids, &b->ids_cap, t->nblocks + n, sizeof(uint32_t)) ||
+	    grow_to((void **)&t->pos, &b->pos_cap, m->n + n, sizeof(uint32_t)))
+		return KVT_ENOMEM;
+	for (size_t i = 0; !rc && i < n; i++) {
+		uint32_t d;
+		int fresh;
+		rc = idmap_get(m, ids[i], &d, &fresh);
+		if (rc)
+			break;
+		t->ids[t->nblocks++] = d;
+		/* Prefix hashes: an id's position never changes, so the first
+		 * one seen is the one. */
+		if (fresh)
+			t->pos[d] = (uint32_t)i;
+	}
+	if (!rc) {
+		t->nreq++;
+		rc = push((void **)&t->off, &b->off_cap, t->nreq, sizeof(uint64_t), &t->nblocks);
+	}
+	t->nids = m->n;
+	return rc;
+}
+
+void kvt_trace_build_end(struct kvt_trace_builder *b)
+{
+	free(b->map.keys);
+	free(b->map.vals);
+	memset(&b->map, 0, sizeof(b->map));
+}
+
 int kvt_trace_parse_jsonl(const char *buf, size_t len, struct kvt_trace *t)
 {
-	memset(t, 0, sizeof(*t));
-	struct idmap m = {0};
-	uint64_t off_cap = 0, ids_cap = 0, pos_cap = 0;
+	struct kvt_trace_builder b;
 	const char *p = buf, *end = buf + len;
-	uint64_t line = 0, zero = 0;
-	int rc = push((void **)&t->off, &off_cap, 0, sizeof(uint64_t), &zero);
+	uint64_t line = 0, *ids = NULL, idcap = 0;
+	int rc = kvt_trace_build_begin(&b, t);
+
 	while (!rc && p < end) {
 		const char *eol = memchr(p, '\n', (size_t)(end - p));
 		if (!eol)
@@ -113,6 +173,7 @@ int kvt_trace_parse_jsonl(const char *buf, size_t len, struct kvt_trace *t)
 		const char *h = find_in(p, eol, "\"hash_ids\"");
 		if (h) {
 			const char *q = h + 10;
+			uint64_t n = 0;
 			while (q < eol && (*q == ' ' || *q == ':' || *q == '\t' || *q == '\r'))
 				q++;
 			if (q >= eol || *q != '[') {
@@ -121,7 +182,6 @@ int kvt_trace_parse_jsonl(const char *buf, size_t len, struct kvt_trace *t)
 				break;
 			}
 			q++;
-			uint32_t pos = 0;
 			for (;;) {
 				/* JSON's whitespace, as the planner's reader takes it */
 				while (q < eol && (*q == ' ' || *q == ',' || *q == '\t' ||
@@ -148,31 +208,16 @@ int kvt_trace_parse_jsonl(const char *buf, size_t len, struct kvt_trace *t)
 				}
 				if (rc)
 					break;
-				uint32_t d;
-				int fresh;
-				rc = idmap_get(&m, v, &d, &fresh);
-				if (!rc)
-					rc = push((void **)&t->ids, &ids_cap, t->nblocks++,
-						  sizeof(uint32_t), &d);
-				/* Prefix hashes: an id's position never changes, so the
-				 * first one seen is the one. */
-				if (!rc && fresh)
-					rc = push((void **)&t->pos, &pos_cap, d, sizeof(uint32_t), &pos);
-				if (rc)
+				if ((rc = push((void **)&ids, &idcap, n++, sizeof(uint64_t), &v)))
 					break;
-				pos++;
 			}
-			if (!rc) {
-				t->nreq++;
-				rc = push((void **)&t->off, &off_cap, t->nreq, sizeof(uint64_t),
-					  &t->nblocks);
-			}
+			if (!rc)
+				rc = kvt_trace_build_add(&b, ids, n);
 		}
 		p = eol + 1;
 	}
-	t->nids = m.n;
-	free(m.keys);
-	free(m.vals);
+	free(ids);
+	kvt_trace_build_end(&b);
 	if (rc)
 		kvt_trace_free(t);
 	return rc;

@@ -55,6 +55,25 @@ struct kvt_trace {
  * KVT_EINVAL naming its line.  0 or an error; on success the caller owns
  * *t and frees it with kvt_trace_free. */
 int kvt_trace_parse_jsonl(const char *buf, size_t len, struct kvt_trace *t);
+
+/* Building a trace request by request, from a reader that has the ids
+ * already (the planner's): a trace's own 64-bit block ids are mapped to
+ * dense ones in order of first sight.  begin, add each request, end;
+ * after an error, kvt_trace_build_end then kvt_trace_free. */
+struct kvt_trace_builder {
+	struct kvt_trace *t;
+	struct kvt_trace_idmap {
+		uint64_t *keys;
+		uint32_t *vals; /* dense id + 1; 0 = empty */
+		uint64_t mask, n;
+	} map;
+	uint64_t off_cap, ids_cap, pos_cap;
+};
+int kvt_trace_build_begin(struct kvt_trace_builder *b, struct kvt_trace *t);
+/* One request of n block ids.  0 or KVT_ENOMEM. */
+int kvt_trace_build_add(struct kvt_trace_builder *b, const uint64_t *ids, size_t n);
+/* Free the builder's map (the trace stays the caller's). */
+void kvt_trace_build_end(struct kvt_trace_builder *b);
 void kvt_trace_free(struct kvt_trace *t);
 
 enum kvt_replay_mode {
