@@ -26,16 +26,12 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "format/object.h"
-#include "tier/speeds.h"
 #include "key/key.h"
 #include "store/config.h"
 #include "store/hier.h"
-#include "tier/dram.h"
-#include "tier/fsdir.h"
-#include "tier/nvme.h"
-#include "tier/s3.h"
 
 #include "store/store_int.h"
+#include "store/tiers.h"
 
 /* The payload segments of an image: skip the header's bytes. */
 int store_payload_iov(const kvt_tier_rbuf *rb, uint64_t skip,
@@ -108,20 +104,17 @@ static void image_copy(const kvt_tier_rbuf *src, kvt_tier_wbuf *dst)
 /* --- open / close ------------------------------------------------------------ */
 
 
-static int add_tier(kvt_store *st, kvt_tier *t, int verify, int kind)
+static int add_tier(kvt_store *st, kvt_tier *t, const kvt_tier_class *cls)
 {
-	/* Planning figures until reads are measured (the planner's too). */
-	static const double gbps[] = { KVT_SPEED_DRAM_GBPS, KVT_SPEED_NVME_GBPS,
-				       KVT_SPEED_FS_GBPS, KVT_SPEED_S3_GBPS };
-	static const double lat_us[] = { KVT_SPEED_DRAM_LAT_US, KVT_SPEED_NVME_LAT_US,
-					 KVT_SPEED_FS_LAT_US, KVT_SPEED_S3_LAT_US };
 	struct tier_perf *p = &st->perf[st->n_tiers];
 
 	pthread_mutex_init(&p->mu, NULL);
-	p->gbps = gbps[kind];
-	p->lat_us = lat_us[kind];
-	st->verify[st->n_tiers] = verify;
-	st->kind[st->n_tiers] = kind;
+	/* Planning figures until reads are measured (the planner's too). */
+	p->gbps = cls->gbps;
+	p->lat_us = cls->lat_us;
+	st->verify[st->n_tiers] = cls->verify(&st->cfg);
+	st->kind[st->n_tiers] = cls->kind;
+	st->cls[st->n_tiers] = cls;
 	st->tiers[st->n_tiers++] = t;
 	return 0;
 }
@@ -166,8 +159,7 @@ static int hier_setup(kvt_store *st)
 			.capacity = i == 0 && st->kind[i] == KVT_CT_DRAM
 					? ts.capacity_bytes / 100 * 87
 					: ts.capacity_bytes / 100 * 97,
-			.round = st->kind[i] == KVT_CT_DRAM ? st->cfg.dram_page_size
-			       : st->kind[i] == KVT_CT_NVME ? 4096 : 1,
+			.round = st->cls[i]->round(&st->cfg),
 			/* an unbounded tier (S3 by default) has no policy */
 		};
 	}
@@ -190,19 +182,14 @@ kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 		rc = kvt_err(KVT_EINVAL, "configuration missing");
 		goto fail0;
 	}
-	if (!cfg->local_cpu && !cfg->local_disk[0] && !cfg->shared_fs[0] &&
-	    !cfg->s3_bucket[0]) {
-		rc = kvt_err(KVT_ECONFIG,
-			     "no tier configured: set local_cpu: true, local_disk, shared_fs or remote_url");
-		goto fail0;
-	}
-	if (cfg->local_cpu &&
-	    cfg->max_local_cpu_size < (uint64_t)cfg->dram_page_size * 2) {
-		rc = kvt_err(KVT_ECONFIG,
-			     "max_local_cpu_size %llu is smaller than two %u-byte pages",
-			     (unsigned long long)cfg->max_local_cpu_size,
-			     cfg->dram_page_size);
-		goto fail0;
+	{
+		int any = 0;
+		for (int i = 0; kvt_tier_classes[i]; i++)
+			any |= kvt_tier_classes[i]->configured(cfg);
+		if (!any) {
+			rc = kvt_err(KVT_ECONFIG, "no tier configured: %s", kvt_tier_keys_hint);
+			goto fail0;
+		}
 	}
 	st = calloc(1, sizeof(*st));
 	if (!st) {
@@ -216,77 +203,14 @@ kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 	pthread_mutex_init(&st->err_mu, NULL);
 	st->max_bg = cfg->workers > 1 ? cfg->workers - 1 : 1;
 
-	if (cfg->local_cpu) {
-		kvt_dram_opts o = {
-			.capacity = cfg->max_local_cpu_size,
-			.page_size = cfg->dram_page_size,
-			.hugepages = cfg->dram_hugepages,
-			.lock_memory = cfg->dram_lock_memory,
-			.prefault = cfg->dram_prefault && !cfg->read_only,
-		};
+	for (int i = 0; kvt_tier_classes[i]; i++) {
+		const kvt_tier_class *cls = kvt_tier_classes[i];
 		kvt_tier *t;
-		if ((rc = kvt_dram_open(&o, &t))) {
-			kvt_err_prefix(rc, "DRAM tier: ");
+		if (!cls->configured(cfg))
+			continue;
+		if ((rc = cls->open(&st->cfg, &t)))
 			goto fail;
-		}
-		add_tier(st, t, cfg->verify_dram_reads, KVT_CT_DRAM);
-	}
-	if (cfg->local_disk[0]) {
-		kvt_nvme_opts o = {
-			.path = cfg->local_disk,
-			.capacity = cfg->max_local_disk_size,
-			.queue_depth = cfg->nvme_queue_depth,
-			.use_io_uring = cfg->nvme_io_uring,
-			.read_only = cfg->read_only,
-		};
-		kvt_tier *t;
-		if ((rc = kvt_nvme_open(&o, &t))) {
-			kvt_err_prefix(rc, "local disk tier %s: ", cfg->local_disk);
-			goto fail;
-		}
-		/* A disk can tear or rot: always verify what it hands back. */
-		add_tier(st, t, 1, KVT_CT_NVME);
-	}
-	if (cfg->shared_fs[0]) {
-		kvt_fsdir_opts o = {
-			.path = cfg->shared_fs,
-			.capacity = cfg->max_shared_fs_size,
-			.refresh_ms = (int)cfg->shared_fs_refresh_ms,
-			.auth_key = cfg->object_auth_key_len ? cfg->object_auth_key : NULL,
-			.auth_key_len = cfg->object_auth_key_len,
-			.read_only = cfg->read_only,
-		};
-		kvt_tier *t;
-		if ((rc = kvt_fsdir_open(&o, &t))) {
-			kvt_err_prefix(rc, "shared file system tier %s: ", cfg->shared_fs);
-			goto fail;
-		}
-		add_tier(st, t, 1, KVT_CT_SHARED);
-	}
-	if (cfg->s3_bucket[0]) {
-		kvt_s3_opts o = {
-			.endpoint = cfg->s3_endpoint[0] ? cfg->s3_endpoint : NULL,
-			.region = cfg->s3_region[0] ? cfg->s3_region : NULL,
-			.bucket = cfg->s3_bucket,
-			.prefix = cfg->s3_prefix,
-			.path_style = cfg->s3_path_style,
-			.capacity = cfg->max_remote_size,
-			.max_parallel = cfg->s3_max_parallel,
-			.part_bytes = cfg->s3_part_size,
-			.multipart_bytes = cfg->s3_multipart_size,
-			.timeout_ms = (int)cfg->s3_timeout_ms,
-			.refresh_s = (int)cfg->s3_refresh_s,
-			.list_timeout_ms = (int)cfg->s3_list_timeout_ms,
-			.list_max_pages = cfg->s3_list_max_pages,
-			.hmac_key = cfg->object_auth_key_len ? cfg->object_auth_key : NULL,
-			.hmac_key_len = cfg->object_auth_key_len,
-		};
-		kvt_tier *t;
-		if ((rc = kvt_s3_open(&o, &t))) {
-			kvt_err_prefix(rc, "S3 tier s3://%s/%s: ", cfg->s3_bucket, cfg->s3_prefix);
-			goto fail;
-		}
-		add_tier(st, t, 1, KVT_CT_S3);
+		add_tier(st, t, cls);
 	}
 
 	if ((rc = hier_setup(st)))

@@ -60,6 +60,7 @@ struct kvt_store {
 	kvt_tier *tiers[KVT_MAX_TIERS];
 	int n_tiers;
 	int kind[KVT_MAX_TIERS];   /* KVT_CT_*: which configuration applies */
+	const struct kvt_tier_class *cls[KVT_MAX_TIERS]; /* its registry row (tiers.h) */
 	int verify[KVT_MAX_TIERS]; /* verify payload checksums on read */
 	struct tier_health health[KVT_MAX_TIERS];
 	kvt_hier *hier;

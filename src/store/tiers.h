@@ -1,0 +1,39 @@
+/*
+ * tiers.h — the registry of the kinds of tier a store can open.
+ *
+ * One row per kind, fastest first: whether a configuration asks for it,
+ * how to open it from that configuration, whether its reads are verified
+ * (a medium that can tear or rot), its planning speeds until reads are
+ * measured (tier/speeds.h, shared with the planner), and the size its
+ * policy rounds objects to.  The store walks the table and names no tier;
+ * a new kind of tier is its own file plus one row here (and its keys in
+ * config.c).
+ */
+#ifndef KVT_TIERS_H
+#define KVT_TIERS_H
+
+#include "store/config.h"
+#include "tier/tier.h"
+
+typedef struct kvt_tier_class {
+	const char *name;   /* as kvt_tier_stats names it */
+	int kind;           /* KVT_CT_*: which per-tier policy keys apply */
+	/* 1 if `cfg` configures this tier. */
+	int (*configured)(const kvt_config *cfg);
+	/* Open it; on failure a negative code, kvt_errmsg() prefixed with
+	 * what the tier is ("local disk tier /path: "). */
+	int (*open)(const kvt_config *cfg, kvt_tier **out);
+	/* Reads are verified: always for a medium, on request for memory. */
+	int (*verify)(const kvt_config *cfg);
+	double gbps, lat_us; /* planning speeds */
+	uint32_t (*round)(const kvt_config *cfg); /* policy's object grain */
+} kvt_tier_class;
+
+/* The kinds, fastest first, NULL-terminated. */
+extern const kvt_tier_class *const kvt_tier_classes[];
+
+/* "set local_cpu: true, local_disk, shared_fs or remote_url": what a
+ * configuration with no tier is told to set. */
+extern const char kvt_tier_keys_hint[];
+
+#endif
