@@ -87,18 +87,9 @@ KVTIER_CHUNK_SIZE=zero expect_fail "bad environment override" "KVTIER_CHUNK_SIZE
 # --- the main job --------------------------------------------------------
 expect "demo runs on the embedded config" "$kvtier" demo
 grep -q "every byte verified" "$work/out" && ok "demo reloads and verifies" || bad "demo: $(cat "$work/out")"
-expect "bench dram --json --quick" "$kvtier" bench dram --json --quick
-$py - "$work/out" <<'PY' && ok "bench JSON carries every ratio" || bad "bench JSON: $(head -c 400 "$work/out")"
-import json, sys
-d = json.load(open(sys.argv[1]))
-ops = {r["op"] for r in d["results"]}
-assert {"get_copy", "put", "get_zero_copy"} <= ops, ops
-assert all(r["ratio_vs_memcpy"] > 0 for r in d["results"])
-assert d["lookup"]["ratio_vs_hash"] > 0
-PY
-expect_fail "bench of an unknown thing" "unknown benchmark" "$kvtier" bench frobnicate
+expect_fail "kvtier bench names the benchmarks' own program" "kvtier-bench" "$kvtier" bench dram
 expect "help" "$kvtier" --help
-for c in demo hash put get lookup ls stat inspect verify bench; do
+for c in demo hash put get lookup ls stat inspect verify; do
 	"$kvtier" "$c" --help >/dev/null 2>&1 && ok "$c --help" || bad "$c --help"
 done
 

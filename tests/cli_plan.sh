@@ -55,8 +55,11 @@ for cap, n in want.items():
 sys.exit(1 if bad else 0)
 PY
 
-# --- kvtier bench plan: the same comparison as one command ---------------
-if KVT_SRC="$src" "$kvtier" bench plan "$trace" --repeat 1 --json >"$work/bench.json" 2>"$work/err"; then
+# --- kvtier-bench plan: the same comparison as one command ---------------
+# (the benchmarks' own program, next to kvtier; its reference script is the
+# copy the build put in bench-data/, never the source tree's)
+if (cd "$work" && env -u KVT_SRC "$(dirname "$kvtier")/kvtier-bench" plan "$trace" --repeat 1 --json) \
+	>"$work/bench.json" 2>"$work/err"; then
 	"$py" - "$work/bench.json" <<'PY' || fails=$((fails + 1))
 import json, sys
 b = json.load(open(sys.argv[1]))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every line of the README's quick tour, run as written: a scratch copy of
-# the repository's layout (build/kvtier and tests/data linked in), each
-# command in order, each must succeed.  A README example that rots fails
+# the repository's layout (build/kvtier, build/kvtier-bench and tests/data
+# linked in), each command in order, each must succeed.  A README example that rots fails
 # here.
 set -u
 kvtier=${1:?usage: cli_readme.sh path/to/kvtier}
@@ -13,6 +13,8 @@ trap 'rm -rf "$work"' EXIT
 repo=$work/repo # the tour runs here; the harness keeps its files in $work
 mkdir -p "$repo/build" "$repo/tests"
 ln -s "$(cd "$(dirname "$kvtier")" && pwd)/$(basename "$kvtier")" "$repo/build/kvtier"
+# the benchmarks' own program, built next to kvtier (it finds its data from its real path)
+ln -s "$(cd "$(dirname "$kvtier")" && pwd)/kvtier-bench" "$repo/build/kvtier-bench"
 ln -s "$src/tests/data" "$repo/tests/data"
 awk '/^## A quick tour/ {t = 1} t && /^```sh/ {c = 1; next} c && /^```/ {exit} c' \
 	"$src/README.md" >"$work/tour.sh"

@@ -1,8 +1,8 @@
 /*
  * test_s3_server.h — what the S3 tests share: the server they run against
  * (tests/s3/server.js: @20minutes/s3rver, which checks SigV4 signatures,
- * behind the fault proxy of tests/s3/faultproxy.js), its fault control, and
- * images to store.
+ * behind the fault proxy of tests/s3/faultproxy.js; started by s3/server.h,
+ * which kvtier-bench s3 shares), its fault control, and images to store.
  *
  * node and tests/s3/node_modules are installed by scripts/install-deps.sh;
  * a test that does not find them fails (they are part of what the test
@@ -30,15 +30,15 @@
 #include <curl/curl.h>
 
 #include "format/object.h"
+#include "s3/server.h"
 #include "tier/s3.h"
 #include "test.h"
 
-#define S3T_AK "kvtier-test"
-#define S3T_SK "kvtier-test-secret"
+#define S3T_AK S3SRV_ACCESS_KEY
+#define S3T_SK S3SRV_SECRET_KEY
 
-static int s3t_port;
-static pid_t s3t_pid;
-static int s3t_stdin = -1;
+static s3srv s3t_srv = S3SRV_NONE;
+static int s3t_port; /* the fault proxy's: what the tests talk to */
 static char s3t_endpoint[64];
 
 static inline double s3t_now(void)
@@ -53,10 +53,7 @@ static inline double s3t_now(void)
  * modules are missing or it does not start. */
 static inline void s3t_start(const char *dir, const char *const *buckets)
 {
-	char here[2048], script[2100], mods[2100], line[128];
-	const char *argv[10];
-	int in[2], outp[2], n = 0;
-	FILE *f;
+	char here[2048], script[2100], mods[2100], why[2300];
 	char *slash;
 
 	snprintf(here, sizeof(here), "%s", __FILE__);
@@ -76,42 +73,17 @@ static inline void s3t_start(const char *dir, const char *const *buckets)
 				"(npm ci --prefix tests/s3)\n", mods);
 		exit(1);
 	}
-	argv[n++] = "node";
-	argv[n++] = script;
-	argv[n++] = dir;
-	while (*buckets && n < 9)
-		argv[n++] = *buckets++;
-	argv[n] = NULL;
-	if (pipe(in) || pipe(outp))
-		exit(1);
-	s3t_pid = fork();
-	if (s3t_pid == 0) {
-		dup2(in[0], 0);
-		dup2(outp[1], 1);
-		close(in[1]);
-		close(outp[0]);
-		execvp("node", (char *const *)argv);
-		_exit(127);
-	}
-	close(in[0]);
-	close(outp[1]);
-	s3t_stdin = in[1]; /* the server exits when this closes */
-	f = fdopen(outp[0], "r");
-	if (!f || !fgets(line, sizeof(line), f) || sscanf(line, "PORT %d", &s3t_port) != 1) {
-		fprintf(stderr, "FAIL: the S3 test server did not start\n");
+	if (s3srv_start(&s3t_srv, script, dir, buckets, why, sizeof(why))) {
+		fprintf(stderr, "FAIL: the S3 test server did not start: %s\n", why);
 		exit(1);
 	}
+	s3t_port = s3t_srv.proxy_port;
 	snprintf(s3t_endpoint, sizeof(s3t_endpoint), "http://127.0.0.1:%d", s3t_port);
 }
 
 static inline void s3t_stop(void)
 {
-	if (s3t_pid > 0) {
-		close(s3t_stdin);
-		kill(s3t_pid, SIGTERM);
-		waitpid(s3t_pid, NULL, 0);
-		s3t_pid = 0;
-	}
+	s3srv_stop(&s3t_srv);
 }
 
 typedef struct s3t_body {

@@ -105,17 +105,9 @@ int cmd_ls(int argc, char **argv);
 int cmd_stat(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
-int cmd_bench(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
-int bench_dram(int argc, char **argv);
-int bench_nvme(int argc, char **argv);
-int bench_sharedfs(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
-int bench_s3(int argc, char **argv);
-/* src/plan/bench_plan.c: plan against tests/plan_reference.py, side by side. */
-int bench_plan(int argc, char **argv);
-int bench_hier(int argc, char **argv);
 
 #endif

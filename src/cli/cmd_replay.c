@@ -4,7 +4,8 @@
  *
  * Each trace block becomes one chunk whose payload is --block-bytes long
  * (a scaled-down stand-in for the model's real chunk, so a laptop can run a
- * production trace).  Per request, in one thread, deterministically:
+ * production trace).  Per request, in one thread, deterministically
+ * (replay_run.c, the loop kvtier-bench hierarchy drives too):
  *   1. kvt_lookup of the whole chain: the prefix hit (changes nothing);
  *   2. every block in prompt order: kvt_get (a hit refreshes it, or promotes
  *      it from a lower tier) and, if missing, kvt_put of its bytes.
@@ -21,48 +22,13 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/replay_run.h"
 #include "common/err.h"
 #include "plan/trace.h"
 
 /* --dram-blocks fills a scratch store N + 1 times over to size the tier:
  * beyond this it is not a test anyone waits for. */
 #define MAX_DRAM_BLOCKS 100000000ull
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-struct lat {
-	double *v;
-	size_t n, cap;
-	double sum;
-};
-
-static void lat_add(struct lat *l, double s)
-{
-	if (l->n == l->cap) {
-		size_t nc = l->cap ? l->cap * 2 : 4096;
-		double *p = realloc(l->v, nc * sizeof(*p));
-		if (!p)
-			return;
-		l->v = p;
-		l->cap = nc;
-	}
-	l->v[l->n++] = s;
-	l->sum += s;
-}
-
-static double lat_pct(struct lat *l, double p)
-{
-	if (!l->n)
-		return 0;
-	size_t i = (size_t)ceil(p * (double)l->n);
-	if (i)
-		i--;
-	return l->v[i < l->n ? i : l->n - 1];
-}
 
 static void block_key(kvt_key *k, uint64_t id)
 {
@@ -300,9 +266,11 @@ int cmd_replay(int argc, char **argv)
 	kvt_key *keys = calloc(maxn + 1, sizeof(*keys));
 	uint8_t *tiers = calloc(maxn + 1, 1);
 	uint8_t *data = malloc(payload), *back = malloc(payload);
-	struct lat l_lookup = {0}, l_get = {0}, l_put = {0};
-	uint64_t hit_blocks = 0, hit_tokens = 0, tokens = 0, blocks = 0, gets = 0, puts = 0,
-		 bad = 0, errors = 0;
+	struct cli_lat l_lookup = {0}, l_get = {0}, l_put = {0};
+	struct cli_replay rr = {.st = st, .ns = &ns, .key = block_key, .data = data,
+				.back = back, .payload = payload, .keys = keys, .tiers = tiers,
+				.l_lookup = &l_lookup, .l_get = &l_get, .l_put = &l_put};
+	uint64_t hit_tokens = 0, tokens = 0;
 	if (!keys || !tiers || !data || !back) {
 		rc = KVT_ENOMEM;
 		goto out;
@@ -320,49 +288,11 @@ int cmd_replay(int argc, char **argv)
 				nanosleep(&ts, NULL);
 			}
 		}
-		const uint32_t *b = pt.t.ids + pt.t.off[q];
-		uint64_t n = pt.t.off[q + 1] - pt.t.off[q];
-		for (uint64_t i = 0; i < n; i++)
-			block_key(&keys[i], b[i]);
-		kvt_lookup_result lr = {.tier = tiers};
-		double t0 = cli_now();
-		int h = kvt_lookup(st, &ns, keys, n, &lr);
-		lat_add(&l_lookup, cli_now() - t0);
-		if (h < 0) {
-			errors++;
-			h = 0;
-		}
-		hit_blocks += (uint64_t)h;
-		uint64_t ht = (uint64_t)h * pt.block_tokens;
+		uint64_t h = cli_replay_request(&rr, pt.t.ids + pt.t.off[q],
+						pt.t.off[q + 1] - pt.t.off[q]);
+		uint64_t ht = h * pt.block_tokens;
 		hit_tokens += ht < pt.in_len[q] ? ht : pt.in_len[q];
 		tokens += pt.in_len[q];
-		blocks += n;
-		for (uint64_t i = 0; i < n; i++) {
-			size_t got = 0;
-			t0 = cli_now();
-			int g = kvt_get(st, &ns, &keys[i], back, payload, &got);
-			double dt = cli_now() - t0;
-			if (g == 0) {
-				lat_add(&l_get, dt);
-				gets++;
-				uint64_t id;
-				memcpy(&id, back, sizeof(id));
-				if (got != payload || id != b[i])
-					bad++;
-				continue;
-			}
-			if (g != KVT_ENOTFOUND)
-				errors++;
-			uint64_t id = b[i];
-			memcpy(data, &id, sizeof(id));
-			t0 = cli_now();
-			int p = kvt_put(st, &ns, &keys[i], data, payload, KVT_DUR_CACHED);
-			lat_add(&l_put, cli_now() - t0);
-			if (p == 0 || p == KVT_EEXIST)
-				puts++;
-			else
-				errors++;
-		}
 		if (tty && cli_now() > next_progress) {
 			next_progress = cli_now() + 0.5;
 			fprintf(stderr, "\rkvtier replay: %llu/%llu requests",
@@ -372,9 +302,12 @@ int cmd_replay(int argc, char **argv)
 	double wall = cli_now() - t_start;
 	if (tty)
 		fprintf(stderr, "\r%60s\r", "");
-	qsort(l_lookup.v, l_lookup.n, sizeof(double), cmp_double);
-	qsort(l_get.v, l_get.n, sizeof(double), cmp_double);
-	qsort(l_put.v, l_put.n, sizeof(double), cmp_double);
+	cli_lat_sort(&l_lookup);
+	cli_lat_sort(&l_get);
+	cli_lat_sort(&l_put);
+	/* A full tier refusing a put is a failed call here, as any other. */
+	uint64_t hit_blocks = rr.hit_blocks, blocks = rr.blocks, gets = rr.gets,
+		 puts = rr.puts + rr.puts_exist, bad = rr.bad, errors = rr.errors + rr.puts_full;
 	double get_gbps = l_get.sum > 0 ? (double)gets * (double)payload / l_get.sum / 1e9 : 0;
 	double put_gbps = l_put.sum > 0 ? (double)puts * (double)payload / l_put.sum / 1e9 : 0;
 	int nt = kvt_store_tiers(st);
@@ -390,9 +323,9 @@ int cmd_replay(int argc, char **argv)
 		       (unsigned long long)tokens, (unsigned long long)hit_tokens, pt.block_tokens,
 		       (unsigned long long)payload, (unsigned long long)gets, (unsigned long long)puts,
 		       (unsigned long long)bad, (unsigned long long)errors, wall, get_gbps, put_gbps,
-		       lat_pct(&l_lookup, .5) * 1e6, lat_pct(&l_lookup, .99) * 1e6,
-		       lat_pct(&l_get, .5) * 1e6, lat_pct(&l_get, .99) * 1e6,
-		       lat_pct(&l_put, .5) * 1e6, lat_pct(&l_put, .99) * 1e6);
+		       cli_lat_pct(&l_lookup, .5) * 1e6, cli_lat_pct(&l_lookup, .99) * 1e6,
+		       cli_lat_pct(&l_get, .5) * 1e6, cli_lat_pct(&l_get, .99) * 1e6,
+		       cli_lat_pct(&l_put, .5) * 1e6, cli_lat_pct(&l_put, .99) * 1e6);
 	} else {
 		printf("trace %s: %llu requests, %llu blocks of %u tokens, %llu-byte chunks\n",
 		       trace, (unsigned long long)pt.t.nreq, (unsigned long long)blocks,
@@ -403,9 +336,9 @@ int cmd_replay(int argc, char **argv)
 		       100.0 * (double)hit_tokens / (double)(tokens ? tokens : 1));
 		printf("lookup p50 %.1f us p99 %.1f us; get p50 %.1f us p99 %.1f us (%.2f GB/s while loading); "
 		       "put p50 %.1f us p99 %.1f us (%.2f GB/s while storing); %.2f s in all\n",
-		       lat_pct(&l_lookup, .5) * 1e6, lat_pct(&l_lookup, .99) * 1e6,
-		       lat_pct(&l_get, .5) * 1e6, lat_pct(&l_get, .99) * 1e6, get_gbps,
-		       lat_pct(&l_put, .5) * 1e6, lat_pct(&l_put, .99) * 1e6, put_gbps, wall);
+		       cli_lat_pct(&l_lookup, .5) * 1e6, cli_lat_pct(&l_lookup, .99) * 1e6,
+		       cli_lat_pct(&l_get, .5) * 1e6, cli_lat_pct(&l_get, .99) * 1e6, get_gbps,
+		       cli_lat_pct(&l_put, .5) * 1e6, cli_lat_pct(&l_put, .99) * 1e6, put_gbps, wall);
 		printf("%-6s %10s %10s %10s %12s %12s %10s\n", "tier", "hits", "misses", "puts",
 		       "bytes_in", "bytes_out", "evictions");
 	}
@@ -437,9 +370,9 @@ out:
 	free(tiers);
 	free(data);
 	free(back);
-	free(l_lookup.v);
-	free(l_get.v);
-	free(l_put.v);
+	cli_lat_free(&l_lookup);
+	cli_lat_free(&l_get);
+	cli_lat_free(&l_put);
 	kvt_store_close(st);
 	plan_trace_free(&pt);
 	return rc < 0 ? cli_fail("replay", "replay", rc) : rc;

@@ -3,6 +3,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 
@@ -20,7 +21,6 @@ static const struct {
 	{ "stat", cmd_stat, "per-tier statistics" },
 	{ "inspect", cmd_inspect, "decode and verify an object file" },
 	{ "verify", cmd_verify, "check every chunk of every tier (fsck); --repair drops bad ones" },
-	{ "bench", cmd_bench, "benchmarks with ratios against a bound (dram, nvme)" },
 	{ "gc", cmd_gc, "garbage-collect a shared directory tier: byte budget and TTL, no coordinator" },
 	{ "plan", cmd_plan, "simulate a trace over tier sizes and policies; cost, TTFT, advice" },
 	{ "replay", cmd_replay, "drive a trace through a real store; hit rates, bytes, latency" },
@@ -34,6 +34,29 @@ static void usage(FILE *f)
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].what);
 	fprintf(f, "\nversion %s\n", KVT_VERSION_STRING);
+}
+
+/* The benchmarks were `kvtier bench WHAT`; they are a program of their own
+ * now (bench/), built next to kvtier and not installed.  Say where. */
+static int moved_bench(void)
+{
+	char exe[4096], *slash;
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 16);
+
+	if (n > 0) {
+		exe[n] = '\0';
+		if ((slash = strrchr(exe, '/'))) {
+			strcpy(slash + 1, "kvtier-bench");
+			if (access(exe, X_OK) == 0) {
+				fprintf(stderr, "kvtier: the benchmarks are a program of their "
+						"own: %s WHAT (--help lists them)\n", exe);
+				return 2;
+			}
+		}
+	}
+	fprintf(stderr, "kvtier: the benchmarks are a program of their own, kvtier-bench, "
+			"built next to kvtier in the build directory (not installed)\n");
+	return 2;
 }
 
 int main(int argc, char **argv)
@@ -51,6 +74,8 @@ int main(int argc, char **argv)
 		printf("kvtier %s\n", KVT_VERSION_STRING);
 		return 0;
 	}
+	if (!strcmp(argv[1], "bench"))
+		return moved_bench();
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		if (!strcmp(argv[1], commands[i].name))
 			return commands[i].fn(argc - 1, argv + 1);

@@ -1,5 +1,5 @@
 /*
- * bench_sharedfs.c — `kvtier bench sharedfs`: the shared file-system tier
+ * sharedfs.c — `kvtier-bench sharedfs`: the shared file-system tier
  * (src/tier/fsdir.c) against a raw C loop doing the least any safe
  * publication must, on the same directory.
  *
@@ -35,13 +35,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli/bench.h"
+#include "bench.h"
 #include "cli/cli.h"
-#include "common/io.h"
 #include "format/object.h"
 #include "tier/fsdir.h"
 
-#define CMD "bench sharedfs"
+#define CMD "sharedfs"
 #define SF_SIZES 2
 
 static const struct {
@@ -261,42 +260,13 @@ static int sf_side(int tier_side, kvt_tier *t, const char *tier_dir,
 
 static void sf_usage(FILE *f)
 {
-	fprintf(f, "usage: kvtier bench sharedfs [--json] [--quick] [--dir DIR] [--buffered]\n\n"
+	fprintf(f, "usage: kvtier-bench sharedfs [--json] [--quick] [--dir DIR] [--buffered]\n\n"
 		   "The shared file-system tier's power-safe put and cold get of 14 and\n"
 		   "32 MiB chunk images against a raw write+fsync+rename+dir fsync and a\n"
 		   "raw read of the same bytes in the same directory (default: the\n"
 		   "current directory; point it at the shared mount).  Prints\n"
 		   "ratio_vs_raw (tier over raw bandwidth; the target is >= 0.85).\n"
 		   "--buffered: the tier without O_DIRECT even where it is supported.\n");
-}
-
-static int rm_tree_cb(void *arg, const char *name, int is_dir);
-
-struct rm_ctx {
-	char path[PATH_MAX];
-};
-
-static void rm_tree(const char *path)
-{
-	struct rm_ctx c;
-
-	snprintf(c.path, sizeof(c.path), "%s", path);
-	kvt_io_posix()->readdir(kvt_io_posix(), path, rm_tree_cb, &c);
-	rmdir(path);
-}
-
-static int rm_tree_cb(void *arg, const char *name, int is_dir)
-{
-	struct rm_ctx *c = arg;
-	char p[PATH_MAX];
-
-	if (snprintf(p, sizeof(p), "%s/%s", c->path, name) >= (int)sizeof(p))
-		return 0;
-	if (is_dir)
-		rm_tree(p);
-	else
-		unlink(p);
-	return 0;
 }
 
 int bench_sharedfs(int argc, char **argv)
@@ -321,30 +291,33 @@ int bench_sharedfs(int argc, char **argv)
 			sf_usage(stdout);
 			return 0;
 		} else {
-			fprintf(stderr, "kvtier " CMD ": unknown option \"%s\"\n\n", argv[i]);
+			fprintf(stderr, "kvtier-bench " CMD ": unknown option \"%s\"\n\n", argv[i]);
 			sf_usage(stderr);
 			return 2;
 		}
 	}
 	rounds = quick ? 3 : 5;
 	n = quick ? 4 : 8;
-	snprintf(root, sizeof(root), "%s/kvtier-bench-sharedfs.%ld", base,
-		 (long)getpid());
-	if (snprintf(tier_dir, sizeof(tier_dir), "%s/tier", root) >= (int)sizeof(tier_dir) ||
-	    snprintf(raw_dir, sizeof(raw_dir), "%s/raw", root) >= (int)sizeof(raw_dir)) {
-		fprintf(stderr, "kvtier " CMD ": --dir is too long\n");
+	if ((rc = bench_scratch_dir(CMD, base, "sharedfs", root, sizeof(root))))
+		return rc;
+	if (bench_path_join(tier_dir, sizeof(tier_dir), root, "tier") ||
+	    bench_path_join(raw_dir, sizeof(raw_dir), root, "raw")) {
+		fprintf(stderr, "kvtier-bench " CMD ": --dir is too long\n");
+		bench_remove_tree(root);
 		return 2;
 	}
-	if (kvt_io_mkdirs(kvt_io_posix(), raw_dir, 0755)) {
-		fprintf(stderr, "kvtier " CMD ": cannot create %s\n", raw_dir);
+	if (mkdir(raw_dir, 0755)) {
+		fprintf(stderr, "kvtier-bench " CMD ": cannot create %s: %s\n", raw_dir,
+			strerror(errno));
+		bench_remove_tree(root);
 		return 1;
 	}
 	{
 		kvt_fsdir_opts o = { .path = tier_dir, .capacity = 1ull << 40,
 				     .direct = buffered ? -1 : 0 };
 		if ((rc = kvt_fsdir_open(&o, &t))) {
-			rm_tree(root);
-			return cli_fail(CMD, tier_dir, rc);
+			bench_remove_tree(root);
+			return bench_fail(CMD, tier_dir, rc);
 		}
 		kvt_fsdir_info(t, &direct, NULL);
 	}
@@ -403,7 +376,7 @@ int bench_sharedfs(int argc, char **argv)
 					     (const uint8_t *const *)imgs, len, rbuf,
 					     &w[tier_side], &rd[tier_side]);
 				if (rc)
-					fprintf(stderr, "kvtier " CMD ": %s side failed: %s\n",
+					fprintf(stderr, "kvtier-bench " CMD ": %s side failed: %s\n",
 						tier_side ? "tier" : "raw", kvt_errmsg());
 			}
 			fig[s].tier_w[r] = w[1];
@@ -420,9 +393,10 @@ int bench_sharedfs(int argc, char **argv)
 	if (rc)
 		goto out;
 	if (json) {
-		printf("{\"bench\":\"sharedfs\",\"dir\":\"%s\",\"o_direct\":%s,"
-		       "\"durability\":\"power_safe\",\"rounds\":%d,\"objects\":%d,"
-		       "\"sizes\":[", base, direct ? "true" : "false", rounds, n);
+		printf("{\"bench\":\"sharedfs\",");
+		bench_json_str("dir", base);
+		printf(",\"o_direct\":%s,\"durability\":\"power_safe\",\"rounds\":%d,"
+		       "\"objects\":%d,\"sizes\":[", direct ? "true" : "false", rounds, n);
 		for (s = 0; s < SF_SIZES; s++) {
 			printf("%s{\"model\":\"%s\",\"image_bytes\":%llu,\"write\":{",
 			       s ? "," : "", sf_models[s].model,
@@ -442,7 +416,7 @@ int bench_sharedfs(int argc, char **argv)
 		}
 		printf("]}\n");
 	} else {
-		printf("kvtier bench sharedfs: %s (O_DIRECT %s), %d x image per size, "
+		printf("kvtier-bench sharedfs: %s (O_DIRECT %s), %d x image per size, "
 		       "%d rounds, medians [min..max]\n"
 		       "write: power-safe put vs write+fsync+rename+dir fsync; "
 		       "read: cold get vs cold read\n\n",
@@ -469,6 +443,6 @@ out:
 	free(fig);
 	free(rbuf);
 	free(payload);
-	rm_tree(root);
+	bench_remove_tree(root);
 	return rc ? 1 : 0;
 }

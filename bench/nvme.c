@@ -1,5 +1,5 @@
 /*
- * bench_nvme.c — `kvtier bench nvme`: the NVMe tier's sequential bandwidth
+ * nvme.c — `kvtier-bench nvme`: the NVMe tier's sequential bandwidth
  * against fio on the same directory, and its index rebuild at restart
  * against a plain header scan.
  *
@@ -68,7 +68,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,15 +76,13 @@
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/types.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli/bench.h"
+#include "bench.h"
 #include "cli/cli.h"
+#include "fio.h"
 
-extern char **environ;
-
-#define CMD "bench nvme"
+#define CMD "nvme"
 #define MAX_ROUNDS 3
 #define IN_FLIGHT 16
 #define HEADER_BYTES 4096u
@@ -118,7 +115,7 @@ struct bench {
 	char fs_type[32];
 	unsigned long fs_magic;
 	uint64_t free_bytes, free_inodes;
-	char fio[1024], fio_version[64];
+	struct bench_fio fio;
 
 	struct figure fig[N_SIZES * 2];
 	int n_fig;
@@ -135,7 +132,7 @@ struct bench {
 };
 
 /* ------------------------------------------------------------------------ */
-/* Statistics (as bench_dram.c)                                              */
+/* Statistics (as dram.c)                                                    */
 /* ------------------------------------------------------------------------ */
 
 static struct summary fig_ratio(const struct figure *f, int rounds)
@@ -192,15 +189,14 @@ static const char *fs_name(unsigned long magic)
 	return "unknown";
 }
 
-/* rm -r of what this run created.  Errors are ignored: a cleanup that
- * fails leaves files behind, which the report mentions. */
+/* The file system under the run's directory, its free space and inodes. */
 static int fs_probe(struct bench *b)
 {
 	struct statfs sf;
 	struct statvfs sv;
 
 	if (statfs(b->base, &sf) || statvfs(b->base, &sv)) {
-		fprintf(stderr, "kvtier " CMD ": %s: %s\n", b->base, strerror(errno));
+		fprintf(stderr, "kvtier-bench " CMD ": %s: %s\n", b->base, strerror(errno));
 		return 1;
 	}
 	b->fs_magic = (unsigned long)sf.f_type;
@@ -208,187 +204,6 @@ static int fs_probe(struct bench *b)
 	b->free_bytes = (uint64_t)sv.f_bavail * sv.f_frsize;
 	b->free_inodes = sv.f_favail;
 	return 0;
-}
-
-/* fio on PATH, or 0. */
-static int find_fio(struct bench *b)
-{
-	const char *path = getenv("PATH");
-	char dir[1024];
-
-	if (!path || !*path)
-		path = "/usr/local/bin:/usr/bin:/bin";
-	while (*path) {
-		size_t n = strcspn(path, ":");
-
-		if (n && n < sizeof(dir)) {
-			memcpy(dir, path, n);
-			dir[n] = '\0';
-			if (bench_path_join(b->fio, sizeof(b->fio), dir, "fio") == 0 &&
-			    access(b->fio, X_OK) == 0)
-				return 1;
-		}
-		path += n;
-		if (*path == ':')
-			path++;
-	}
-	b->fio[0] = '\0';
-	return 0;
-}
-
-/* Run argv with stdout to `out` (or /dev/null) and stderr to `err` (or
- * inherited); 0 if it exited 0. */
-static int run_child(char *const argv[], const char *out, const char *err)
-{
-	posix_spawn_file_actions_t fa;
-	pid_t pid;
-	int st = 0, rc;
-
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 1, out ? out : "/dev/null",
-					 O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	if (err)
-		posix_spawn_file_actions_addopen(&fa, 2, err,
-						 O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
-	if (rc)
-		return -1;
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR)
-			return -1;
-	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
-}
-
-static void fio_version(struct bench *b)
-{
-	char out[1100];
-	char *argv[] = { b->fio, "--version", NULL };
-	uint8_t *txt = NULL;
-	size_t len = 0;
-
-	snprintf(b->fio_version, sizeof(b->fio_version), "unknown");
-	if (bench_path_join(out, sizeof(out), b->base, "fio.version") ||
-	    run_child(argv, out, NULL) || cli_read_file(out, &txt, &len))
-		return;
-	while (len && (txt[len - 1] == '\n' || txt[len - 1] == '\r'))
-		len--;
-	if (len >= sizeof(b->fio_version))
-		len = sizeof(b->fio_version) - 1;
-	for (size_t i = 0; i < len; i++) /* printed into JSON unescaped */
-		if (txt[i] < 0x20 || txt[i] == '"' || txt[i] == '\\')
-			txt[i] = '_';
-	memcpy(b->fio_version, txt, len);
-	b->fio_version[len] = '\0';
-	free(txt);
-	unlink(out);
-}
-
-/* "bw_bytes" of the job's <op> section of fio's JSON output. */
-static int fio_parse(const char *json, const char *op, double *bw)
-{
-	const char *p = strstr(json, "\"jobs\"");
-	char pat[16];
-
-	if (!p)
-		return -1;
-	snprintf(pat, sizeof(pat), "\"%s\"", op);
-	/* The section is "<op>" : { ...; "rw" : "write" is not one. */
-	while ((p = strstr(p, pat))) {
-		const char *q = p + strlen(pat);
-
-		while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')
-			q++;
-		if (*q == ':') {
-			q++;
-			while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r')
-				q++;
-			if (*q == '{') {
-				const char *k = strstr(q, "\"bw_bytes\"");
-				char *end;
-				if (!k || !(k = strchr(k, ':')))
-					return -1;
-				*bw = strtod(k + 1, &end);
-				return end == k + 1 || *bw <= 0 ? -1 : 0;
-			}
-		}
-		p = q;
-	}
-	return -1;
-}
-
-/* One fio job over DIR/fio: bytes/s into *gbps (as GB/s). */
-static int fio_run(struct bench *b, enum op op, uint64_t bs, uint64_t size,
-		   double *gbps)
-{
-	char dir[1100], out[1100], err[1100], a_dir[1200], a_rw[32], a_bs[48],
-		a_size[48], a_out[1200];
-	char *argv[] = {
-		b->fio, "--name=kvtier-bound", a_dir, "--ioengine=io_uring",
-		"--direct=1", a_rw, a_bs, "--iodepth=16", "--numjobs=1", a_size,
-		"--output-format=json", a_out, NULL,
-	};
-	uint8_t *txt = NULL;
-	size_t len = 0;
-	double bw = 0;
-	int rc;
-
-	if (bench_path_join(dir, sizeof(dir), b->base, "fio") ||
-	    bench_path_join(out, sizeof(out), b->base, "fio.json") ||
-	    bench_path_join(err, sizeof(err), b->base, "fio.stderr"))
-		return cli_fail(CMD, "fio paths", KVT_EINVAL);
-	if (mkdir(dir, 0700) && errno != EEXIST) {
-		fprintf(stderr, "kvtier " CMD ": mkdir %s: %s\n", dir, strerror(errno));
-		return 1;
-	}
-	snprintf(a_dir, sizeof(a_dir), "--directory=%s", dir);
-	snprintf(a_rw, sizeof(a_rw), "--rw=%s", op_names[op]);
-	snprintf(a_bs, sizeof(a_bs), "--bs=%llu", (unsigned long long)bs);
-	snprintf(a_size, sizeof(a_size), "--size=%llu", (unsigned long long)size);
-	snprintf(a_out, sizeof(a_out), "--output=%s", out);
-	unlink(out);
-	rc = run_child(argv, NULL, err);
-	if (rc == 0 && cli_read_file(out, &txt, &len) == 0) {
-		char *s = realloc(txt, len + 1);
-		if (s) {
-			s[len] = '\0';
-			txt = (uint8_t *)s;
-			rc = fio_parse(s, op_names[op], &bw);
-		} else {
-			rc = -1;
-		}
-	} else {
-		rc = -1;
-	}
-	free(txt);
-	if (rc) {
-		uint8_t *e = NULL;
-		size_t el = 0;
-
-		fprintf(stderr, "kvtier " CMD ": fio %s of %s failed or gave no "
-			"bw_bytes (command: fio --name=kvtier-bound %s "
-			"--ioengine=io_uring --direct=1 %s %s --iodepth=16 "
-			"--numjobs=1 %s --output-format=json %s)\n",
-			op_names[op], dir, a_dir, a_rw, a_bs, a_size, a_out);
-		if (cli_read_file(err, &e, &el) == 0 && el) {
-			fprintf(stderr, "fio said: %.*s\n", (int)(el > 2000 ? 2000 : el),
-				(const char *)e);
-		}
-		free(e);
-		return 1;
-	}
-	unlink(out);
-	unlink(err);
-	*gbps = bw / 1e9;
-	return 0;
-}
-
-static void fio_clean(struct bench *b)
-{
-	char dir[1100];
-
-	if (bench_path_join(dir, sizeof(dir), b->base, "fio") == 0)
-		bench_remove_tree(dir);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -411,7 +226,7 @@ static int open_store(const char *dir, uint64_t capacity, kvt_store **st,
 	int rc = 0;
 
 	if (!cfg)
-		return cli_fail(CMD, "kvt_config_new", KVT_ENOMEM);
+		return bench_fail(CMD, "kvt_config_new", KVT_ENOMEM);
 	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]) && !rc; i++)
 		rc = kvt_config_set(cfg, fixed[i][0], fixed[i][1]);
 	snprintf(cap, sizeof(cap), "%lluMiB",
@@ -422,12 +237,12 @@ static int open_store(const char *dir, uint64_t capacity, kvt_store **st,
 		rc = kvt_config_set(cfg, "local_disk", dir);
 	if (rc) {
 		kvt_config_free(cfg);
-		return cli_fail(CMD, "configuration", rc);
+		return bench_fail(CMD, "configuration", rc);
 	}
 	*st = kvt_store_open(cfg, &rc);
 	kvt_config_free(cfg);
 	if (!*st)
-		return quiet_fail ? rc : cli_fail(CMD, "kvt_store_open", rc ? rc : KVT_ENOMEM);
+		return quiet_fail ? rc : bench_fail(CMD, "kvt_store_open", rc ? rc : KVT_ENOMEM);
 	return 0;
 }
 
@@ -462,17 +277,17 @@ static int subject_round(struct bench *b, kvt_store *st, const kvt_ns *ns,
 
 	(void)b;
 	if ((rc = bench_async_run(st, ns, tag, 'W', seq0, fw->chunks, src, NULL, bytes, "kvtnvme!", &ws)))
-		return cli_fail(CMD, "kvt_put_async (write)", rc);
+		return bench_fail(CMD, "kvt_put_async (write)", rc);
 	if ((rc = bench_async_run(st, ns, tag, 'W', seq0, fw->chunks, NULL, bufs, bytes, "kvtnvme!", &rs)))
-		return cli_fail(CMD, "kvt_get_async (read)", rc);
+		return bench_fail(CMD, "kvt_get_async (read)", rc);
 	/* Untimed: the last chunk read is what was put. */
 	if (memcmp(bufs[(fw->chunks - 1) % IN_FLIGHT], src, bytes)) {
-		fprintf(stderr, "kvtier " CMD ": a chunk read back differs from the "
+		fprintf(stderr, "kvtier-bench " CMD ": a chunk read back differs from the "
 			"one put\n");
 		return 1;
 	}
 	if ((rc = delete_all(st, ns, tag, 'W', seq0, fw->chunks)))
-		return cli_fail(CMD, "kvt_delete", rc);
+		return bench_fail(CMD, "kvt_delete", rc);
 	fw->subj[r] = (double)fw->chunks * (double)bytes / ws / 1e9;
 	fr->subj[r] = (double)fr->chunks * (double)bytes / rs / 1e9;
 	return 0;
@@ -483,10 +298,12 @@ static int bound_round(struct bench *b, struct figure *fw, struct figure *fr, in
 	uint64_t size = (uint64_t)fw->chunks * fw->chunk_bytes;
 	int rc;
 
-	rc = fio_run(b, OP_WRITE, fw->chunk_bytes, size, &fw->bound[r]);
+	rc = bench_fio_run(&b->fio, CMD, b->base, op_names[OP_WRITE], fw->chunk_bytes, size,
+			   &fw->bound[r]);
 	if (!rc)
-		rc = fio_run(b, OP_READ, fw->chunk_bytes, size, &fr->bound[r]);
-	fio_clean(b);
+		rc = bench_fio_run(&b->fio, CMD, b->base, op_names[OP_READ], fw->chunk_bytes,
+				   size, &fr->bound[r]);
+	bench_fio_clean(b->base);
 	return rc;
 }
 
@@ -506,7 +323,7 @@ static int bench_bandwidth(struct bench *b)
 			return 1;
 		n = kvt_layout_payload_bytes(&d[i].layout);
 		if (n == 0)
-			return cli_fail(CMD, d[i].model, kvt_layout_check(&d[i].layout));
+			return bench_fail(CMD, d[i].model, kvt_layout_check(&d[i].layout));
 		image[i] = n + HEADER_BYTES;
 		if (n > max)
 			max = n;
@@ -543,12 +360,12 @@ static int bench_bandwidth(struct bench *b)
 	for (int i = 0; i < IN_FLIGHT; i++)
 		bufs[i] = bench_buffer((size_t)max);
 	if (!src || !bufs[IN_FLIGHT - 1]) {
-		cli_fail(CMD, "buffers", KVT_ENOMEM);
+		bench_fail(CMD, "buffers", KVT_ENOMEM);
 		goto out;
 	}
 	bench_fill_random(src, (size_t)max, 0x9e3779b97f4a7c15ull);
 	if (bench_path_join(dir, sizeof(dir), b->base, "store")) {
-		cli_fail(CMD, "store path", KVT_EINVAL);
+		bench_fail(CMD, "store path", KVT_EINVAL);
 		goto out;
 	}
 	if (open_store(dir, need + (need >> 3) + (64u << 20), &st, 0))
@@ -559,7 +376,7 @@ static int bench_bandwidth(struct bench *b)
 		kvt_ns ns;
 
 		if ((rc = kvt_ns_init(st, &d[i], &ns))) {
-			cli_fail(CMD, d[i].model, rc);
+			bench_fail(CMD, d[i].model, rc);
 			goto out;
 		}
 		/* Warm-up, untimed: the first files of a store create its
@@ -567,7 +384,7 @@ static int bench_bandwidth(struct bench *b)
 		if ((rc = bench_async_run(st, &ns, (uint32_t)i, 'U', 0, IN_FLIGHT, src, NULL,
 				    (size_t)fw->chunk_bytes, "kvtnvme!", &(double){ 0 })) ||
 		    (rc = delete_all(st, &ns, (uint32_t)i, 'U', 0, IN_FLIGHT))) {
-			cli_fail(CMD, "warm-up", rc);
+			bench_fail(CMD, "warm-up", rc);
 			goto out;
 		}
 		for (int r = 0; r < b->rounds; r++) {
@@ -594,7 +411,7 @@ out:
 		free(bufs[i]);
 	if (bench_path_join(dir, sizeof(dir), b->base, "store") == 0)
 		bench_remove_tree(dir);
-	fio_clean(b);
+	bench_fio_clean(b->base);
 	return ret;
 }
 
@@ -694,29 +511,29 @@ static int bench_rebuild(struct bench *b)
 	}
 	b->rebuild_n = n;
 	if (kvt_layout_payload_bytes(&d.layout) != sizeof(payload)) {
-		fprintf(stderr, "kvtier " CMD ": rebuild layout is not 8 KiB\n");
+		fprintf(stderr, "kvtier-bench " CMD ": rebuild layout is not 8 KiB\n");
 		return 1;
 	}
 	bench_fill_random(payload, sizeof(payload), 0x2545f4914f6cdd1dull);
 	if (bench_path_join(dir, sizeof(dir), b->base, "rebuild"))
-		return cli_fail(CMD, "rebuild path", KVT_EINVAL);
+		return bench_fail(CMD, "rebuild path", KVT_EINVAL);
 	capacity = (uint64_t)n * REBUILD_FILE_BYTES + (64u << 20);
 	if (open_store(dir, capacity, &st, 0))
 		goto out;
 	if ((rc = kvt_ns_init(st, &d, &ns))) {
-		cli_fail(CMD, "rebuild namespace", rc);
+		bench_fail(CMD, "rebuild namespace", rc);
 		goto out;
 	}
 	if ((rc = bench_async_run(st, &ns, 99, 'R', 0, n, payload, NULL, sizeof(payload),
 				  "kvtnvme!", &(double){ 0 }))) {
-		cli_fail(CMD, "kvt_put_async (rebuild chunks)", rc);
+		bench_fail(CMD, "kvt_put_async (rebuild chunks)", rc);
 		goto out;
 	}
 	kvt_store_close(st);
 	st = NULL;
 
 	if (posix_memalign((void **)&s.buf, 4096, HEADER_BYTES)) {
-		cli_fail(CMD, "scan buffer", KVT_ENOMEM);
+		bench_fail(CMD, "scan buffer", KVT_ENOMEM);
 		goto out;
 	}
 	for (int r = 0; r < b->rounds; r++) {
@@ -728,13 +545,13 @@ static int bench_rebuild(struct bench *b)
 				s.files = 0;
 				s.bytes = 0;
 				if (scan_dir(&s, dir)) {
-					fprintf(stderr, "kvtier " CMD ": raw scan of %s: %s\n",
+					fprintf(stderr, "kvtier-bench " CMD ": raw scan of %s: %s\n",
 						dir, strerror(errno));
 					goto out;
 				}
 				b->scan_s[r] = cli_now() - t0;
 				if (s.files != n) {
-					fprintf(stderr, "kvtier " CMD ": raw scan found %ld "
+					fprintf(stderr, "kvtier-bench " CMD ": raw scan found %ld "
 						"files, %ld were put\n", s.files, n);
 					goto out;
 				}
@@ -742,16 +559,16 @@ static int bench_rebuild(struct bench *b)
 				kvt_tier_stats ts;
 
 				if ((rc = open_store(dir, capacity, &st, 1))) {
-					cli_fail(CMD, "kvt_store_open (rebuild)", rc);
+					bench_fail(CMD, "kvt_store_open (rebuild)", rc);
 					goto out;
 				}
 				b->open_s[r] = cli_now() - t0;
 				if ((rc = kvt_store_stats(st, 0, &ts))) {
-					cli_fail(CMD, "kvt_store_stats", rc);
+					bench_fail(CMD, "kvt_store_stats", rc);
 					goto out;
 				}
 				if (ts.chunks != (uint64_t)n) {
-					fprintf(stderr, "kvtier " CMD ": the reopened store "
+					fprintf(stderr, "kvtier-bench " CMD ": the reopened store "
 						"holds %llu chunks, %ld were put\n",
 						(unsigned long long)ts.chunks, n);
 					goto out;
@@ -794,7 +611,7 @@ static void print_table(const struct bench *b)
 {
 	char buf[64];
 
-	printf("kvtier bench nvme: %d rounds; each figure is the median [min..max]\n"
+	printf("kvtier-bench nvme: %d rounds; each figure is the median [min..max]\n"
 	       "over rounds, each ratio the median of the per-round ratios (bound and\n"
 	       "subject alternate within a round).  GB/s = 1e9 payload bytes/s.\n"
 	       "Directory: %s on %s (statfs magic 0x%lx), %s free.\n"
@@ -802,7 +619,7 @@ static void print_table(const struct bench *b)
 	       "Store: local_cpu false, nvme_queue_depth 16, nvme_io_uring true,\n"
 	       "workers 16, 16 async ops outstanding, puts crash-safe.\n",
 	       b->rounds, b->base, b->fs_type, b->fs_magic,
-	       kvt_fmt_size(b->free_bytes, buf, sizeof(buf)), b->fio, b->fio_version);
+	       kvt_fmt_size(b->free_bytes, buf, sizeof(buf)), b->fio.path, b->fio.version);
 
 	printf("\nsequential write (kvt_put_async) and read (kvt_get_async + verify)\n");
 	if (b->bw_skipped) {
@@ -855,33 +672,20 @@ static void print_table(const struct bench *b)
 	}
 }
 
-/* Paths are printed with the characters JSON needs escaped replaced. */
-static void json_path(const char *name, const char *p)
-{
-	printf("\"%s\":\"", name);
-	for (; *p; p++)
-		putchar((unsigned char)*p < 0x20 || *p == '"' || *p == '\\' ? '_' : *p);
-	putchar('"');
-}
-
 static void print_json(const struct bench *b)
 {
 	printf("{\"bench\":\"nvme\",\"version\":\"%s\",\"rounds\":%d,\"quick\":%s,"
 	       "\"skipped\":%s,\"gbps\":\"1e9 payload bytes/s\",",
 	       KVT_VERSION_STRING, b->rounds, b->quick ? "true" : "false",
 	       b->bw_skipped && b->rebuild_skipped ? "true" : "false");
-	json_path("dir", b->base);
+	bench_json_str("dir", b->base);
 	printf(",\"fs\":{\"type\":\"%s\",\"magic\":\"0x%lx\",\"free_bytes\":%llu,"
 	       "\"free_inodes\":%llu},",
 	       b->fs_type, b->fs_magic, (unsigned long long)b->free_bytes,
 	       (unsigned long long)b->free_inodes);
 	printf("\"fio\":{");
-	json_path("path", b->fio);
-	printf(",\"version\":\"%s\",\"command\":\"fio --name=kvtier-bound "
-	       "--directory=DIR/fio --ioengine=io_uring --direct=1 --rw=write|read "
-	       "--bs=CHUNK --iodepth=16 --numjobs=1 --size=N*CHUNK "
-	       "--output-format=json --output=DIR/fio.json\"},",
-	       b->fio_version);
+	bench_json_str("path", b->fio.path);
+	printf(",\"version\":\"%s\",\"command\":\"" BENCH_FIO_COMMAND "\"},", b->fio.version);
 	printf("\"store\":{\"local_cpu\":false,\"nvme_queue_depth\":16,"
 	       "\"nvme_io_uring\":true,\"workers\":16,\"in_flight\":%d,"
 	       "\"durability\":\"crash_safe\"},",
@@ -942,7 +746,7 @@ static void print_json(const struct bench *b)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: kvtier bench nvme [--json] [--quick] [--dir DIR]\n"
+		"usage: kvtier-bench nvme [--json] [--quick] [--dir DIR]\n"
 		"\n"
 		"Measures the NVMe (local_disk) tier alone, each figure as a ratio\n"
 		"against a bound run on the same directory, interleaved round by round.\n"
@@ -984,7 +788,7 @@ int bench_nvme(int argc, char **argv)
 	int ret = 1;
 
 	if (!b)
-		return cli_fail(CMD, "setup", KVT_ENOMEM);
+		return bench_fail(CMD, "setup", KVT_ENOMEM);
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json")) {
 			b->json = 1;
@@ -999,7 +803,7 @@ int bench_nvme(int argc, char **argv)
 			free(b);
 			return 0;
 		} else {
-			fprintf(stderr, "kvtier " CMD ": unknown option \"%s\"%s\n\n",
+			fprintf(stderr, "kvtier-bench " CMD ": unknown option \"%s\"%s\n\n",
 				argv[i], strcmp(argv[i], "--dir") ? "" : " (needs a value)");
 			usage(stderr);
 			free(b);
@@ -1009,30 +813,23 @@ int bench_nvme(int argc, char **argv)
 	b->rounds = b->quick ? 2 : MAX_ROUNDS;
 	b->rebuild_want = b->quick ? 10000 : 100000;
 
-	if (!find_fio(b)) {
-		fprintf(stderr, "kvtier " CMD ": fio not found on PATH; this benchmark's "
+	if (!bench_fio_find(&b->fio)) {
+		fprintf(stderr, "kvtier-bench " CMD ": fio not found on PATH; this benchmark's "
 			"bound is fio (Debian/Ubuntu: apt-get install fio)\n");
 		free(b);
 		return 2;
 	}
-	if (snprintf(b->base, sizeof(b->base), "%s/kvtier-bench-nvme.XXXXXX", parent) >=
-	    (int)sizeof(b->base)) {
-		fprintf(stderr, "kvtier " CMD ": --dir path too long\n");
+	if ((ret = bench_scratch_dir(CMD, parent, "nvme", b->base, sizeof(b->base)))) {
 		free(b);
-		return 2;
+		return ret;
 	}
-	if (!mkdtemp(b->base)) {
-		fprintf(stderr, "kvtier " CMD ": cannot create a directory under %s: %s\n",
-			parent, strerror(errno));
-		free(b);
-		return 1;
-	}
+	ret = 1;
 	b->base_made = 1;
 	if (fs_probe(b))
 		goto out;
-	fio_version(b);
+	bench_fio_version(&b->fio, b->base);
 	if (!b->json)
-		fprintf(stderr, "kvtier " CMD ": working in %s (%s)\n", b->base, b->fs_type);
+		fprintf(stderr, "kvtier-bench " CMD ": working in %s (%s)\n", b->base, b->fs_type);
 
 	if (bench_bandwidth(b))
 		goto out;
@@ -1045,7 +842,7 @@ int bench_nvme(int argc, char **argv)
 		print_table(b);
 out:
 	if (b->base_made && bench_remove_tree(b->base))
-		fprintf(stderr, "kvtier " CMD ": could not remove all of %s\n", b->base);
+		fprintf(stderr, "kvtier-bench " CMD ": could not remove all of %s\n", b->base);
 	free(b);
 	return ret;
 }

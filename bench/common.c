@@ -1,5 +1,5 @@
 /*
- * bench_common.c — helpers the benchmarks share (bench.h).
+ * common.c — helpers the benchmarks share (bench.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,8 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli/bench.h"
+#include "bench.h"
 #include "cli/cli.h"
+#include "common/err.h"
 
 #define HUGE_ALIGN ((size_t)2 << 20)
 
@@ -55,6 +56,23 @@ void bench_json_summary(const char *name, struct summary s)
 	       s.min, s.max);
 }
 
+void bench_json_str(const char *name, const char *value)
+{
+	printf("\"%s\":\"", name);
+	for (const char *p = value; *p; p++)
+		putchar((unsigned char)*p < 0x20 || *p == '"' || *p == '\\' ? '_' : *p);
+	putchar('"');
+}
+
+int bench_fail(const char *cmd, const char *what, int rc)
+{
+	const char *d = kvt_errmsg();
+
+	fprintf(stderr, "kvtier-bench %s: %s: %s%s%s%s\n", cmd, what, kvt_strerror(rc),
+		*d ? " (" : "", d, *d ? ")" : "");
+	return 1;
+}
+
 static uint64_t splitmix64(uint64_t x)
 {
 	x += 0x9E3779B97F4A7C15ull;
@@ -83,7 +101,7 @@ int bench_chunk_desc(const char *cmd, const char *preset, kvt_ns_desc *d)
 	const cli_model *m = cli_model_find(preset);
 
 	if (!m) {
-		fprintf(stderr, "kvtier %s: model preset %s missing\n", cmd, preset);
+		fprintf(stderr, "kvtier-bench %s: model preset %s missing\n", cmd, preset);
 		return 1;
 	}
 	memset(d, 0, sizeof(*d));
@@ -119,6 +137,43 @@ int bench_path_join(char *out, size_t cap, const char *a, const char *b)
 {
 	int n = snprintf(out, cap, "%s/%s", a, b);
 	return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+int bench_scratch_dir(const char *cmd, const char *parent, const char *name, char *out,
+		      size_t cap)
+{
+	int n = snprintf(out, cap, "%s/kvtier-bench-%s.XXXXXX", parent, name);
+
+	if (n < 0 || (size_t)n >= cap) {
+		fprintf(stderr, "kvtier-bench %s: --dir path too long\n", cmd);
+		return 2;
+	}
+	if (!mkdtemp(out)) {
+		fprintf(stderr, "kvtier-bench %s: cannot create a directory under %s: %s\n",
+			cmd, parent, strerror(errno));
+		return 1;
+	}
+	return 0;
+}
+
+int bench_data_path(const char *rel, char *out, size_t cap)
+{
+	char exe[4096];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	char *slash;
+
+	if (n <= 0) {
+		snprintf(out, cap, "bench-data/%s", rel);
+		return 0;
+	}
+	exe[n] = '\0';
+	slash = strrchr(exe, '/');
+	if (slash)
+		*slash = '\0';
+	n = snprintf(out, cap, "%s/bench-data/%s", exe, rel);
+	if (n < 0 || (size_t)n >= cap)
+		return 0;
+	return access(out, R_OK) == 0;
 }
 
 int bench_remove_tree(const char *path)

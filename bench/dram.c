@@ -1,5 +1,5 @@
 /*
- * bench_dram.c — `kvtier bench dram`: the DRAM tier's data path and the
+ * dram.c — `kvtier-bench dram`: the DRAM tier's data path and the
  * prefix lookup, each measured against a bound run in the same process.
  *
  * A bare GB/s figure says more about the machine than about kvtier, so every
@@ -50,10 +50,10 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "cli/bench.h"
+#include "bench.h"
 #include "cli/cli.h"
 
-#define CMD "bench dram"
+#define CMD "dram"
 #define MAX_ROUNDS 7
 #define MAX_FIGURES 32
 
@@ -207,7 +207,7 @@ static int calibrate(void *ctx, run_fn fn, double min_s, long *n_out)
  * printed already. */
 static int run_failed(const char *what, int rc)
 {
-	return rc < 0 ? cli_fail(CMD, what, rc) : 1;
+	return rc < 0 ? bench_fail(CMD, what, rc) : 1;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -318,17 +318,17 @@ static int chunk_check(struct chunk_ctx *c)
 
 	memset(c->dst, 0, c->bytes);
 	if ((rc = kvt_get(c->st, &c->ns, &c->get_key, c->dst, c->bytes, &len)))
-		return cli_fail(CMD, "kvt_get", rc);
+		return bench_fail(CMD, "kvt_get", rc);
 	if (len != c->bytes || memcmp(c->dst, c->src, c->bytes)) {
-		fprintf(stderr, "kvtier " CMD ": kvt_get returned %zu bytes that differ "
+		fprintf(stderr, "kvtier-bench " CMD ": kvt_get returned %zu bytes that differ "
 			"from the %zu put\n", len, c->bytes);
 		return 1;
 	}
 	if ((rc = kvt_borrow(c->st, &c->ns, &c->get_key, &ref)))
-		return cli_fail(CMD, "kvt_borrow", rc);
+		return bench_fail(CMD, "kvt_borrow", rc);
 	if ((rc = kvt_ref_iov(ref, &iov, &n_iov))) {
 		kvt_release(ref);
-		return cli_fail(CMD, "kvt_ref_iov", rc);
+		return bench_fail(CMD, "kvt_ref_iov", rc);
 	}
 	for (int i = 0; i < n_iov && !bad; i++) {
 		if (off + iov[i].iov_len > c->bytes ||
@@ -340,7 +340,7 @@ static int chunk_check(struct chunk_ctx *c)
 		bad = 1;
 	kvt_release(ref);
 	if (bad) {
-		fprintf(stderr, "kvtier " CMD ": the borrowed segments (%zu bytes) "
+		fprintf(stderr, "kvtier-bench " CMD ": the borrowed segments (%zu bytes) "
 			"differ from the %zu bytes put\n", off, c->bytes);
 		return 1;
 	}
@@ -378,7 +378,7 @@ static int open_store(const char *size, const char *page, kvt_store **st)
 	int rc = 0;
 
 	if (!cfg)
-		return cli_fail(CMD, "kvt_config_new", KVT_ENOMEM);
+		return bench_fail(CMD, "kvt_config_new", KVT_ENOMEM);
 	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]) && !rc; i++)
 		rc = kvt_config_set(cfg, fixed[i][0], fixed[i][1]);
 	if (!rc)
@@ -387,12 +387,12 @@ static int open_store(const char *size, const char *page, kvt_store **st)
 		rc = kvt_config_set(cfg, "dram_page_size", page);
 	if (rc) {
 		kvt_config_free(cfg);
-		return cli_fail(CMD, "configuration", rc);
+		return bench_fail(CMD, "configuration", rc);
 	}
 	*st = kvt_store_open(cfg, &rc);
 	kvt_config_free(cfg);
 	if (!*st)
-		return cli_fail(CMD, "kvt_store_open", rc ? rc : KVT_ENOMEM);
+		return bench_fail(CMD, "kvt_store_open", rc ? rc : KVT_ENOMEM);
 	return 0;
 }
 
@@ -409,11 +409,11 @@ static int bench_size(struct bench *b, kvt_store *st, uint32_t page,
 	int rc, ret = 1;
 
 	if ((rc = kvt_ns_init(st, d, &c.ns)))
-		return cli_fail(CMD, d->model, rc);
+		return bench_fail(CMD, d->model, rc);
 	c.bytes = (size_t)kvt_layout_payload_bytes(&d->layout);
 	bench_chunk_key(&c.get_key, tag, 'G', 0, "kvtbench");
 	if ((rc = kvt_put(st, &c.ns, &c.get_key, src, c.bytes, KVT_DUR_CACHED)))
-		return cli_fail(CMD, "kvt_put", rc);
+		return bench_fail(CMD, "kvt_put", rc);
 	if (chunk_check(&c))
 		goto out;
 
@@ -479,14 +479,14 @@ static int bench_chunks(struct bench *b)
 			return 1;
 		n = kvt_layout_payload_bytes(&d[i].layout);
 		if (n == 0)
-			return cli_fail(CMD, d[i].model, kvt_layout_check(&d[i].layout));
+			return bench_fail(CMD, d[i].model, kvt_layout_check(&d[i].layout));
 		if (n > max)
 			max = n;
 	}
 	src = bench_buffer((size_t)max);
 	dst = bench_buffer((size_t)max);
 	if (!src || !dst) {
-		cli_fail(CMD, "buffers", KVT_ENOMEM);
+		bench_fail(CMD, "buffers", KVT_ENOMEM);
 		goto out;
 	}
 	/* Bytes that look like data (no run of zeros a page could share). */
@@ -556,7 +556,7 @@ static int run_lookup(void *ctx, long n, double *secs)
 		if (rc < 0)
 			return rc;
 		if (rc != (int)LOOKUP_CHUNKS) {
-			fprintf(stderr, "kvtier " CMD ": lookup found %d of the %u "
+			fprintf(stderr, "kvtier-bench " CMD ": lookup found %d of the %u "
 				"chunks stored\n", rc, LOOKUP_CHUNKS);
 			return 1;
 		}
@@ -591,7 +591,7 @@ static int bench_lookup(struct bench *b)
 	int rc = 0, ret = 1;
 
 	if (!tokens || !keys) {
-		cli_fail(CMD, "token buffers", KVT_ENOMEM);
+		bench_fail(CMD, "token buffers", KVT_ENOMEM);
 		goto out;
 	}
 	/* Token ids spread over a 152k vocabulary, fixed from run to run. */
@@ -621,24 +621,24 @@ static int bench_lookup(struct bench *b)
 		c[s].tokens = tokens;
 		c[s].keys = keys;
 		if ((rc = kvt_ns_init(st, &d, &c[s].ns))) {
-			cli_fail(CMD, "lookup namespace", rc);
+			bench_fail(CMD, "lookup namespace", rc);
 			goto out;
 		}
 		if (kvt_layout_payload_bytes(&d.layout) != sizeof(payload)) {
-			fprintf(stderr, "kvtier " CMD ": lookup layout is not 4 KiB\n");
+			fprintf(stderr, "kvtier-bench " CMD ": lookup layout is not 4 KiB\n");
 			goto out;
 		}
 		rc = kvt_key_chain(&c[s].ns, tokens, LOOKUP_TOKENS, NULL, keys,
 				   LOOKUP_CHUNKS);
 		if (rc != (int)LOOKUP_CHUNKS) {
-			cli_fail(CMD, "kvt_key_chain", rc < 0 ? rc : KVT_EINVAL);
+			bench_fail(CMD, "kvt_key_chain", rc < 0 ? rc : KVT_EINVAL);
 			goto out;
 		}
 		for (uint32_t i = 0; i < LOOKUP_CHUNKS; i++) {
 			rc = kvt_put(st, &c[s].ns, &keys[i], payload, sizeof(payload),
 				     KVT_DUR_CACHED);
 			if (rc && rc != KVT_EEXIST) {
-				cli_fail(CMD, "kvt_put (lookup chunks)", rc);
+				bench_fail(CMD, "kvt_put (lookup chunks)", rc);
 				goto out;
 			}
 		}
@@ -730,7 +730,7 @@ static void print_table(const struct bench *b)
 		  "kvt_key_chain", "lookup", "us/op" },
 	};
 
-	printf("kvtier bench dram: %d rounds, >= %.0f ms per timed run; each figure\n"
+	printf("kvtier-bench dram: %d rounds, >= %.0f ms per timed run; each figure\n"
 	       "is the median [min..max] over rounds, each ratio the median of the\n"
 	       "per-round ratios (bound and subject alternate within a round).\n"
 	       "GB/s = 1e9 bytes/s.  Store: DRAM tier of 512 MiB, hugepages, unlocked.\n",
@@ -847,7 +847,7 @@ static void print_json(const struct bench *b)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: kvtier bench dram [--json] [--quick]\n"
+		"usage: kvtier-bench dram [--json] [--quick]\n"
 		"\n"
 		"Measures the DRAM tier and the prefix lookup, each as a ratio against a\n"
 		"bound timed in the same run, interleaved with it round by round.\n"
@@ -885,7 +885,7 @@ int bench_dram(int argc, char **argv)
 	int ret;
 
 	if (!b)
-		return cli_fail(CMD, "setup", KVT_ENOMEM);
+		return bench_fail(CMD, "setup", KVT_ENOMEM);
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json")) {
 			b->json = 1;
@@ -896,7 +896,7 @@ int bench_dram(int argc, char **argv)
 			free(b);
 			return 0;
 		} else {
-			fprintf(stderr, "kvtier " CMD ": unknown option \"%s\"\n\n", argv[i]);
+			fprintf(stderr, "kvtier-bench " CMD ": unknown option \"%s\"\n\n", argv[i]);
 			usage(stderr);
 			free(b);
 			return 2;

@@ -1,6 +1,13 @@
 /*
- * bench.h — what the kvtier benchmarks share: medians over interleaved
- * rounds, the chunk shapes they store, and buffers laid out like the arena.
+ * bench.h — what kvtier-bench's benchmarks share: medians over interleaved
+ * rounds, the chunk shapes they store, buffers laid out like the arena, one
+ * scratch directory per run, the data the build copied next to the program,
+ * and the JSON they print.
+ *
+ * kvtier-bench is a program of its own (STYLE.md, habit 12), a client of
+ * libkvtier; it links the static library because some benchmarks open one
+ * tier alone (the S3 and shared-FS tiers' own put/get), which the public API
+ * does not offer.
  */
 #ifndef KVT_BENCH_H
 #define KVT_BENCH_H
@@ -11,6 +18,14 @@
 #include "kvtier.h"
 
 #define BENCH_MAX_ROUNDS 64
+
+/* The benchmarks, one file each (hierarchy.c with hier_*.c). */
+int bench_dram(int argc, char **argv);
+int bench_nvme(int argc, char **argv);
+int bench_sharedfs(int argc, char **argv);
+int bench_s3(int argc, char **argv);
+int bench_plan(int argc, char **argv);
+int bench_hier(int argc, char **argv);
 
 /* Median, min and max of a figure over rounds. */
 struct summary {
@@ -25,6 +40,15 @@ const char *bench_fmt_summary(struct summary s, char *buf, size_t cap);
 
 /* "name":{"median":..,"min":..,"max":..} on stdout. */
 void bench_json_summary(const char *name, struct summary s);
+
+/* "name":"value" on stdout, the characters JSON would need escaped (control
+ * characters, quote, backslash) printed as '_': paths and versions are
+ * reported, not round-tripped. */
+void bench_json_str(const char *name, const char *value);
+
+/* Report a failed library call: "kvtier-bench CMD: WHAT: reason (detail)";
+ * returns 1. */
+int bench_fail(const char *cmd, const char *what, int rc);
 
 /* A synthetic key: distinct per (tag, kind, seq); `magic` (8 bytes) marks
  * which benchmark made it. */
@@ -43,8 +67,19 @@ uint8_t *bench_buffer(size_t bytes);
 /* a/b into out; -1 if it does not fit. */
 int bench_path_join(char *out, size_t cap, const char *a, const char *b);
 
+/* The run's scratch directory: a fresh "<parent>/kvtier-bench-<name>.XXXXXX"
+ * (mkdtemp) into out.  0; 2 if the path does not fit; 1 if it cannot be
+ * made (both printed).  Remove it with bench_remove_tree. */
+int bench_scratch_dir(const char *cmd, const char *parent, const char *name, char *out,
+		      size_t cap);
+
 /* rm -rf of a benchmark's own scratch directory; -1 if anything stayed. */
 int bench_remove_tree(const char *path);
+
+/* What the build copied into <dir of this program>/bench-data (CMake's
+ * kvtier_bench_data target): `rel` there into out.  1 if it is readable, 0
+ * if not (out still names where it was looked for). */
+int bench_data_path(const char *rel, char *out, size_t cap);
 
 /* n bytes of xorshift noise from seed x (payloads nothing compresses). */
 void bench_fill_random(uint8_t *p, size_t n, uint64_t x);

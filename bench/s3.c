@@ -1,5 +1,5 @@
 /*
- * bench_s3.c — `kvtier bench s3`: S3 tier PUT and GET throughput for 14 and
+ * s3.c — `kvtier-bench s3`: S3 tier PUT and GET throughput for 14 and
  * 32 MiB chunks (Qwen2.5-7B and Llama-3.1-8B 256-token bf16 chunks) against
  * two bounds measured in the same run on the same server:
  *
@@ -21,78 +21,53 @@
  * turn; throughputs are medians over rounds and a ratio is the median of
  * the per-round ratios (the server shares the machine's cores with the
  * client, so only same-round numbers are comparable).
- * Without --endpoint the bench starts tests/s3/server.js (s3rver, SigV4
- * checked; $KVT_SRC or the current directory locates it).
+ * Without --endpoint the bench starts the S3 test server (tests/s3/server.js:
+ * s3rver, SigV4 checked) from the copy the build puts in bench-data/s3 next
+ * to this program, through the start-up the tests use (tests/s3/server.h).
  */
-#include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli/bench.h"
+#include "bench.h"
 #include "cli/cli.h"
 #include "format/object.h"
+#include "s3/server.h"
 #include "tier/s3.h"
 
-#define S3B_AK "kvtier-test"
-#define S3B_SK "kvtier-test-secret"
-
-static double s3b_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
+#define S3B_AK S3SRV_ACCESS_KEY
+#define S3B_SK S3SRV_SECRET_KEY
 
 static int s3b_sh(const char *cmd)
 {
 	int rc = system(cmd);
 
 	if (rc != 0)
-		fprintf(stderr, "kvtier bench s3: failed (%d): %.300s\n", rc, cmd);
+		fprintf(stderr, "kvtier-bench s3: failed (%d): %.300s\n", rc, cmd);
 	return rc;
 }
 
-static pid_t s3b_server(const char *dir, char *ep, size_t cap, int *keep_fd)
+/* server.js from the copy the build made (bench-data/s3, whose
+ * node_modules links to the repository's tests/s3/node_modules). */
+static int s3b_server(const char *dir, s3srv *srv, char *ep, size_t cap)
 {
-	const char *src = getenv("KVT_SRC");
-	char script[1024], line[128];
-	int in[2], outp[2], port = 0;
-	pid_t pid;
-	FILE *f;
+	char script[4096], why[4200];
 
-	snprintf(script, sizeof(script), "%s/tests/s3/server.js", src ? src : ".");
-	if (access(script, R_OK)) {
-		fprintf(stderr, "kvtier bench s3: %s not found (set KVT_SRC or --endpoint)\n", script);
+	if (!bench_data_path("s3/server.js", script, sizeof(script))) {
+		fprintf(stderr, "kvtier-bench s3: %s not found: the build copies it there "
+			"(cmake --build); or pass --endpoint URL\n", script);
 		return -1;
 	}
-	if (pipe(in) || pipe(outp))
-		return -1;
-	pid = fork();
-	if (pid == 0) {
-		dup2(in[0], 0);
-		dup2(outp[1], 1);
-		close(in[1]);
-		close(outp[0]);
-		execlp("node", "node", script, dir, "kvt", (char *)NULL);
-		_exit(127);
-	}
-	close(in[0]);
-	close(outp[1]);
-	*keep_fd = in[1];
-	f = fdopen(outp[0], "r");
-	if (!f || !fgets(line, sizeof(line), f) || sscanf(line, "PORT %*d %d", &port) != 1) {
-		fprintf(stderr, "kvtier bench s3: the S3 server did not start\n");
+	if (s3srv_start(srv, script, dir, (const char *const[]){ "kvt", NULL }, why,
+			sizeof(why))) {
+		fprintf(stderr, "kvtier-bench s3: the S3 server did not start: %s\n", why);
 		return -1;
 	}
 	/* The bench talks to s3rver directly, not through the fault proxy. */
-	snprintf(ep, cap, "http://127.0.0.1:%d", port);
-	return pid;
+	snprintf(ep, cap, "http://127.0.0.1:%d", srv->s3rver_port);
+	return 0;
 }
 
 int bench_s3(int argc, char **argv)
@@ -100,15 +75,15 @@ int bench_s3(int argc, char **argv)
 	static const struct { const char *name; uint32_t layers, heads; } shapes[2] = {
 		{ "14MiB", 28, 4 }, { "32MiB", 32, 8 },
 	};
-	int json = 0, quick = 0, rounds, nobj, i, s, r, keep_fd = -1, rc = 0;
+	int json = 0, quick = 0, rounds, nobj, i, s, r, rc = 0;
 	const char *endpoint = NULL;
-	char ep[256], dir[] = "/tmp/kvt_bench_s3_XXXXXX", sdir[512], cmd[16384];
+	char ep[256], dir[256], sdir[300], cmd[16384];
 	double kp[2][BENCH_MAX_ROUNDS], kg[2][BENCH_MAX_ROUNDS];
 	double cp[2][BENCH_MAX_ROUNDS], cg[2][BENCH_MAX_ROUNDS];
 	double ap[2][BENCH_MAX_ROUNDS], ag[2][BENCH_MAX_ROUNDS];
 	double rp[2][BENCH_MAX_ROUNDS], rg[2][BENCH_MAX_ROUNDS]; /* paired */
 	int have_aws = system("aws --version >/dev/null 2>&1") == 0;
-	pid_t srv = 0;
+	s3srv srv = S3SRV_NONE;
 
 	for (i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json"))
@@ -117,23 +92,28 @@ int bench_s3(int argc, char **argv)
 			quick = 1;
 		else if (!strcmp(argv[i], "--endpoint") && i + 1 < argc)
 			endpoint = argv[++i];
-		else {
-			fprintf(stderr, "usage: kvtier bench s3 [--json] [--quick] [--endpoint URL]\n");
+		else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			printf("usage: kvtier-bench s3 [--json] [--quick] [--endpoint URL]\n\n"
+			       "The S3 tier's PUT and GET of 14 and 32 MiB chunks against one curl\n"
+			       "process and the AWS CLI moving the same objects to the same server,\n"
+			       "paired per round (put/get_ratio_vs_curl, _vs_awscli).  Without\n"
+			       "--endpoint it starts the S3 test server (bench-data/s3/server.js).\n");
+			return 0;
+		} else {
+			fprintf(stderr, "usage: kvtier-bench s3 [--json] [--quick] [--endpoint URL]\n");
 			return 2;
 		}
 	}
 	rounds = quick ? 3 : 5;
 	nobj = quick ? 4 : 8;
-	if (!mkdtemp(dir))
-		return 1;
+	if ((rc = bench_scratch_dir("s3", "/tmp", "s3", dir, sizeof(dir))))
+		return rc;
 	if (!endpoint) {
-		snprintf(sdir, sizeof(sdir), "%s/server", dir);
-		snprintf(cmd, sizeof(cmd), "mkdir -p %s", sdir);
-		if (s3b_sh(cmd))
+		if (bench_path_join(sdir, sizeof(sdir), dir, "server") || mkdir(sdir, 0700) ||
+		    s3b_server(sdir, &srv, ep, sizeof(ep))) {
+			bench_remove_tree(dir);
 			return 1;
-		srv = s3b_server(sdir, ep, sizeof(ep), &keep_fd);
-		if (srv < 0)
-			return 1;
+		}
 		endpoint = ep;
 	}
 	setenv("AWS_ACCESS_KEY_ID", S3B_AK, 0);
@@ -190,11 +170,11 @@ int bench_s3(int argc, char **argv)
 			o.path_style = 1;
 			o.timeout_ms = 120000;
 			if (kvt_s3_open(&o, &t)) {
-				fprintf(stderr, "kvtier bench s3: open: %s\n", kvt_errmsg());
+				fprintf(stderr, "kvtier-bench s3: open: %s\n", kvt_errmsg());
 				rc = 1;
 				break;
 			}
-			t0 = s3b_now();
+			t0 = cli_now();
 			for (i = 0; i < nobj && !rc; i++) {
 				kvt_tier_wbuf *w;
 				if (t->ops->put_begin(t, &keys[i], len, &w)) {
@@ -205,8 +185,8 @@ int bench_s3(int argc, char **argv)
 				if (t->ops->put_commit(t, w, KVT_DUR_CACHED))
 					rc = 1;
 			}
-			kp[s][r] = (double)nobj * len / (s3b_now() - t0) / 1e6;
-			t0 = s3b_now();
+			kp[s][r] = (double)nobj * len / (cli_now() - t0) / 1e6;
+			t0 = cli_now();
 			for (i = 0; i < nobj && !rc; i++) {
 				kvt_tier_rbuf *rb;
 				if (t->ops->get(t, &keys[i], &rb)) {
@@ -215,10 +195,10 @@ int bench_s3(int argc, char **argv)
 				}
 				t->ops->release(t, rb);
 			}
-			kg[s][r] = (double)nobj * len / (s3b_now() - t0) / 1e6;
+			kg[s][r] = (double)nobj * len / (cli_now() - t0) / 1e6;
 			t->ops->close(t);
 			if (rc) {
-				fprintf(stderr, "kvtier bench s3: kvtier I/O failed: %s\n", kvt_errmsg());
+				fprintf(stderr, "kvtier-bench s3: kvtier I/O failed: %s\n", kvt_errmsg());
 				break;
 			}
 
@@ -233,9 +213,9 @@ int bench_s3(int argc, char **argv)
 						       dir, shapes[s].name, i, url);
 			}
 			snprintf(cmd + cl, sizeof(cmd) - cl, " -o /dev/null");
-			t0 = s3b_now();
+			t0 = cli_now();
 			rc |= s3b_sh(cmd) != 0;
-			cp[s][r] = (double)nobj * len / (s3b_now() - t0) / 1e6;
+			cp[s][r] = (double)nobj * len / (cli_now() - t0) / 1e6;
 			cl = (size_t)snprintf(cmd, sizeof(cmd),
 					      "curl -sS -f --aws-sigv4 aws:amz:us-east-1:s3 --user %s:%s "
 					      "-H 'x-amz-content-sha256: UNSIGNED-PAYLOAD'",
@@ -244,9 +224,9 @@ int bench_s3(int argc, char **argv)
 				cl += (size_t)snprintf(cmd + cl, sizeof(cmd) - cl,
 						       " %s/kvt/c%s-%d/%d.kvt -o /dev/null",
 						       endpoint, shapes[s].name, r, i);
-			t0 = s3b_now();
+			t0 = cli_now();
 			rc |= s3b_sh(cmd) != 0;
-			cg[s][r] = (double)nobj * len / (s3b_now() - t0) / 1e6;
+			cg[s][r] = (double)nobj * len / (cli_now() - t0) / 1e6;
 
 			/* The server shares the machine: compare within a round. */
 			rp[s][r] = kp[s][r] / cp[s][r];
@@ -258,15 +238,15 @@ int bench_s3(int argc, char **argv)
 				snprintf(cmd, sizeof(cmd),
 					 "aws s3 cp --quiet --recursive %s/%s/up s3://kvt/a%s-%d/ --endpoint-url %s",
 					 dir, shapes[s].name, shapes[s].name, r, endpoint);
-				t0 = s3b_now();
+				t0 = cli_now();
 				rc |= s3b_sh(cmd) != 0;
-				ap[s][r] = (double)nobj * len / (s3b_now() - t0) / 1e6;
+				ap[s][r] = (double)nobj * len / (cli_now() - t0) / 1e6;
 				snprintf(cmd, sizeof(cmd),
 					 "rm -rf %s/%s/down && aws s3 cp --quiet --recursive s3://kvt/a%s-%d/ %s/%s/down --endpoint-url %s",
 					 dir, shapes[s].name, shapes[s].name, r, dir, shapes[s].name, endpoint);
-				t0 = s3b_now();
+				t0 = cli_now();
 				rc |= s3b_sh(cmd) != 0;
-				ag[s][r] = (double)nobj * len / (s3b_now() - t0) / 1e6;
+				ag[s][r] = (double)nobj * len / (cli_now() - t0) / 1e6;
 			}
 		}
 		for (i = 0; i < nobj; i++)
@@ -313,13 +293,8 @@ int bench_s3(int argc, char **argv)
 		if (json)
 			printf("}}\n");
 	}
-	if (srv > 0) {
-		close(keep_fd);
-		kill(srv, SIGTERM);
-		waitpid(srv, NULL, 0);
-	}
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	if (system(cmd))
+	s3srv_stop(&srv);
+	if (bench_remove_tree(dir))
 		rc = 1;
 	return rc;
 }

@@ -1,6 +1,6 @@
 /*
- * bench_plan.c — `kvtier bench plan`: the planner's simulator against the
- * plain reference replay (tests/plan_reference.py), side by side, in one run.
+ * plan.c — `kvtier-bench plan`: the planner's simulator against the plain
+ * reference replay (tests/plan_reference.py), side by side, in one run.
  *
  * Fair by construction, and reported both ways:
  *  - sim only: the reference times its replay loop inside the script
@@ -10,9 +10,9 @@
  *    parse, one replay per capacity) against plan's parse plus one
  *    simulation per capacity.
  * Hit blocks must agree to the block; a mismatch is an error (exit 1).
- * The reference script is found under $KVT_SRC/tests, else ./tests, else
- * ../tests; the trace defaults to <that source dir>/tests/data/traces/
- * conversation_trace.jsonl.
+ * The reference script and the default trace (the repository's
+ * tests/data/traces/conversation_trace.jsonl) are the copies the build puts
+ * in bench-data/ next to this program; a TRACE argument overrides the trace.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
+#include "bench.h"
 #include "common/err.h"
 #include "plan/plan.h"
 
@@ -34,23 +34,7 @@ static double mono(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static const char *find_src(void)
-{
-	static const char *const cand[] = {".", ".."};
-	const char *env = getenv("KVT_SRC");
-	char p[4096];
-	if (env && *env)
-		return env;
-	for (size_t i = 0; i < sizeof(cand) / sizeof(cand[0]); i++) {
-		snprintf(p, sizeof(p), "%s/tests/plan_reference.py", cand[i]);
-		if (access(p, R_OK) == 0)
-			return cand[i];
-	}
-	return ".";
-}
-
-/* A whole number lo..hi, decimal digits only (this file is in the
- * library, so it cannot use the CLI's parsers).  0 or -1. */
+/* A whole number lo..hi, decimal digits only.  0 or -1. */
 static int whole(const char *v, uint64_t lo, uint64_t hi, uint64_t *out)
 {
 	uint64_t n = 0;
@@ -113,7 +97,7 @@ int bench_plan(int argc, char **argv)
 		} else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) {
 			uint64_t r;
 			if (whole(argv[++i], 1, 1000, &r)) {
-				fprintf(stderr, "kvtier bench plan: --repeat \"%s\": expected a whole number 1..1000\n",
+				fprintf(stderr, "kvtier-bench plan: --repeat \"%s\": expected a whole number 1..1000\n",
 					argv[i]);
 				return 2;
 			}
@@ -121,22 +105,30 @@ int bench_plan(int argc, char **argv)
 		} else if (!strcmp(argv[i], "--caps") && i + 1 < argc) {
 			caps_s = argv[++i];
 		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			printf("usage: kvtier bench plan [TRACE] [--caps 1000,5000,20000,inf] "
+			printf("usage: kvtier-bench plan [TRACE] [--caps 1000,5000,20000,inf] "
 			       "[--repeat N] [--json]\n");
 			return 0;
 		} else if (argv[i][0] != '-' && !trace) {
 			trace = argv[i];
 		} else {
-			fprintf(stderr, "kvtier bench plan: unknown option %s\n", argv[i]);
+			fprintf(stderr, "kvtier-bench plan: unknown option %s\n", argv[i]);
 			return 2;
 		}
 	}
-	const char *src = find_src();
 	char py[4096], deftrace[4096];
-	snprintf(py, sizeof(py), "%s/tests/plan_reference.py", src);
-	snprintf(deftrace, sizeof(deftrace), "%s/tests/data/traces/conversation_trace.jsonl", src);
-	if (!trace)
+	if (!bench_data_path("plan_reference.py", py, sizeof(py))) {
+		fprintf(stderr, "kvtier-bench plan: %s not found: the build copies it there "
+			"(cmake --build)\n", py);
+		return 1;
+	}
+	if (!trace) {
+		if (!bench_data_path("traces/conversation_trace.jsonl", deftrace, sizeof(deftrace))) {
+			fprintf(stderr, "kvtier-bench plan: %s not found: the build copies it "
+				"there (cmake --build), or name a TRACE\n", deftrace);
+			return 1;
+		}
 		trace = deftrace;
+	}
 
 	uint64_t caps[MAXCAP];
 	char capnames[MAXCAP][32], caps_arg[MAXCAP * 33] = "";
@@ -144,13 +136,13 @@ int bench_plan(int argc, char **argv)
 	for (const char *p = caps_s; *p;) {
 		size_t n = strcspn(p, ",");
 		if (ncap == MAXCAP) {
-			fprintf(stderr, "kvtier bench plan: --caps: more than %d capacities\n", MAXCAP);
+			fprintf(stderr, "kvtier-bench plan: --caps: more than %d capacities\n", MAXCAP);
 			return 2;
 		}
 		snprintf(capnames[ncap], sizeof(capnames[ncap]), "%.*s", (int)n, p);
 		if (strcmp(capnames[ncap], "inf") &&
 		    (n >= sizeof(capnames[0]) || whole(capnames[ncap], 1, 1000000000000000ull, &caps[ncap]))) {
-			fprintf(stderr, "kvtier bench plan: --caps \"%s\": expected blocks 1..10^15 or inf\n",
+			fprintf(stderr, "kvtier-bench plan: --caps \"%s\": expected blocks 1..10^15 or inf\n",
 				capnames[ncap]);
 			return 2;
 		}
@@ -168,7 +160,7 @@ int bench_plan(int argc, char **argv)
 	int rc = plan_trace_read(trace, PLAN_FMT_AUTO, 0, 0, &pt);
 	double parse_s = mono() - t0;
 	if (rc) {
-		fprintf(stderr, "kvtier bench plan: %s\n", kvt_errmsg());
+		fprintf(stderr, "kvtier-bench plan: %s\n", kvt_errmsg());
 		return 1;
 	}
 	struct plan_result res[MAXCAP];
@@ -191,7 +183,7 @@ int bench_plan(int argc, char **argv)
 	}
 	plan_trace_free(&pt);
 	if (rc) {
-		fprintf(stderr, "kvtier bench plan: simulation failed: %s %s\n", kvt_strerror(rc),
+		fprintf(stderr, "kvtier-bench plan: simulation failed: %s %s\n", kvt_strerror(rc),
 			kvt_errmsg());
 		return 1;
 	}
@@ -201,7 +193,7 @@ int bench_plan(int argc, char **argv)
 	double ref_wall_rep, ref_wall;
 	if (run_ref(py, trace, caps_arg, repeat, ref, ncap, &ref_wall_rep) ||
 	    run_ref(py, trace, caps_arg, 1, ref1, ncap, &ref_wall)) {
-		fprintf(stderr, "kvtier bench plan: the reference (python3 %s) failed\n", py);
+		fprintf(stderr, "kvtier-bench plan: the reference (python3 %s) failed\n", py);
 		return 1;
 	}
 
@@ -236,7 +228,7 @@ int bench_plan(int argc, char **argv)
 		       bad ? "false" : "true", plan_sum, ref_sum, ratio, aps, ref_aps, plan_e2e,
 		       parse_s, ref_wall, ratio_e2e);
 	} else {
-		printf("kvtier bench plan: LRU on %s, fastest of %u (simulation only; both exclude\n"
+		printf("kvtier-bench plan: LRU on %s, fastest of %u (simulation only; both exclude\n"
 		       "trace parsing; the reference times its replay loop inside the script)\n",
 		       trace, repeat);
 		for (unsigned k = 0; k < ncap; k++)
@@ -254,6 +246,6 @@ int bench_plan(int argc, char **argv)
 		       ratio_e2e);
 	}
 	if (bad)
-		fprintf(stderr, "kvtier bench plan: hit blocks differ from the reference\n");
+		fprintf(stderr, "kvtier-bench plan: hit blocks differ from the reference\n");
 	return bad ? 1 : 0;
 }

@@ -1,0 +1,160 @@
+/*
+ * fio.c — run fio as the bound of a benchmark (fio.h).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "cli/cli.h"
+#include "fio.h"
+#include "json.h"
+
+extern char **environ;
+
+int bench_fio_find(struct bench_fio *f)
+{
+	const char *path = getenv("PATH");
+	char dir[1024];
+
+	if (!path || !*path)
+		path = "/usr/local/bin:/usr/bin:/bin";
+	while (*path) {
+		size_t n = strcspn(path, ":");
+
+		if (n && n < sizeof(dir)) {
+			memcpy(dir, path, n);
+			dir[n] = '\0';
+			if (bench_path_join(f->path, sizeof(f->path), dir, "fio") == 0 &&
+			    access(f->path, X_OK) == 0)
+				return 1;
+		}
+		path += n;
+		if (*path == ':')
+			path++;
+	}
+	f->path[0] = '\0';
+	return 0;
+}
+
+/* Run argv with stdout to `out` (or /dev/null) and stderr to `err` (or
+ * inherited); 0 if it exited 0. */
+static int run_child(char *const argv[], const char *out, const char *err)
+{
+	posix_spawn_file_actions_t fa;
+	pid_t pid;
+	int st = 0, rc;
+
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 1, out ? out : "/dev/null",
+					 O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	if (err)
+		posix_spawn_file_actions_addopen(&fa, 2, err,
+						 O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	if (rc)
+		return -1;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+void bench_fio_version(struct bench_fio *f, const char *scratch)
+{
+	char out[1100];
+	char *argv[] = { f->path, "--version", NULL };
+	uint8_t *txt = NULL;
+	size_t len = 0;
+
+	snprintf(f->version, sizeof(f->version), "unknown");
+	if (bench_path_join(out, sizeof(out), scratch, "fio.version") ||
+	    run_child(argv, out, NULL) || cli_read_file(out, &txt, &len))
+		return;
+	while (len && (txt[len - 1] == '\n' || txt[len - 1] == '\r'))
+		len--;
+	if (len >= sizeof(f->version))
+		len = sizeof(f->version) - 1;
+	for (size_t i = 0; i < len; i++) /* printed into JSON unescaped */
+		if (txt[i] < 0x20 || txt[i] == '"' || txt[i] == '\\')
+			txt[i] = '_';
+	memcpy(f->version, txt, len);
+	f->version[len] = '\0';
+	free(txt);
+	unlink(out);
+}
+
+int bench_fio_run(const struct bench_fio *f, const char *cmd, const char *scratch,
+		  const char *op, uint64_t bs, uint64_t size, double *gbps)
+{
+	char dir[1100], out[1100], err[1100], a_dir[1200], a_rw[32], a_bs[48],
+		a_size[48], a_out[1200], path[32];
+	char *argv[] = {
+		(char *)f->path, "--name=kvtier-bound", a_dir, "--ioengine=io_uring",
+		"--direct=1", a_rw, a_bs, "--iodepth=16", "--numjobs=1", a_size,
+		"--output-format=json", a_out, NULL,
+	};
+	uint8_t *txt = NULL;
+	size_t len = 0;
+	double bw = 0;
+	int rc;
+
+	if (bench_path_join(dir, sizeof(dir), scratch, "fio") ||
+	    bench_path_join(out, sizeof(out), scratch, "fio.json") ||
+	    bench_path_join(err, sizeof(err), scratch, "fio.stderr"))
+		return bench_fail(cmd, "fio paths", KVT_EINVAL);
+	if (mkdir(dir, 0700) && errno != EEXIST) {
+		fprintf(stderr, "kvtier-bench %s: mkdir %s: %s\n", cmd, dir, strerror(errno));
+		return 1;
+	}
+	snprintf(a_dir, sizeof(a_dir), "--directory=%s", dir);
+	snprintf(a_rw, sizeof(a_rw), "--rw=%s", op);
+	snprintf(a_bs, sizeof(a_bs), "--bs=%llu", (unsigned long long)bs);
+	snprintf(a_size, sizeof(a_size), "--size=%llu", (unsigned long long)size);
+	snprintf(a_out, sizeof(a_out), "--output=%s", out);
+	snprintf(path, sizeof(path), "jobs.0.%s.bw_bytes", op);
+	unlink(out);
+	rc = run_child(argv, NULL, err);
+	if (rc == 0 && cli_read_file(out, &txt, &len) == 0)
+		rc = bench_json_number((const char *)txt, len, path, &bw) || bw <= 0 ? -1 : 0;
+	else
+		rc = -1;
+	free(txt);
+	if (rc) {
+		uint8_t *e = NULL;
+		size_t el = 0;
+
+		fprintf(stderr, "kvtier-bench %s: fio %s of %s failed or gave no "
+			"bw_bytes (command: fio --name=kvtier-bound %s "
+			"--ioengine=io_uring --direct=1 %s %s --iodepth=16 "
+			"--numjobs=1 %s --output-format=json %s)\n",
+			cmd, op, dir, a_dir, a_rw, a_bs, a_size, a_out);
+		if (cli_read_file(err, &e, &el) == 0 && el)
+			fprintf(stderr, "fio said: %.*s\n", (int)(el > 2000 ? 2000 : el),
+				(const char *)e);
+		free(e);
+		return 1;
+	}
+	unlink(out);
+	unlink(err);
+	*gbps = bw / 1e9;
+	return 0;
+}
+
+void bench_fio_clean(const char *scratch)
+{
+	char dir[1100];
+
+	if (bench_path_join(dir, sizeof(dir), scratch, "fio") == 0)
+		bench_remove_tree(dir);
+}

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# kvtier-bench, the benchmarks' own program, as a user runs it from a build
+# directory: it sits next to kvtier, finds what it needs in bench-data/ next
+# to itself (never in the source tree: here it runs from a scratch directory
+# with KVT_SRC unset), prints every figure with its ratio, and is not
+# installed.
+set -u
+kvtier=${1:?usage: cli_bench.sh path/to/kvtier}
+build=$(cd "$(dirname "$kvtier")" && pwd -P)
+bench=$build/kvtier-bench
+work=$(mktemp -d /tmp/kvt-bench-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/lib_cli.sh"
+py=/usr/bin/python3
+[ -x $py ] || py=python3
+unset KVT_SRC
+cd "$work"
+
+[ -x "$bench" ] && ok "kvtier-bench is built next to kvtier" || { bad "$bench missing"; exit 1; }
+for f in traces/conversation_trace.jsonl plan_reference.py s3/server.js s3/faultproxy.js; do
+	[ -r "$build/bench-data/$f" ] && ok "bench-data/$f" || bad "bench-data/$f missing"
+done
+
+expect "dram --json --quick" "$bench" dram --json --quick
+$py - "$work/out" <<'PY' && ok "dram JSON carries every ratio" || bad "dram JSON: $(head -c 400 "$work/out")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+ops = {r["op"] for r in d["results"]}
+assert {"get_copy", "put", "get_zero_copy"} <= ops, ops
+assert all(r["ratio_vs_memcpy"] > 0 for r in d["results"])
+assert d["lookup"]["ratio_vs_hash"] > 0
+PY
+
+expect "plan --repeat 1 --json (its trace and reference from bench-data)" "$bench" plan --repeat 1 --json
+$py - "$work/out" "$build" <<'PY' && ok "plan agrees with the reference to the block" || bad "plan JSON: $(head -c 400 "$work/out")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["exact"] and d["ratio_vs_reference"] > 0, d
+assert d["trace"].startswith(sys.argv[2] + "/bench-data/"), d["trace"]
+PY
+
+expect_fail "an unknown benchmark" "unknown benchmark" "$bench" frobnicate
+expect_fail "no benchmark named" "usage" "$bench"
+expect "--help" "$bench" --help
+for c in dram nvme sharedfs s3 plan hierarchy; do
+	"$bench" "$c" --help >"$work/out" 2>&1 && grep -q "kvtier-bench $c" "$work/out" &&
+		ok "$c --help" || bad "$c --help: $(head -3 "$work/out")"
+done
+expect_fail "hierarchy: a bad option" "unknown option" "$bench" hierarchy --frobnicate
+
+# Not installed, and none of it in kvtier (cli_symbols.sh checks the library).
+if cmake --install "$build" --prefix "$work/prefix" >"$work/log" 2>&1; then
+	[ -e "$work/prefix/bin/kvtier" ] && ok "kvtier installed" || bad "kvtier not installed"
+	[ -e "$work/prefix/bin/kvtier-bench" ] && bad "kvtier-bench installed" || ok "kvtier-bench not installed"
+else
+	bad "install: $(tail -3 "$work/log")"
+fi
+if nm --defined-only "$kvtier" | grep -E ' T bench_'; then
+	bad "kvtier holds benchmark code (above)"
+else
+	ok "kvtier holds no benchmark code"
+fi
+
+echo "cli_bench: $fails failure(s)"
+[ "$fails" -eq 0 ]
