@@ -551,9 +551,12 @@ int plan_trace_read(const char *path, enum plan_fmt fmt, uint32_t block_tokens,
 	char *buf = NULL;
 	int rc = 0;
 
+	if (!f) {
+		int e = errno;
+		memset(pt, 0, sizeof(*pt));
+		return kvt_err(-e, "%s: %s", path, strerror(e));
+	}
 	reader_init(&r, path, fmt, block_tokens, max_req, pt);
-	if (!f)
-		return kvt_err(-errno, "%s: %s", path, strerror(errno));
 	if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
 		rc = kvt_err(KVT_EINVAL, "%s: a directory, not a trace", path);
 		goto out;
