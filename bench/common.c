@@ -105,13 +105,7 @@ int bench_chunk_desc(const char *cmd, const char *preset, kvt_ns_desc *d)
 		fprintf(stderr, "kvtier-bench %s: model preset %s missing\n", cmd, preset);
 		return 1;
 	}
-	memset(d, 0, sizeof(*d));
-	d->model = m->model_id;
-	d->layout.num_layers = m->layers;
-	d->layout.num_kv_heads = m->kv_heads;
-	d->layout.head_dim = m->head_dim;
-	d->layout.dtype = KVT_DTYPE_BF16;
-	d->layout.kv_planes = 2;
+	kvt_model_preset_desc(m, d);
 	d->layout.block_size = 16;
 	d->layout.chunk_tokens = 256;
 	d->tp_size = 1;

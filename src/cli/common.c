@@ -148,13 +148,7 @@ int cli_desc(const cli_common *c, kvt_ns_desc *d)
 		cli_models_print(stderr);
 		return 1;
 	}
-	memset(d, 0, sizeof(*d));
-	d->model = m->model_id;
-	d->layout.num_layers = m->layers;
-	d->layout.num_kv_heads = m->kv_heads;
-	d->layout.head_dim = m->head_dim;
-	d->layout.dtype = KVT_DTYPE_BF16;
-	d->layout.kv_planes = 2;
+	kvt_model_preset_desc(m, d);
 	d->layout.block_size = 0; /* the library's default (kvt_config_ns) */
 	d->layout.chunk_tokens = c->chunk;
 	d->tenant = c->tenant;

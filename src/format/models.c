@@ -9,6 +9,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "kvtier.h"
+
 const kvt_model_preset kvt_model_presets[] = {
 	{ "llama3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", "Llama-3.1-8B", 8.03e9, 32, 4096, 8, 128 },
 	{ "llama3.1-70b", "meta-llama/Llama-3.1-70B-Instruct", "Llama-3.1-70B", 70.6e9, 80, 8192, 8, 128 },
@@ -29,4 +31,15 @@ const kvt_model_preset *kvt_model_preset_find(const char *name)
 			return m;
 	}
 	return NULL;
+}
+
+void kvt_model_preset_desc(const kvt_model_preset *m, struct kvt_ns_desc *d)
+{
+	memset(d, 0, sizeof(*d));
+	d->model = m->model_id;
+	d->layout.num_layers = m->layers;
+	d->layout.num_kv_heads = m->kv_heads;
+	d->layout.head_dim = m->head_dim;
+	d->layout.dtype = KVT_DTYPE_BF16;
+	d->layout.kv_planes = 2;
 }

@@ -25,4 +25,9 @@ extern const size_t kvt_n_model_presets;
  * none. */
 const kvt_model_preset *kvt_model_preset_find(const char *name);
 
+struct kvt_ns_desc;
+/* Zero *d and fill the model id and its KV layout (bf16, K and V); the
+ * caller sets block size, chunk tokens, ranks and tenant. */
+void kvt_model_preset_desc(const kvt_model_preset *m, struct kvt_ns_desc *d);
+
 #endif

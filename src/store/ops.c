@@ -139,25 +139,40 @@ static int op_submit(kvt_store *st, kvt_op *op, kvt_op **out)
 	return 0;
 }
 
-int kvt_get_async(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
-		  void *buf, size_t cap, kvt_op **out)
+/* A new op of `kind` on `key`, its arguments checked; NULL with *rc set
+ * (and *out cleared) if they are wrong. */
+static kvt_op *op_new(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+		      int kind, kvt_op **out, int *rc)
 {
 	kvt_op *op;
-	int rc;
 
 	kvt_err_clear();
 	if (out)
 		*out = NULL;
-	if ((rc = store_check_args(st, ns, key)))
-		return rc;
-	if (!out)
-		return kvt_err(KVT_EINVAL, "op output missing");
-	op = calloc(1, sizeof(*op));
-	if (!op)
-		return kvt_err(KVT_ENOMEM, "out of memory");
-	op->kind = OP_GET;
+	if ((*rc = store_check_args(st, ns, key)))
+		return NULL;
+	if (!out) {
+		*rc = kvt_err(KVT_EINVAL, "op output missing");
+		return NULL;
+	}
+	if (!(op = calloc(1, sizeof(*op)))) {
+		*rc = kvt_err(KVT_ENOMEM, "out of memory");
+		return NULL;
+	}
+	op->kind = kind;
 	op->ns = *ns;
 	op->key = *key;
+	return op;
+}
+
+int kvt_get_async(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+		  void *buf, size_t cap, kvt_op **out)
+{
+	int rc;
+	kvt_op *op = op_new(st, ns, key, OP_GET, out, &rc);
+
+	if (!op)
+		return rc;
 	op->buf = buf;
 	op->len = cap;
 	return op_submit(st, op, out);
@@ -166,22 +181,11 @@ int kvt_get_async(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 int kvt_put_async(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		  const void *payload, size_t len, int durability, kvt_op **out)
 {
-	kvt_op *op;
 	int rc;
+	kvt_op *op = op_new(st, ns, key, OP_PUT, out, &rc);
 
-	kvt_err_clear();
-	if (out)
-		*out = NULL;
-	if ((rc = store_check_args(st, ns, key)))
-		return rc;
-	if (!out)
-		return kvt_err(KVT_EINVAL, "op output missing");
-	op = calloc(1, sizeof(*op));
 	if (!op)
-		return kvt_err(KVT_ENOMEM, "out of memory");
-	op->kind = OP_PUT;
-	op->ns = *ns;
-	op->key = *key;
+		return rc;
 	op->payload = payload;
 	op->len = len;
 	op->durability = durability;
