@@ -431,25 +431,6 @@ static uint8_t *image_of(const kvt_key *key, uint64_t seed)
 	return img;
 }
 
-static int count_bad_one(void *arg, const kvt_key *key, const char *where,
-			 int proven, const char *why)
-{
-	(void)key;
-	(void)proven;
-	CHECK(strstr(where, ".kvt") != NULL);
-	CHECK(why[0] != '\0');
-	(*(int *)arg)++;
-	return 0;
-}
-
-static int count_bad(kvt_tier *t)
-{
-	int n = 0;
-
-	CHECK_EQ(t->ops->bad_iterate(t, count_bad_one, &n), 0);
-	return n;
-}
-
 static void test_bad_files_at_open(void)
 {
 	char *dir = new_dir();
@@ -505,7 +486,7 @@ static void test_bad_files_at_open(void)
 	CHECK(file_exists(final_path(dir, &kt)));
 	CHECK(file_exists(final_path(dir, &kf)));
 	CHECK(file_exists(final_path(dir, &kn)));
-	CHECK_EQ(count_bad(t), 3);
+	CHECK_EQ(tt_count_bad(t), 3);
 	snprintf(p, sizeof(p), "%s/ab/cd/short.kvt", dir);
 	CHECK(file_exists(p)); /* not a name we make: not ours at all */
 	snprintf(p, sizeof(p), "%s/ab/cd/.nfs000123", dir);
@@ -518,7 +499,7 @@ static void test_bad_files_at_open(void)
 	/* Proven damage is the repair's to move aside, on a shared tier too. */
 	CHECK_EQ(t->ops->repair(t, &kt), 0);
 	CHECK(!file_exists(final_path(dir, &kt)));
-	CHECK_EQ(count_bad(t), 2);
+	CHECK_EQ(tt_count_bad(t), 2);
 	t->ops->close(t);
 
 	fprintf(stderr, "(expect a warning: payload checksum)\n");

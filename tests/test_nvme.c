@@ -121,26 +121,6 @@ static int get_cmp(kvt_tier *t, const kvt_key *key, const uint8_t *img,
 
 static char path_buf[PATH_MAX];
 
-static int count_bad_one(void *arg, const kvt_key *key, const char *where,
-			 int proven, const char *why)
-{
-	(void)key;
-	(void)proven;
-	CHECK(strstr(where, ".kvt") != NULL);
-	CHECK(why[0] != '\0');
-	(*(int *)arg)++;
-	return 0;
-}
-
-/* How many files the tier lists as bad. */
-static int count_bad(kvt_tier *t)
-{
-	int n = 0;
-
-	CHECK_EQ(t->ops->bad_iterate(t, count_bad_one, &n), 0);
-	return n;
-}
-
 /* Objects moved into <dir>/quarantine, each with its .why beside it. */
 static int count_quarantined(const char *dir)
 {
@@ -328,16 +308,16 @@ static void test_bad_files_at_open(void)
 		 * listed as bad with the reason, and never served. */
 		CHECK_EQ(file_size(final_path(dir, &k[0])), 4096 + 100);
 		CHECK_EQ(file_size(final_path(dir, &k[1])), (long)sl);
-		CHECK_EQ(count_bad(t), 2);
+		CHECK_EQ(tt_count_bad(t), 2);
 		/* The writer replaces a bad file when it puts that key. */
 		CHECK_EQ(put_one(t, &ns_small, &k[0], 20, KVT_DUR_CACHED, NULL), 0);
 		CHECK_EQ(t->ops->exists(t, &k[0]), 1);
 		CHECK_EQ(file_size(final_path(dir, &k[0])), (long)sl);
-		CHECK_EQ(count_bad(t), 1);
+		CHECK_EQ(tt_count_bad(t), 1);
 		/* The explicit repair moves the other aside, with its reason. */
 		CHECK_EQ(t->ops->repair(t, &k[1]), 0);
 		CHECK_EQ(file_size(final_path(dir, &k[1])), -1);
-		CHECK_EQ(count_bad(t), 0);
+		CHECK_EQ(tt_count_bad(t), 0);
 		CHECK_EQ(count_quarantined(dir), 2); /* k[0]'s bad copy too */
 		t->ops->close(t);
 	}
@@ -494,7 +474,7 @@ static void test_faults(void)
 	CHECK_EQ(t->ops->get(t, &k3, &r), -EIO);
 	f.pread_err = 0;
 	CHECK_EQ(t->ops->exists(t, &k3), 1);
-	CHECK_EQ(count_bad(t), 0);
+	CHECK_EQ(tt_count_bad(t), 0);
 	CHECK_EQ(t->ops->get(t, &k3, &r), 0);
 	if (r)
 		t->ops->release(t, r);

@@ -133,37 +133,6 @@ static guard guard_make(int refuse)
 	return g;
 }
 
-/* --- a fingerprint of the whole tree: names, sizes, mtimes, contents ------ */
-
-static uint64_t fp_acc;
-
-static int fp_one(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-	uint64_t h = 1469598103934665603ull;
-	(void)f;
-	for (const char *c = p; *c; c++)
-		h = (h ^ (uint8_t)*c) * 1099511628211ull;
-	h ^= (uint64_t)st->st_size * 31 + (uint64_t)st->st_mtim.tv_sec * 7 +
-	     (uint64_t)st->st_mtim.tv_nsec;
-	if (flag == FTW_F) {
-		FILE *fp = fopen(p, "rb");
-		int c;
-		while (fp && (c = fgetc(fp)) != EOF)
-			h = (h ^ (uint8_t)c) * 1099511628211ull;
-		if (fp)
-			fclose(fp);
-	}
-	fp_acc += tt_mix64(h); /* order-free */
-	return 0;
-}
-
-static uint64_t fingerprint(const char *root)
-{
-	fp_acc = 0;
-	nftw(root, fp_one, 16, FTW_PHYS);
-	return fp_acc;
-}
-
 /* --- the directory under test --------------------------------------------- */
 
 static kvt_ns ns;
@@ -291,7 +260,7 @@ static void test_kind(int kind)
 
 	tt_var_tmp(base, dir, sizeof(dir), 64ull << 20);
 	populate(kind, dir, buf);
-	before = fingerprint(dir);
+	before = tt_tree_fingerprint(dir);
 
 	/* Inspection: read_only, a capacity far below what the tree holds. */
 	g = guard_make(0);
@@ -309,7 +278,7 @@ static void test_kind(int kind)
 		fprintf(stderr, "%s: %d mutating call(s) in a read-only open\n", name,
 			g.mutations);
 	CHECK_EQ(g.mutations, 0);
-	CHECK(fingerprint(dir) == before);
+	CHECK(tt_tree_fingerprint(dir) == before);
 
 	/* A read-only mount: writes refused by the file system itself. */
 	g = guard_make(1);
@@ -328,7 +297,7 @@ static void test_kind(int kind)
 		t->ops->close(t);
 	}
 	CHECK_EQ(g.mutations, 0);
-	CHECK(fingerprint(dir) == before);
+	CHECK(tt_tree_fingerprint(dir) == before);
 
 	tt_rm_rf(base);
 	free(buf);

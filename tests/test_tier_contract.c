@@ -440,37 +440,6 @@ static off_t tc_file_size(const char *path)
 	return stat(path, &st) ? -1 : st.st_size;
 }
 
-static uint64_t fp_acc;
-
-static int fp_one(const char *p, const struct stat *st, int flag, struct FTW *f)
-{
-	uint64_t h = 1469598103934665603ull;
-
-	(void)f;
-	for (const char *c = p; *c; c++)
-		h = (h ^ (uint8_t)*c) * 1099511628211ull;
-	h ^= (uint64_t)st->st_size * 31 + (uint64_t)st->st_mtim.tv_sec * 7 +
-	     (uint64_t)st->st_mtim.tv_nsec;
-	if (flag == FTW_F) {
-		FILE *fp = fopen(p, "rb");
-		int c;
-		while (fp && (c = fgetc(fp)) != EOF)
-			h = (h ^ (uint8_t)c) * 1099511628211ull;
-		if (fp)
-			fclose(fp);
-	}
-	fp_acc += tt_mix64(h); /* order-free */
-	return 0;
-}
-
-/* Names, sizes, mtimes and contents of every file and directory. */
-static uint64_t tc_tree_fingerprint(const char *root)
-{
-	fp_acc = 0;
-	nftw(root, fp_one, 16, FTW_PHYS);
-	return fp_acc;
-}
-
 static void tc_count_leaf(void *arg, const char *name)
 {
 	(void)name;
@@ -1314,7 +1283,7 @@ static uint64_t tc_medium_fingerprint(const tc_tier *T, const char *where, int *
 	if (T->caps & TC_S3)
 		return tc_s3_fingerprint(where, count);
 	*count = tc_files_published(where);
-	return tc_tree_fingerprint(where);
+	return tt_tree_fingerprint(where);
 }
 
 /* Everything a reader does, over `n` keys: exists, get with the store's

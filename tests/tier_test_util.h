@@ -242,4 +242,60 @@ static inline void tt_walk_leaves(const char *root,
 	closedir(d0);
 }
 
+
+/* --- what a test checks of a tier's medium ------------------------------- */
+
+static inline int tt_count_bad_one(void *arg, const kvt_key *key, const char *where,
+				   int proven, const char *why)
+{
+	(void)key;
+	(void)proven;
+	CHECK(strstr(where, ".kvt") != NULL);
+	CHECK(why[0] != '\0');
+	(*(int *)arg)++;
+	return 0;
+}
+
+/* How many objects the tier lists as bad (each with a path and a reason). */
+static inline int tt_count_bad(kvt_tier *t)
+{
+	int n = 0;
+
+	CHECK_EQ(t->ops->bad_iterate(t, tt_count_bad_one, &n), 0);
+	return n;
+}
+
+static uint64_t tt_fp_acc;
+
+static inline int tt_fp_one(const char *p, const struct stat *st, int flag,
+			    struct FTW *f)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	(void)f;
+	for (const char *c = p; *c; c++)
+		h = (h ^ (uint8_t)*c) * 1099511628211ull;
+	h ^= (uint64_t)st->st_size * 31 + (uint64_t)st->st_mtim.tv_sec * 7 +
+	     (uint64_t)st->st_mtim.tv_nsec;
+	if (flag == FTW_F) {
+		FILE *fp = fopen(p, "rb");
+		int c;
+		while (fp && (c = fgetc(fp)) != EOF)
+			h = (h ^ (uint8_t)c) * 1099511628211ull;
+		if (fp)
+			fclose(fp);
+	}
+	tt_fp_acc += tt_mix64(h); /* order-free */
+	return 0;
+}
+
+/* Names, sizes, mtimes and contents of every file and directory below
+ * root: equal before and after means the tree did not change. */
+static inline uint64_t tt_tree_fingerprint(const char *root)
+{
+	tt_fp_acc = 0;
+	nftw(root, tt_fp_one, 16, FTW_PHYS);
+	return tt_fp_acc;
+}
+
 #endif
