@@ -893,8 +893,6 @@ static void s3_hmac_hex(const s3_tier *t, const uint8_t *img, size_t len,
 
 /* --- listing ------------------------------------------------------------- */
 
-typedef int (*s3_list_fn)(void *arg, const char *key, size_t klen,
-			  uint64_t size, int64_t mtime_s);
 
 static void s3_xml_unescape(char *s)
 {
@@ -1003,6 +1001,66 @@ static long s3_tokset_add(s3_tokset *s, const char *tok, uint32_t page)
  * deadline and page limit; *pages (may be NULL) counts the pages read.  An
  * error ends the walk: the caller must not take what it saw for the whole
  * prefix. */
+int kvt_s3_parse_list_page(const char *xml, size_t len, const char *prefix,
+			   s3_list_fn fn, void *arg, int *truncated, char *token,
+			   size_t token_cap, const char *where, unsigned page)
+{
+	size_t plen = strlen(prefix);
+	char trunc[16] = "";
+	const char *p;
+	int rc = 0;
+
+	*truncated = 0;
+	token[0] = '\0';
+	/* A NUL would end every search below early and silently. */
+	if (strlen(xml) != len)
+		return kvt_err(-EPROTO, "%s: page %u holds a NUL byte at %zu of %zu",
+			       where, page, strlen(xml), len);
+	if (!strstr(xml, "<ListBucketResult"))
+		return kvt_err(-EPROTO, "%s: page %u is not a ListBucketResult: '%.80s'",
+			       where, page, xml);
+	s3_xml_tag(xml, "IsTruncated", trunc, sizeof(trunc));
+	*truncated = !strcmp(trunc, "true");
+	if (*truncated) {
+		int got = s3_xml_tag(xml, "NextContinuationToken", token, token_cap);
+		s3_xml_unescape(token);
+		if (got == -2)
+			return kvt_err(-EPROTO,
+				       "%s: page %u gives a NextContinuationToken longer than %zu bytes",
+				       where, page, token_cap - 1);
+		if (got || !token[0])
+			return kvt_err(-EPROTO,
+				       "%s: page %u says IsTruncated=true but gives no "
+				       "NextContinuationToken: the rest cannot be listed",
+				       where, page);
+	}
+	for (p = xml; !rc && (p = strstr(p, "<Contents>"));) {
+		const char *end = strstr(p, "</Contents>");
+		char blk[8192], key[1100], sz[32] = "0", lm[64] = "";
+		size_t bl;
+		if (!end)
+			return kvt_err(-EPROTO, "%s: page %u ends inside a <Contents> element",
+				       where, page);
+		bl = (size_t)(end - p);
+		if (bl >= sizeof(blk))
+			return kvt_err(-EPROTO, "%s: page %u has a <Contents> element of %zu bytes (at most %zu)",
+				       where, page, bl, sizeof(blk) - 1);
+		memcpy(blk, p, bl);
+		blk[bl] = '\0';
+		p = end;
+		if (s3_xml_tag(blk, "Key", key, sizeof(key)))
+			continue;
+		s3_xml_unescape(key);
+		s3_xml_tag(blk, "Size", sz, sizeof(sz));
+		s3_xml_tag(blk, "LastModified", lm, sizeof(lm));
+		if (strncmp(key, prefix, plen))
+			continue;
+		rc = fn(arg, key + plen, strlen(key + plen), strtoull(sz, NULL, 10),
+			s3_parse_time(lm));
+	}
+	return rc;
+}
+
 static int s3_list(s3_tier *t, s3_list_fn fn, void *arg, uint64_t *pages)
 {
 	/* Large buffers on the heap: tokens can be long, and percent-encoding
@@ -1013,7 +1071,6 @@ static int s3_list(s3_tier *t, s3_list_fn fn, void *arg, uint64_t *pages)
 		char where[S3_NAME_MAX + 256];
 	} *b = calloc(1, sizeof(*b));
 	int64_t deadline = s3_now_ms() + t->list_timeout_ms;
-	size_t plen = strlen(t->prefix);
 	s3_tokset seen = { 0 };
 	uint32_t page;
 	int rc = 0;
@@ -1027,11 +1084,9 @@ static int s3_list(s3_tier *t, s3_list_fn fn, void *arg, uint64_t *pages)
 	s3_uri_encode(t->prefix, b->enc_pre, sizeof(b->enc_pre));
 	for (page = 1; !rc; page++) {
 		int64_t now = s3_now_ms(), page_deadline = now + t->timeout_ms;
-		char trunc[16] = "";
-		const char *p;
 		s3_req r;
 		long first = 0;
-		int tr;
+		int tr = 0;
 
 		if (page > t->list_max_pages) {
 			rc = kvt_err(KVT_ETOOBIG,
@@ -1079,52 +1134,17 @@ static int s3_list(s3_tier *t, s3_list_fn fn, void *arg, uint64_t *pages)
 			s3_req_fini(&r);
 			break;
 		}
-		b->token[0] = '\0';
-		s3_xml_tag((char *)r.buf, "IsTruncated", trunc, sizeof(trunc));
-		tr = !strcmp(trunc, "true");
-		if (tr) {
-			int got = s3_xml_tag((char *)r.buf, "NextContinuationToken",
-					     b->token, sizeof(b->token));
-			s3_xml_unescape(b->token);
-			if (got == -2)
-				rc = kvt_err(-EPROTO,
-					     "%s: page %u gives a NextContinuationToken longer than %d bytes",
-					     b->where, page, S3_TOKEN_MAX - 1);
-			else if (got || !b->token[0])
-				rc = kvt_err(-EPROTO,
-					     "%s: page %u says IsTruncated=true but gives no "
-					     "NextContinuationToken: the rest cannot be listed",
-					     b->where, page);
-			else if ((first = s3_tokset_add(&seen, b->token, page)) > 0)
-				rc = kvt_err(-EPROTO,
-					     "%s: page %u repeats NextContinuationToken '%.200s' "
-					     "first given by page %ld: the endpoint's listing loops; stopped",
-					     b->where, page, b->token, first);
-			else if (first < 0)
-				rc = (int)first;
-		}
-		for (p = (char *)r.buf; !rc && (p = strstr(p, "<Contents>"));) {
-			const char *end = strstr(p, "</Contents>");
-			char blk[2048], key[1100], sz[32] = "0", lm[64] = "";
-			size_t bl;
-			if (!end)
-				break;
-			bl = (size_t)(end - p);
-			if (bl >= sizeof(blk))
-				bl = sizeof(blk) - 1;
-			memcpy(blk, p, bl);
-			blk[bl] = '\0';
-			p = end;
-			if (s3_xml_tag(blk, "Key", key, sizeof(key)))
-				continue;
-			s3_xml_unescape(key);
-			s3_xml_tag(blk, "Size", sz, sizeof(sz));
-			s3_xml_tag(blk, "LastModified", lm, sizeof(lm));
-			if (strncmp(key, t->prefix, plen))
-				continue;
-			rc = fn(arg, key + plen, strlen(key + plen),
-				strtoull(sz, NULL, 10), s3_parse_time(lm));
-		}
+		rc = r.buf ? kvt_s3_parse_list_page((const char *)r.buf, r.len, t->prefix, fn,
+						    arg, &tr, b->token, sizeof(b->token),
+						    b->where, page)
+			   : kvt_err(-EPROTO, "%s: page %u is empty", b->where, page);
+		if (!rc && tr && (first = s3_tokset_add(&seen, b->token, page)) > 0)
+			rc = kvt_err(-EPROTO,
+				     "%s: page %u repeats NextContinuationToken '%.200s' "
+				     "first given by page %ld: the endpoint's listing loops; stopped",
+				     b->where, page, b->token, first);
+		else if (!rc && tr && first < 0)
+			rc = (int)first;
 		s3_req_fini(&r);
 		if (pages)
 			*pages = page;

@@ -129,6 +129,20 @@ int kvt_s3_gc(kvt_tier *t, uint64_t max_age_s, uint64_t budget_bytes,
 int kvt_s3_put_raw(kvt_tier *t, const char *name, const void *data,
 		   size_t len);
 
+/* One object of a listing: its name below the prefix, size and mtime. */
+typedef int (*s3_list_fn)(void *arg, const char *key, size_t klen,
+			  uint64_t size, int64_t mtime_s);
+
+/* Parse one ListObjectsV2 page: `xml` is len bytes plus a NUL (bytes from
+ * the endpoint: a fuzz target drives this).  Each <Contents> whose Key is
+ * under `prefix` goes to fn; *truncated and `token` (token_cap bytes) say
+ * whether and where the listing goes on.  0, fn's nonzero code, or -EPROTO
+ * naming `where` and `page` (not a ListBucketResult, a NUL inside, a
+ * truncated page without a token, a token or a <Contents> too long). */
+int kvt_s3_parse_list_page(const char *xml, size_t len, const char *prefix,
+			   s3_list_fn fn, void *arg, int *truncated, char *token,
+			   size_t token_cap, const char *where, unsigned page);
+
 /* What the tier knows of its endpoint's health, beyond kvt_tier_stats. */
 typedef struct kvt_s3_status {
 	/* 1: the last request got an HTTP answer; 0: it could not connect or
