@@ -46,22 +46,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fuzz_memfile.h"
 #include "tier/s3.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static int cred_fd = -1, conf_fd = -1;
-static char cred_path[64], conf_path[64];
+static fuzz_memfile cred_f = { -1, "" }, conf_f = { -1, "" };
 
-static int mem_fd(const char *name, char *path, size_t cap)
-{
-	int fd = memfd_create(name, MFD_CLOEXEC);
-
-	if (fd < 0)
-		abort();
-	snprintf(path, cap, "/proc/self/fd/%d", fd);
-	return fd;
-}
 
 static void setup(void)
 {
@@ -72,23 +63,12 @@ static void setup(void)
 
 	for (size_t i = 0; i < sizeof(unset) / sizeof(unset[0]); i++)
 		unsetenv(unset[i]);
-	cred_fd = mem_fd("fuzz_aws_credentials", cred_path, sizeof(cred_path));
-	conf_fd = mem_fd("fuzz_aws_config", conf_path, sizeof(conf_path));
-	setenv("AWS_SHARED_CREDENTIALS_FILE", cred_path, 1);
-	setenv("AWS_CONFIG_FILE", conf_path, 1);
+	fuzz_memfile_open(&cred_f, "fuzz_aws_credentials");
+	fuzz_memfile_open(&conf_f, "fuzz_aws_config");
+	setenv("AWS_SHARED_CREDENTIALS_FILE", cred_f.path, 1);
+	setenv("AWS_CONFIG_FILE", conf_f.path, 1);
 }
 
-static void fill(int fd, const uint8_t *buf, size_t len)
-{
-	if (ftruncate(fd, 0))
-		abort();
-	for (size_t off = 0; off < len;) {
-		ssize_t n = pwrite(fd, buf + off, len - off, (off_t)off);
-		if (n <= 0)
-			abort();
-		off += (size_t)n;
-	}
-}
 
 /* Lines of at most 1022 characters and no NUL: read as the reader would
  * with a buffer of any size. */
@@ -193,7 +173,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	kvt_tier *t = NULL;
 	int compare, found, rc;
 
-	if (cred_fd < 0)
+	if (cred_f.fd < 0)
 		setup();
 	nl = memchr(data, '\n', size);
 	if (!nl)
@@ -204,8 +184,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	cred_len = rs ? (size_t)(rs - cred) : size - (size_t)(cred - data);
 	conf = rs ? rs + 1 : cred + cred_len;
 	conf_len = size - (size_t)(conf - data);
-	fill(cred_fd, cred, cred_len);
-	fill(conf_fd, conf, conf_len);
+	fuzz_memfile_fill(&cred_f, cred, cred_len);
+	fuzz_memfile_fill(&conf_f, conf, conf_len);
 	if (profile[0])
 		setenv("AWS_PROFILE", profile, 1);
 	else
@@ -231,17 +211,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		snprintf(csec, sizeof(csec), "profile %s", profile);
 	compare = plain_file(cred, cred_len) && plain_file(conf, conf_len) &&
 		  strlen(profile) <= 200;
-	user = lookup(cred_path, cred, cred_len, profile, "aws_access_key_id", compare);
-	secret = lookup(cred_path, cred, cred_len, profile, "aws_secret_access_key", compare);
-	token = lookup(cred_path, cred, cred_len, profile, "aws_session_token", compare);
+	user = lookup(cred_f.path, cred, cred_len, profile, "aws_access_key_id", compare);
+	secret = lookup(cred_f.path, cred, cred_len, profile, "aws_secret_access_key", compare);
+	token = lookup(cred_f.path, cred, cred_len, profile, "aws_session_token", compare);
 	if (!user) {
 		free(secret);
 		free(token);
-		user = lookup(conf_path, conf, conf_len, csec, "aws_access_key_id", compare);
-		secret = lookup(conf_path, conf, conf_len, csec, "aws_secret_access_key", compare);
-		token = lookup(conf_path, conf, conf_len, csec, "aws_session_token", compare);
+		user = lookup(conf_f.path, conf, conf_len, csec, "aws_access_key_id", compare);
+		secret = lookup(conf_f.path, conf, conf_len, csec, "aws_secret_access_key", compare);
+		token = lookup(conf_f.path, conf, conf_len, csec, "aws_session_token", compare);
 	}
-	region = lookup(conf_path, conf, conf_len, csec, "region", compare);
+	region = lookup(conf_f.path, conf, conf_len, csec, "region", compare);
 	found = user && secret && *user && *secret;
 	if (compare && rc != (found ? KVT_EINVAL : KVT_ECONFIG))
 		abort();

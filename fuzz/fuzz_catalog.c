@@ -30,6 +30,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fuzz_memfile.h"
 #include "plan/cost.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -41,8 +42,7 @@ static struct {
 	int n_models, n_gpus, n_tiers;
 } builtin;
 
-static int mem_fd = -1;
-static char mem_path[64];
+static fuzz_memfile mem = { -1, "" };
 
 static void setup(void)
 {
@@ -57,10 +57,7 @@ static void setup(void)
 	builtin.n_models = n_models;
 	builtin.n_gpus = n_gpus;
 	builtin.n_tiers = n_tiers;
-	mem_fd = memfd_create("fuzz_catalog", MFD_CLOEXEC);
-	if (mem_fd < 0)
-		abort();
-	snprintf(mem_path, sizeof(mem_path), "/proc/self/fd/%d", mem_fd);
+	fuzz_memfile_open(&mem, "fuzz_catalog");
 }
 
 static void restore(void)
@@ -73,17 +70,6 @@ static void restore(void)
 	n_tiers = builtin.n_tiers;
 }
 
-static void mem_file(const uint8_t *buf, size_t len)
-{
-	if (ftruncate(mem_fd, 0))
-		abort();
-	for (size_t off = 0; off < len;) {
-		ssize_t n = pwrite(mem_fd, buf + off, len - off, (off_t)off);
-		if (n <= 0)
-			abort();
-		off += (size_t)n;
-	}
-}
 
 static int in(double v, double lo, double hi)
 {
@@ -141,10 +127,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	int rc;
 
-	if (mem_fd < 0)
+	if (mem.fd < 0)
 		setup();
-	mem_file(data, size);
-	rc = plan_catalog_load(mem_path);
+	fuzz_memfile_fill(&mem, data, size);
+	rc = plan_catalog_load(mem.path);
 	if (rc && rc != KVT_ECONFIG)
 		abort();
 	if (rc == 0) {
@@ -153,7 +139,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		check_tables();
 		a = tables(&la);
-		if (plan_catalog_load(mem_path))
+		if (plan_catalog_load(mem.path))
 			abort();
 		b = tables(&lb);
 		if (la != lb || memcmp(a, b, la))

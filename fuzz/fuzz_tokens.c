@@ -30,12 +30,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fuzz_memfile.h"
 #include "cli/common.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static int mem_fd = -1;
-static char mem_path[64];
+static fuzz_memfile mem = { -1, "" };
 
 static void setup(void)
 {
@@ -44,23 +44,9 @@ static void setup(void)
 	if (!null)
 		abort();
 	stderr = null;
-	mem_fd = memfd_create("fuzz_tokens", MFD_CLOEXEC);
-	if (mem_fd < 0)
-		abort();
-	snprintf(mem_path, sizeof(mem_path), "/proc/self/fd/%d", mem_fd);
+	fuzz_memfile_open(&mem, "fuzz_tokens");
 }
 
-static void mem_file(const uint8_t *buf, size_t len)
-{
-	if (ftruncate(mem_fd, 0))
-		abort();
-	for (size_t off = 0; off < len;) {
-		ssize_t n = pwrite(mem_fd, buf + off, len - off, (off_t)off);
-		if (n <= 0)
-			abort();
-		off += (size_t)n;
-	}
-}
 
 static int is_sep(uint8_t c)
 {
@@ -132,12 +118,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t n = 0, want, blen = 0, max;
 	int ok, rc;
 
-	if (mem_fd < 0)
+	if (mem.fd < 0)
 		setup();
-	mem_file(data, size);
+	fuzz_memfile_fill(&mem, data, size);
 
 	ok = grammar(data, size, &want);
-	rc = cli_read_tokens(mem_path, &tok, &n);
+	rc = cli_read_tokens(mem.path, &tok, &n);
 	if (rc != 0 && rc != -1)
 		abort();
 	if (ok != (rc == 0))
@@ -150,7 +136,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 
 	max = size ? data[0] : 0;
-	rc = cli_read_file_max(mem_path, max, &back, &blen);
+	rc = cli_read_file_max(mem.path, max, &back, &blen);
 	if ((rc == 0) != (size <= max))
 		abort();
 	if (rc == 0) {

@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #define find_in trace_find_in
+#include "fuzz_memfile.h"
 #include "plan/trace.c"
 #undef find_in
 #include "policy/replay.c"
@@ -56,26 +57,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const uint32_t block_choice[8] = { 0, 1, 2, 3, 16, 64, 256, 512 };
 
-static int mem_fd = -1;
-static char mem_path[64];
+static fuzz_memfile mem = { -1, "" };
 
 /* The input as a file that plan_trace_read can open by name. */
 static int mem_file(const uint8_t *buf, size_t len)
 {
-	if (mem_fd < 0) {
-		mem_fd = memfd_create("fuzz_trace", MFD_CLOEXEC);
-		if (mem_fd < 0)
-			abort();
-		snprintf(mem_path, sizeof(mem_path), "/proc/self/fd/%d", mem_fd);
-	}
-	if (ftruncate(mem_fd, 0))
-		abort();
-	for (size_t off = 0; off < len;) {
-		ssize_t n = pwrite(mem_fd, buf + off, len - off, (off_t)off);
-		if (n <= 0)
-			abort();
-		off += (size_t)n;
-	}
+	if (mem.fd < 0)
+		fuzz_memfile_open(&mem, "fuzz_trace");
+	fuzz_memfile_fill(&mem, buf, len);
 	return 0;
 }
 
@@ -215,7 +204,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (ra)
 		snprintf(msg_parse, sizeof(msg_parse), "%s", kvt_errmsg());
 	mem_file((const uint8_t *)buf, len);
-	rb = plan_trace_read(mem_path, fmt, bt, max_req, &pb);
+	rb = plan_trace_read(mem.path, fmt, bt, max_req, &pb);
 	if (ra != rb)
 		abort();
 	if (ra) {
@@ -223,7 +212,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		/* Unless a sentence filled the 512-byte detail and was cut. */
 		if (strlen(msg_parse) < 500 && strlen(kvt_errmsg()) < 500 &&
-		    strcmp(past(msg_parse, "trace"), past(kvt_errmsg(), mem_path)))
+		    strcmp(past(msg_parse, "trace"), past(kvt_errmsg(), mem.path)))
 			abort();
 	} else {
 		check_plan_trace(&pa, fmt, bt, max_req);
