@@ -50,6 +50,17 @@ void bench_json_str(const char *name, const char *value);
  * returns 1. */
 int bench_fail(const char *cmd, const char *what, int rc);
 
+/* Set n key/value pairs of configuration, stopping at the first refused:
+ * 0 or kvt_config_set's code. */
+int bench_config_set_all(kvt_config *cfg, const char *const kv[][2], size_t n);
+
+/* Open a store from cfg, which is freed whatever happens; `rc` is the code
+ * of the configuring that came before (nonzero: no open, "configuration"
+ * fails).  0, or 1 after bench_fail's message naming `what` (or, with
+ * `quiet`, the open's code and no message). */
+int bench_store_open(const char *cmd, const char *what, kvt_config *cfg, int rc,
+		     int quiet, kvt_store **st);
+
 /* A synthetic key: distinct per (tag, kind, seq); `magic` (8 bytes) marks
  * which benchmark made it. */
 void bench_chunk_key(kvt_key *k, uint32_t tag, uint8_t kind, uint64_t seq,

@@ -341,3 +341,27 @@ drain:
 	return rc;
 }
 
+
+int bench_config_set_all(kvt_config *cfg, const char *const kv[][2], size_t n)
+{
+	int rc = 0;
+
+	for (size_t i = 0; i < n && !rc; i++)
+		rc = kvt_config_set(cfg, kv[i][0], kv[i][1]);
+	return rc;
+}
+
+int bench_store_open(const char *cmd, const char *what, kvt_config *cfg, int rc,
+		     int quiet, kvt_store **st)
+{
+	*st = NULL;
+	if (rc) {
+		kvt_config_free(cfg);
+		return bench_fail(cmd, "configuration", rc);
+	}
+	*st = kvt_store_open(cfg, &rc);
+	kvt_config_free(cfg);
+	if (*st)
+		return 0;
+	return quiet ? rc : bench_fail(cmd, what, rc ? rc : KVT_ENOMEM);
+}

@@ -379,21 +379,12 @@ static int open_store(const char *size, const char *page, kvt_store **st)
 
 	if (!cfg)
 		return bench_fail(CMD, "kvt_config_new", KVT_ENOMEM);
-	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]) && !rc; i++)
-		rc = kvt_config_set(cfg, fixed[i][0], fixed[i][1]);
+	rc = bench_config_set_all(cfg, fixed, sizeof(fixed) / sizeof(fixed[0]));
 	if (!rc)
 		rc = kvt_config_set(cfg, "max_local_cpu_size", size);
 	if (!rc)
 		rc = kvt_config_set(cfg, "dram_page_size", page);
-	if (rc) {
-		kvt_config_free(cfg);
-		return bench_fail(CMD, "configuration", rc);
-	}
-	*st = kvt_store_open(cfg, &rc);
-	kvt_config_free(cfg);
-	if (!*st)
-		return bench_fail(CMD, "kvt_store_open", rc ? rc : KVT_ENOMEM);
-	return 0;
+	return bench_store_open(CMD, "kvt_store_open", cfg, rc, 0, st);
 }
 
 /* The bf16 K+V layout of a model preset, 256-token chunks. */

@@ -81,8 +81,6 @@ struct hier_bench {
 /* Free space under b->base into b->free_bytes: 0, or 1 (printed). */
 int hier_free_space(struct hier_bench *b);
 
-/* kv[i][0] = kv[i][1] for each i, stopping at the first error. */
-int hier_cfg_set_all(kvt_config *cfg, const char *const kv[][2], size_t n);
 
 /* `bytes` as "<n>KiB", rounded up to 4 KiB. */
 void hier_size_kib(char *out, size_t cap, uint64_t bytes);

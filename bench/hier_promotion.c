@@ -74,7 +74,7 @@ static int promo_open(const char *dir, uint64_t disk_bytes, uint64_t dram_bytes,
 
 	if (!cfg)
 		return bench_fail(HIER_CMD, "kvt_config_new", KVT_ENOMEM);
-	rc = hier_cfg_set_all(cfg, fixed, sizeof(fixed) / sizeof(fixed[0]));
+	rc = bench_config_set_all(cfg, fixed, sizeof(fixed) / sizeof(fixed[0]));
 	if (!rc)
 		rc = kvt_config_set(cfg, "local_cpu", dram_bytes ? "true" : "false");
 	if (!rc && dram_bytes) {
@@ -87,15 +87,7 @@ static int promo_open(const char *dir, uint64_t disk_bytes, uint64_t dram_bytes,
 	}
 	if (!rc)
 		rc = kvt_config_set(cfg, "local_disk", dir);
-	if (rc) {
-		kvt_config_free(cfg);
-		return bench_fail(HIER_CMD, "configuration", rc);
-	}
-	*st = kvt_store_open(cfg, &rc);
-	kvt_config_free(cfg);
-	if (!*st)
-		return bench_fail(HIER_CMD, "kvt_store_open", rc ? rc : KVT_ENOMEM);
-	return 0;
+	return bench_store_open(HIER_CMD, "kvt_store_open", cfg, rc, 0, st);
 }
 
 /* n puts (bufs == NULL) or gets, HIER_IN_FLIGHT outstanding, oldest first. */

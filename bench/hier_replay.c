@@ -94,7 +94,7 @@ static int tr_open(const char *dir, const struct hier_tr_conf *c, kvt_store **st
 
 	if (!cfg)
 		return bench_fail(HIER_CMD, "kvt_config_new", KVT_ENOMEM);
-	rc = hier_cfg_set_all(cfg, fixed, sizeof(fixed) / sizeof(fixed[0]));
+	rc = bench_config_set_all(cfg, fixed, sizeof(fixed) / sizeof(fixed[0]));
 	/* The policies fill 97% of a tier: size it so that share holds the
 	 * wanted number of images. */
 	if (!rc) {
@@ -115,15 +115,7 @@ static int tr_open(const char *dir, const struct hier_tr_conf *c, kvt_store **st
 		rc = kvt_config_set(cfg, "nvme_admission", c->admit);
 	if (!rc)
 		rc = kvt_config_set(cfg, "nvme_write", c->write);
-	if (rc) {
-		kvt_config_free(cfg);
-		return bench_fail(HIER_CMD, "configuration", rc);
-	}
-	*st = kvt_store_open(cfg, &rc);
-	kvt_config_free(cfg);
-	if (!*st)
-		return bench_fail(HIER_CMD, "kvt_store_open (replay)", rc ? rc : KVT_ENOMEM);
-	return 0;
+	return bench_store_open(HIER_CMD, "kvt_store_open (replay)", cfg, rc, 0, st);
 }
 
 /* What the hierarchy's policy of a tier holds, in 68 KiB images (mirrors

@@ -46,15 +46,6 @@ int hier_free_space(struct hier_bench *b)
 	return 0;
 }
 
-int hier_cfg_set_all(kvt_config *cfg, const char *const kv[][2], size_t n)
-{
-	int rc = 0;
-
-	for (size_t i = 0; i < n && !rc; i++)
-		rc = kvt_config_set(cfg, kv[i][0], kv[i][1]);
-	return rc;
-}
-
 void hier_size_kib(char *out, size_t cap, uint64_t bytes)
 {
 	snprintf(out, cap, "%lluKiB", (unsigned long long)(((bytes + 4095) >> 12) << 2));

@@ -227,23 +227,14 @@ static int open_store(const char *dir, uint64_t capacity, kvt_store **st,
 
 	if (!cfg)
 		return bench_fail(CMD, "kvt_config_new", KVT_ENOMEM);
-	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]) && !rc; i++)
-		rc = kvt_config_set(cfg, fixed[i][0], fixed[i][1]);
+	rc = bench_config_set_all(cfg, fixed, sizeof(fixed) / sizeof(fixed[0]));
 	snprintf(cap, sizeof(cap), "%lluMiB",
 		 (unsigned long long)((capacity + (1u << 20) - 1) >> 20));
 	if (!rc)
 		rc = kvt_config_set(cfg, "max_local_disk_size", cap);
 	if (!rc)
 		rc = kvt_config_set(cfg, "local_disk", dir);
-	if (rc) {
-		kvt_config_free(cfg);
-		return bench_fail(CMD, "configuration", rc);
-	}
-	*st = kvt_store_open(cfg, &rc);
-	kvt_config_free(cfg);
-	if (!*st)
-		return quiet_fail ? rc : bench_fail(CMD, "kvt_store_open", rc ? rc : KVT_ENOMEM);
-	return 0;
+	return bench_store_open(CMD, "kvt_store_open", cfg, rc, quiet_fail, st);
 }
 
 /* n puts (bufs == NULL) or gets of keys tag/seq0.., IN_FLIGHT outstanding,
