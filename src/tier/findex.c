@@ -54,11 +54,15 @@ void kvt_findex_fini(struct kvt_findex *ix)
 		next = e->older;
 		free(e);
 	}
-	while (ix->bad) {
-		struct kvt_findex_bad *b = ix->bad;
-		ix->bad = b->next;
-		free(b);
-	}
+	for (size_t i = 0; i < ix->bad_nb; i++)
+		while (ix->bad[i]) {
+			struct kvt_findex_bad *b = ix->bad[i];
+			ix->bad[i] = b->next;
+			free(b);
+		}
+	free(ix->bad);
+	ix->bad = NULL;
+	ix->bad_nb = 0;
 	free(ix->buckets);
 	ix->buckets = NULL;
 	pthread_mutex_destroy(&ix->mu);
@@ -214,6 +218,28 @@ void kvt_findex_reap(struct kvt_findex_ent *victims, kvt_io *io,
 	}
 }
 
+/* Double the bad list's buckets (caller holds ix->mu): 0 or -1. */
+static int findex_bad_grow(struct kvt_findex *ix)
+{
+	size_t n = ix->bad_nb ? ix->bad_nb * 2 : 64;
+	struct kvt_findex_bad **nb = calloc(n, sizeof(*nb));
+
+	if (!nb)
+		return ix->bad_nb ? 0 : -1; /* longer chains, still correct */
+	for (size_t i = 0; i < ix->bad_nb; i++)
+		while (ix->bad[i]) {
+			struct kvt_findex_bad *b = ix->bad[i];
+			size_t h = findex_bucket(n, &b->key);
+			ix->bad[i] = b->next;
+			b->next = nb[h];
+			nb[h] = b;
+		}
+	free(ix->bad);
+	ix->bad = nb;
+	ix->bad_nb = n;
+	return 0;
+}
+
 void kvt_findex_bad_put(struct kvt_findex *ix, const struct kvt_findex_bad *b)
 {
 	struct kvt_findex_bad *c = malloc(sizeof(*c));
@@ -222,8 +248,14 @@ void kvt_findex_bad_put(struct kvt_findex *ix, const struct kvt_findex_bad *b)
 		return;
 	*c = *b;
 	pthread_mutex_lock(&ix->mu);
-	c->next = ix->bad;
-	ix->bad = c;
+	if (ix->nbad >= ix->bad_nb && findex_bad_grow(ix)) {
+		pthread_mutex_unlock(&ix->mu);
+		free(c); /* without memory it is only not listed */
+		return;
+	}
+	size_t h = findex_bucket(ix->bad_nb, &c->key);
+	c->next = ix->bad[h];
+	ix->bad[h] = c;
 	ix->nbad++;
 	pthread_mutex_unlock(&ix->mu);
 }
@@ -411,7 +443,8 @@ int kvt_findex_bad_take(struct kvt_findex *ix, const kvt_key *key,
 	struct kvt_findex_bad **p, *b = NULL;
 
 	pthread_mutex_lock(&ix->mu);
-	for (p = &ix->bad; *p; p = &(*p)->next) {
+	for (p = ix->bad_nb ? &ix->bad[findex_bucket(ix->bad_nb, key)] : &b; *p;
+	     p = &(*p)->next) {
 		if (!memcmp((*p)->key.b, key->b, KVT_KEY_BYTES)) {
 			b = *p;
 			*p = b->next;
@@ -440,13 +473,14 @@ int kvt_findex_bad_iterate(struct kvt_findex *ix, const char *tier,
 
 	pthread_mutex_lock(&ix->mu);
 	items = malloc((ix->nbad ? ix->nbad : 1) * sizeof(*items));
-	for (b = ix->bad; items && b; b = b->next)
-		items[n++] = *b;
+	for (size_t k = 0; items && k < ix->bad_nb; k++)
+		for (b = ix->bad[k]; b; b = b->next)
+			items[n++] = *b;
 	pthread_mutex_unlock(&ix->mu);
 	if (!items)
 		return kvt_err(KVT_ENOMEM, "%s: no memory to list bad files", tier);
-	for (i = n; i > 0 && !rc; i--) /* the list is newest first */
-		rc = fn(arg, &items[i - 1]);
+	for (i = 0; i < n && !rc; i++)
+		rc = fn(arg, &items[i]);
 	free(items);
 	return rc;
 }

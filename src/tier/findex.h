@@ -58,7 +58,10 @@ struct kvt_findex_bad {
 
 struct kvt_findex {
 	pthread_mutex_t mu; /* guards everything below */
-	struct kvt_findex_bad *bad; /* bad files at final names, newest first */
+	/* Bad files at final names, chained by key hash: a directory a node
+	 * cannot read may hold millions, so no lookup walks them all. */
+	struct kvt_findex_bad **bad;
+	size_t bad_nb; /* buckets, a power of two; 0 until the first */
 	uint64_t nbad;
 	struct kvt_findex_ent **buckets;
 	size_t nbuckets; /* power of two */
@@ -151,7 +154,7 @@ void kvt_findex_stats(struct kvt_findex *ix, kvt_tier_stats *out,
 void kvt_findex_note_bad(struct kvt_findex *ix, const kvt_key *key,
 			 const struct stat *st, int proven, const char *path,
 			 const char *why, const char *tier);
-/* The bad files known, oldest first, each handed to fn (a snapshot: fn may
+/* The bad files known, in no set order, each handed to fn (a snapshot: fn may
  * call back into the tier).  A nonzero return stops the walk and is
  * returned. */
 int kvt_findex_bad_iterate(struct kvt_findex *ix, const char *tier,
