@@ -5,7 +5,7 @@ set -euo pipefail
 
 pkgs=(
   build-essential cmake pkg-config clang libclang-rt-dev
-  libssl-dev libxxhash-dev libyaml-dev liburing-dev libcurl4-openssl-dev
+  libssl-dev libxxhash-dev libyaml-dev liburing-dev libcurl4-openssl-dev libjansson-dev libexpat1-dev
   fio python3 python3-cbor2 nodejs npm awscli gnuplot-nox chromium
 )
 missing=()
