@@ -23,16 +23,15 @@
  * Shared use (docs/SHAREDFS.md): a background thread refreshes the index
  * from the directory in bounded slices (readdir; a header read per new
  * name), so other nodes' chunks appear and collected ones disappear within
- * a stated staleness bound; kvt_fsdir_gc is the coordinator-free collector.
+ * a stated staleness bound (fsdir_refresh.c); kvt_fsdir_gc is the
+ * coordinator-free collector (fsdir_gc.c).
  * With an authentication key each file ends with a 32-byte HMAC-SHA-256
  * tag (format/auth.h), outside the image, so the object format is
  * unchanged.  Large images move through O_DIRECT where the file system
  * takes it; buffers are pooled because faulting in a fresh 32 MiB buffer
  * costs about as much as reading it.
  */
-#include "tier/fsdir.h"
-#include "tier/fanout.h"
-#include "tier/findex.h"
+#include "tier/fsdir_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -53,112 +52,6 @@
 #include "common/log.h"
 #include "format/auth.h"
 #include "format/object.h"
-
-#define FSDIR_ALIGN 4096u
-/* A hit refreshes the file's mtime at most this often (seconds): enough for
- * a directory-wide GC ordering by age, without a metadata write per read. */
-#define FSDIR_TOUCH_INTERVAL_S 60
-/* Temporaries older than this (seconds, by mtime) are stale at open.  Younger
- * ones may be another process's or node's write in progress in a shared
- * directory: removing those would fail their put. */
-#define FSDIR_TMP_GRACE_S (15 * 60)
-/* Longest name below the root: "/tmp/" + 64 hex + "." + pid + "." + 20
- * digits + ".tmp", with room to spare. */
-#define FSDIR_NAME_MAX 128u
-#define FSDIR_TMP_TRIES 4
-/* Images at least this long go through O_DIRECT where it is supported:
- * below it the page cache costs less than the alignment dance. */
-#define FSDIR_DIRECT_MIN (1u << 20)
-/* Image buffers kept for reuse after put and release: a fresh 32 MiB
- * buffer costs 8192 page faults and zeroing, about as long as reading it
- * from a fast file system. */
-#define FSDIR_POOL_SLOTS 8
-#define FSDIR_POOL_BYTES (256ull << 20)
-#define FSDIR_HUGE (2u << 20)
-#define FSDIR_REFRESH_MS 2000
-#define FSDIR_REFRESH_DIRS 4096u
-
-/* ix.len and ix.charge are both the bytes of the file, tag included. */
-typedef struct fsdir_ent {
-	struct kvt_findex_ent ix; /* first: freed through either type */
-	int64_t touched;  /* CLOCK_MONOTONIC s of the last mtime refresh */
-	uint32_t seen;    /* refresh cycle that last found its file */
-} fsdir_ent;
-
-typedef struct fsdir {
-	kvt_tier base;
-	kvt_io *io;
-	char *root;
-	int verify_on_open;
-	int read_only;      /* no put, no touch, nothing written */
-	int direct;         /* O_DIRECT for images >= FSDIR_DIRECT_MIN */
-	uint32_t taglen;    /* KVT_OBJ_AUTH_TAG_BYTES with a key, else 0 */
-	uint8_t *auth_key;
-	size_t auth_klen;
-	atomic_uint_fast64_t borrowed;
-
-	pthread_mutex_t pool_mu; /* guards the buffer pool */
-	struct { void *p; size_t cap; } pool[FSDIR_POOL_SLOTS];
-	int npool;
-	uint64_t pool_bytes;
-
-	/* Background refresh (see fsdir.h).  `rmu` guards stop and the
-	 * thread's wait; `scan_mu` serialises refresh slices (thread and
-	 * kvt_fsdir_refresh) and guards the cycle state below it. */
-	int refresh_ms;
-	uint32_t refresh_dirs;
-	pthread_t rthread;
-	int rthread_on, stop;
-	pthread_mutex_t rmu;
-	pthread_cond_t rcv;
-	pthread_mutex_t scan_mu;
-	uint16_t *leaves;   /* leaf directories (k0 << 8 | k1) of this cycle */
-	size_t nleaves, cursor;
-	int in_cycle, cycle_bad;
-	uint32_t epoch;     /* current cycle, stamped into entries it finds */
-	uint64_t cycle_gen; /* t->ix.gen when the cycle began */
-	kvt_fanout durable; /* directories of the tree made durable */
-
-	struct kvt_findex ix; /* the index, capacity and counters */
-} fsdir;
-
-typedef struct fsdir_wbuf {
-	kvt_tier_wbuf w;
-	struct iovec iov;
-	uint64_t flen;      /* bytes reserved: the file, tag included */
-	size_t cap;         /* of the buffer */
-} fsdir_wbuf;
-
-typedef struct fsdir_rbuf {
-	kvt_tier_rbuf r;
-	struct iovec iov;
-	uint64_t gen;       /* the index entry it was read through */
-	size_t cap;         /* of the buffer */
-	struct stat st;     /* the file it was read from */
-} fsdir_rbuf;
-
-static int64_t fsdir_mono_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec;
-}
-
-/* --- index (caller holds t->ix.mu) ---------------------------------------- */
-
-static fsdir_ent *fsdir_find(const fsdir *t, const kvt_key *k)
-{
-	return (fsdir_ent *)kvt_findex_find_locked(&t->ix, k);
-}
-
-/* Insert `e` (not present) as the most recently used; capacity counts the
- * bytes of its file. */
-static void fsdir_insert(fsdir *t, fsdir_ent *e)
-{
-	e->ix.charge = e->ix.len;
-	kvt_findex_insert_locked(&t->ix, &e->ix);
-}
 
 static void fsdir_reap(fsdir *t, struct kvt_findex_ent *victims)
 {
@@ -230,7 +123,6 @@ static void fsdir_buf_put(fsdir *t, void *p, size_t cap)
  * read it, but another may: a newer format, a tag it has no key for, a tag
  * under another key), with `why`.  Several nodes share the directory, so
  * only what is damaged by any node's reading counts as bad. */
-enum { FSDIR_GOOD = 0, FSDIR_BAD = 1, FSDIR_UNPROVEN = 2 };
 
 static int fsdir_judge(const fsdir *t, uint64_t size, int hrc,
 		       const kvt_obj_hdr *h, const kvt_key *key, char why[256])
@@ -429,10 +321,6 @@ static int fsdir_write_tmp(fsdir *t, fsdir_wbuf *w, int durability,
 	}
 	return 0;
 }
-
-/* After losing the race to another writer (maybe another node), index the
- * winner's file so that this node serves it; get checks it like any other. */
-static int fsdir_adopt_checked(fsdir *t, const kvt_key *key);
 
 static int fsdir_put_commit(kvt_tier *tt, kvt_tier_wbuf *ww, int durability)
 {
@@ -803,7 +691,7 @@ static void fsdir_close(kvt_tier *tt)
 	fsdir_free(t);
 }
 
-static const struct kvt_tier_ops fsdir_ops = {
+const struct kvt_tier_ops fsdir_ops = {
 	.name = "fsdir",
 	.put_begin = fsdir_put_begin,
 	.put_commit = fsdir_put_commit,
@@ -822,13 +710,9 @@ static const struct kvt_tier_ops fsdir_ops = {
 
 /* --- open: clean temporaries, rebuild the index ---------------------------- */
 
-/* Check the published file `path` that should hold `key`: its length, its
- * header (or, with `full`, every checksum and the tag too).  FSDIR_GOOD,
- * FSDIR_BAD or FSDIR_UNPROVEN (fsdir_judge; `why` says why; *st holds its
- * stat), or a negated errno for a file that could not be read, which is
- * not proven bad (-ENOENT: gone). */
-static int fsdir_check(fsdir *t, const char *path, const kvt_key *key,
-		       int full, struct stat *st, char why[256])
+/* See fsdir_int.h; the verdict is fsdir_judge's. */
+int fsdir_check(fsdir *t, const char *path, const kvt_key *key, int full,
+		struct stat *st, char why[256])
 {
 	kvt_io *io = t->io;
 	kvt_obj_hdr h;
@@ -945,290 +829,6 @@ static int fsdir_rebuild(fsdir *t)
 				  &fsdir_scan_ops, &s);
 }
 
-/* --- refresh: what other nodes published or removed since open ----------- */
-
-typedef struct fsdir_ls {
-	fsdir *t;
-	uint8_t k0;
-	uint16_t *v;
-	size_t n, cap;
-	int err;
-} fsdir_ls;
-
-static int fsdir_ls_k1(void *arg, const char *name, int is_dir)
-{
-	fsdir_ls *l = arg;
-	uint8_t b;
-
-	if (!is_dir || strlen(name) != 2 || kvt_fanout_unhex(name, &b, 1))
-		return 0;
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 256;
-		uint16_t *nv = realloc(l->v, cap * sizeof(*nv));
-		if (!nv)
-			return l->err = KVT_ENOMEM;
-		l->v = nv;
-		l->cap = cap;
-	}
-	l->v[l->n++] = (uint16_t)(l->k0 << 8 | b);
-	return 0;
-}
-
-static int fsdir_ls_k0(void *arg, const char *name, int is_dir)
-{
-	fsdir_ls *l = arg;
-	char dir[PATH_MAX];
-	uint8_t b;
-	int rc;
-
-	if (!is_dir || strlen(name) != 2 || kvt_fanout_unhex(name, &b, 1))
-		return 0;
-	snprintf(dir, sizeof(dir), "%s/%s", l->t->root, name);
-	l->k0 = b;
-	rc = l->t->io->readdir(l->t->io, dir, fsdir_ls_k1, l);
-	if (rc && rc != -ENOENT && !l->err)
-		l->err = rc;
-	return l->err == KVT_ENOMEM ? l->err : 0;
-}
-
-typedef struct fsdir_leaf {
-	fsdir *t;
-	uint8_t k0, k1;
-	kvt_key *fresh; /* names not in the index */
-	size_t n, cap;
-	int err;
-} fsdir_leaf;
-
-static int fsdir_leaf_one(void *arg, const char *name, int is_dir)
-{
-	fsdir_leaf *l = arg;
-	fsdir *t = l->t;
-	fsdir_ent *e;
-	kvt_key k;
-
-	if (is_dir || strlen(name) != KVT_FANOUT_HEX + 4 ||
-	    strcmp(name + KVT_FANOUT_HEX, ".kvt") ||
-	    kvt_fanout_unhex(name, k.b, KVT_KEY_BYTES) || k.b[0] != l->k0 ||
-	    k.b[1] != l->k1)
-		return 0; /* not ours (.nfsXXXX, a tool's file): leave it */
-	pthread_mutex_lock(&t->ix.mu);
-	e = fsdir_find(t, &k);
-	if (e)
-		e->seen = t->epoch;
-	pthread_mutex_unlock(&t->ix.mu);
-	if (e)
-		return 0;
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 64;
-		kvt_key *nk = realloc(l->fresh, cap * sizeof(*nk));
-		if (!nk)
-			return l->err = KVT_ENOMEM;
-		l->fresh = nk;
-		l->cap = cap;
-	}
-	l->fresh[l->n++] = k;
-	return 0;
-}
-
-/* Index the published file of `key` if it checks out, stamped with the
- * current cycle; drop it if it is bad.  1 indexed (or already), 0 not. */
-static int fsdir_adopt_checked(fsdir *t, const kvt_key *key)
-{
-	char path[PATH_MAX], why[256];
-	struct stat st;
-	fsdir_ent *e;
-	int rc;
-
-	kvt_fanout_final_path(t->root, key, path);
-	rc = fsdir_check(t, path, key, 0, &st, why);
-	if (rc == FSDIR_BAD || rc == FSDIR_UNPROVEN) {
-		/* Complete by construction (link publishes whole files), so
-		 * planted, damaged, or another node's format or key: never
-		 * served, left where it is.  Noted once per file. */
-		struct kvt_findex_bad b;
-		if (kvt_findex_bad_take(&t->ix, key, &b)) {
-			int same = kvt_findex_bad_same(&b, &st);
-			kvt_findex_bad_put(&t->ix, &b);
-			if (same)
-				return 0;
-		}
-		kvt_findex_note_bad(&t->ix, key, &st, rc == FSDIR_BAD, path, why,
-				    "fsdir");
-		return 0;
-	}
-	if (rc)
-		return 0;
-	e = calloc(1, sizeof(*e));
-	if (!e)
-		return 0;
-	e->ix.key = *key;
-	e->ix.len = (uint64_t)st.st_size;
-	e->touched = fsdir_mono_s();
-	pthread_mutex_lock(&t->ix.mu);
-	if (!fsdir_find(t, key)) {
-		e->seen = t->epoch;
-		fsdir_insert(t, e);
-		e = NULL;
-	}
-	pthread_mutex_unlock(&t->ix.mu);
-	free(e);
-	return 1;
-}
-
-/* End of a cycle that read every leaf directory: an entry older than the
- * cycle whose name no readdir returned has lost its file (another node's
- * eviction or GC). */
-static void fsdir_cycle_finish(fsdir *t)
-{
-	struct kvt_findex_ent *x, *older, *gone = NULL;
-
-	pthread_mutex_lock(&t->ix.mu);
-	for (x = t->ix.mru; x; x = older) {
-		fsdir_ent *e = (fsdir_ent *)x;
-		older = x->older;
-		if (e->seen != t->epoch && x->gen <= t->cycle_gen) {
-			kvt_findex_remove_locked(&t->ix, x);
-			x->hnext = gone;
-			gone = x;
-		}
-	}
-	pthread_mutex_unlock(&t->ix.mu);
-	while (gone) {
-		x = gone;
-		gone = x->hnext;
-		free(x);
-	}
-}
-
-/* One slice of the refresh (caller holds scan_mu): start a cycle if none
- * is under way, read up to max_dirs leaf directories.  Returns 1 when the
- * slice ended a cycle. */
-static int fsdir_refresh_step(fsdir *t, size_t max_dirs)
-{
-	fsdir_leaf l;
-	size_t i, j;
-	int rc;
-
-	if (!t->in_cycle) {
-		fsdir_ls ls;
-
-		memset(&ls, 0, sizeof(ls));
-		ls.t = t;
-		rc = t->io->readdir(t->io, t->root[0] ? t->root : "/",
-				    fsdir_ls_k0, &ls);
-		if (rc || ls.err) {
-			/* An unreadable root (unmounted?) proves nothing
-			 * vanished: skip the cycle rather than empty the
-			 * index. */
-			free(ls.v);
-			kvt_log(KVT_LOG_DEBUG, "fsdir: refresh of %s: %s",
-				t->root, kvt_strerror(rc ? rc : ls.err));
-			return 0;
-		}
-		free(t->leaves);
-		t->leaves = ls.v;
-		t->nleaves = ls.n;
-		t->cursor = 0;
-		t->cycle_bad = 0;
-		pthread_mutex_lock(&t->ix.mu);
-		t->epoch++;
-		t->cycle_gen = t->ix.gen;
-		pthread_mutex_unlock(&t->ix.mu);
-		t->in_cycle = 1;
-	}
-	memset(&l, 0, sizeof(l));
-	l.t = t;
-	for (i = 0; i < max_dirs && t->cursor < t->nleaves; i++, t->cursor++) {
-		char dir[PATH_MAX];
-		uint16_t v = t->leaves[t->cursor];
-
-		l.k0 = (uint8_t)(v >> 8);
-		l.k1 = (uint8_t)v;
-		l.n = 0;
-		l.err = 0;
-		snprintf(dir, sizeof(dir), "%s/%02x/%02x", t->root, l.k0, l.k1);
-		rc = t->io->readdir(t->io, dir, fsdir_leaf_one, &l);
-		if ((rc && rc != -ENOENT) || l.err)
-			t->cycle_bad = 1; /* some names unseen: keep entries */
-		for (j = 0; j < l.n; j++)
-			fsdir_adopt_checked(t, &l.fresh[j]);
-	}
-	free(l.fresh);
-	if (t->cursor < t->nleaves)
-		return 0;
-	if (!t->cycle_bad)
-		fsdir_cycle_finish(t);
-	t->in_cycle = 0;
-	return 1;
-}
-
-static void *fsdir_refresh_main(void *arg)
-{
-	fsdir *t = arg;
-	struct timespec ts;
-
-	pthread_mutex_lock(&t->rmu);
-	while (!t->stop) {
-		ts = kvt_deadline_after(t->refresh_ms);
-		while (!t->stop &&
-		       pthread_cond_timedwait(&t->rcv, &t->rmu, &ts) != ETIMEDOUT)
-			;
-		if (t->stop)
-			break;
-		pthread_mutex_unlock(&t->rmu);
-		pthread_mutex_lock(&t->scan_mu);
-		fsdir_refresh_step(t, t->refresh_dirs);
-		pthread_mutex_unlock(&t->scan_mu);
-		pthread_mutex_lock(&t->rmu);
-	}
-	pthread_mutex_unlock(&t->rmu);
-	return NULL;
-}
-
-int kvt_fsdir_refresh(kvt_tier *tt)
-{
-	fsdir *t = (fsdir *)tt;
-
-	if (!t || t->base.ops != &fsdir_ops)
-		return kvt_err(KVT_EINVAL, "fsdir: not an fsdir tier");
-	pthread_mutex_lock(&t->scan_mu);
-	t->in_cycle = 0; /* a fresh, whole cycle */
-	while (!fsdir_refresh_step(t, (size_t)-1) && t->in_cycle)
-		;
-	pthread_mutex_unlock(&t->scan_mu);
-	return 0;
-}
-
-int kvt_fsdir_probe(kvt_tier *tt, const kvt_key *key)
-{
-	fsdir *t = (fsdir *)tt;
-	char path[PATH_MAX];
-	struct stat st;
-	fsdir_ent *e;
-	uint64_t gen = 0;
-	int rc;
-
-	if (!t || t->base.ops != &fsdir_ops || !key)
-		return kvt_err(KVT_EINVAL, "fsdir: probe needs a tier and a key");
-	kvt_fanout_final_path(t->root, key, path);
-	rc = t->io->stat(t->io, path, &st);
-	pthread_mutex_lock(&t->ix.mu);
-	e = fsdir_find(t, key);
-	if (e)
-		gen = e->ix.gen;
-	pthread_mutex_unlock(&t->ix.mu);
-	if (rc == -ENOENT) {
-		if (e)
-			free(kvt_findex_drop(&t->ix, key, gen, 0, NULL));
-		return 0;
-	}
-	if (rc)
-		return kvt_err(rc, "fsdir: stat %s: %s", path, kvt_strerror(rc));
-	if (e)
-		return 1;
-	return fsdir_adopt_checked(t, key);
-}
-
 void kvt_fsdir_info(kvt_tier *tt, int *direct, int *refresh_ms)
 {
 	fsdir *t = (fsdir *)tt;
@@ -1237,201 +837,6 @@ void kvt_fsdir_info(kvt_tier *tt, int *direct, int *refresh_ms)
 		*direct = t->direct;
 	if (refresh_ms)
 		*refresh_ms = t->refresh_ms;
-}
-
-/* --- garbage collection ---------------------------------------------------- */
-
-typedef struct gc_item {
-	kvt_key key;
-	uint64_t size;
-	struct timespec mtime;
-} gc_item;
-
-typedef struct gc_walk {
-	kvt_io *io;
-	const char *root;
-	char dir[PATH_MAX];
-	uint8_t k[2];
-	int depth;
-	gc_item *v;
-	size_t n, cap;
-	int err;
-	int64_t now, grace;
-	int dry_run;
-	kvt_fsdir_gc_result *r;
-} gc_walk;
-
-static int gc_tmp_one(void *arg, const char *name, int is_dir)
-{
-	gc_walk *g = arg;
-	size_t n = strlen(name);
-	char path[PATH_MAX];
-	struct stat st;
-
-	if (is_dir || n < 4 || strcmp(name + n - 4, ".tmp"))
-		return 0;
-	snprintf(path, sizeof(path), "%s/tmp/%s", g->root, name);
-	if (g->io->stat(g->io, path, &st))
-		return 0;
-	if (g->now - (int64_t)st.st_mtime < g->grace)
-		return 0; /* maybe a write in progress on some node */
-	if (g->dry_run || g->io->unlink(g->io, path) == 0)
-		g->r->tmp_removed++;
-	return 0;
-}
-
-static int gc_entry(void *arg, const char *name, int is_dir)
-{
-	gc_walk *g = arg;
-	size_t n = strlen(name), dl;
-	char path[PATH_MAX];
-	struct stat st;
-	gc_item it;
-	uint8_t b;
-	int rc;
-
-	if (g->depth == 2) {
-		if (is_dir || n != KVT_FANOUT_HEX + 4 || strcmp(name + KVT_FANOUT_HEX, ".kvt") ||
-		    kvt_fanout_unhex(name, it.key.b, KVT_KEY_BYTES))
-			return 0; /* not ours */
-		if (snprintf(path, sizeof(path), "%s/%s", g->dir, name) >=
-			    (int)sizeof(path) ||
-		    g->io->stat(g->io, path, &st))
-			return 0; /* gone meanwhile */
-		it.size = (uint64_t)st.st_size;
-		it.mtime = st.st_mtim;
-		if (g->n == g->cap) {
-			size_t cap = g->cap ? g->cap * 2 : 1024;
-			gc_item *nv = realloc(g->v, cap * sizeof(*nv));
-			if (!nv)
-				return g->err = kvt_err(KVT_ENOMEM, "fsdir gc: no memory");
-			g->v = nv;
-			g->cap = cap;
-		}
-		g->v[g->n++] = it;
-		g->r->files++;
-		g->r->bytes += it.size;
-		return 0;
-	}
-	if (!is_dir || n != 2 || kvt_fanout_unhex(name, &b, 1))
-		return 0;
-	dl = strlen(g->dir);
-	snprintf(g->dir + dl, sizeof(g->dir) - dl, "/%s", name);
-	g->k[g->depth++] = b;
-	rc = g->io->readdir(g->io, g->dir, gc_entry, g);
-	g->depth--;
-	if (rc && rc != -ENOENT && !g->err)
-		g->err = kvt_err(rc, "fsdir gc: readdir %s: %s", g->dir,
-				 kvt_strerror(rc));
-	g->dir[dl] = '\0';
-	return g->err;
-}
-
-static int gc_item_cmp(const void *a, const void *b)
-{
-	const gc_item *x = a, *y = b;
-
-	if (x->mtime.tv_sec != y->mtime.tv_sec)
-		return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
-	if (x->mtime.tv_nsec != y->mtime.tv_nsec)
-		return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : 1;
-	/* Same order on every collector: concurrent ones pick the same
-	 * victims instead of each removing different files. */
-	return memcmp(x->key.b, y->key.b, KVT_KEY_BYTES);
-}
-
-int kvt_fsdir_gc(const char *root, const kvt_fsdir_gc_opts *o,
-		 kvt_fsdir_gc_result *r)
-{
-	gc_walk g;
-	struct timespec t0, t1;
-	char path[PATH_MAX], hex[KVT_FANOUT_HEX + 1];
-	size_t i, rl;
-	int rc;
-
-	if (!r)
-		return kvt_err(KVT_EINVAL, "fsdir gc: no result");
-	memset(r, 0, sizeof(*r));
-	if (!root || !root[0] || !o || o->ttl_s < 0 || o->tmp_grace_s < 0)
-		return kvt_err(KVT_EINVAL, "fsdir gc: a directory and options "
-			       "(ttl and grace >= 0) are needed");
-	rl = strlen(root);
-	while (rl > 1 && root[rl - 1] == '/')
-		rl--;
-	if (rl + FSDIR_NAME_MAX >= PATH_MAX)
-		return kvt_err(KVT_EINVAL, "fsdir gc: path %s is too long", root);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	memset(&g, 0, sizeof(g));
-	g.io = o->io ? o->io : kvt_io_posix();
-	snprintf(g.dir, sizeof(g.dir), "%.*s", (int)rl, root);
-	g.now = (int64_t)time(NULL);
-	g.grace = o->tmp_grace_s ? o->tmp_grace_s : FSDIR_TMP_GRACE_S;
-	g.dry_run = o->dry_run;
-	g.r = r;
-	{
-		char rootc[PATH_MAX];
-		snprintf(rootc, sizeof(rootc), "%.*s", (int)rl, root);
-		g.root = rootc;
-		if (snprintf(path, sizeof(path), "%s/tmp", rootc) >=
-		    (int)sizeof(path))
-			return kvt_err(KVT_EINVAL, "fsdir gc: path too long");
-		rc = g.io->readdir(g.io, path, gc_tmp_one, &g);
-		if (rc && rc != -ENOENT)
-			return kvt_err(rc, "fsdir gc: readdir %s: %s", path,
-				       kvt_strerror(rc));
-		rc = g.io->readdir(g.io, rootc, gc_entry, &g);
-		if (rc && !g.err)
-			g.err = kvt_err(rc, "fsdir gc: readdir %s: %s", rootc,
-					kvt_strerror(rc));
-		if (g.err) {
-			free(g.v);
-			return g.err;
-		}
-		if (g.n)
-			qsort(g.v, g.n, sizeof(*g.v), gc_item_cmp);
-		r->bytes_left = r->bytes;
-		for (i = 0; i < g.n; i++) {
-			gc_item *it = &g.v[i];
-			int expired = o->ttl_s &&
-				      g.now - (int64_t)it->mtime.tv_sec >= o->ttl_s;
-			struct stat st;
-
-			if (!expired && (!o->budget || r->bytes_left <= o->budget))
-				break; /* sorted: everything after is newer */
-			kvt_fanout_hex(&it->key, hex);
-			if (snprintf(path, sizeof(path), "%s/%.2s/%.2s/%s.kvt",
-				     rootc, hex, hex + 2, hex) >= (int)sizeof(path))
-				continue; /* rl was checked: cannot happen */
-			/* Used since the walk (a get touched it): it is not
-			 * the oldest any more; leave it. */
-			rc = g.io->stat(g.io, path, &st);
-			if (!rc && (st.st_mtim.tv_sec != it->mtime.tv_sec ||
-				    st.st_mtim.tv_nsec != it->mtime.tv_nsec))
-				continue;
-			if (!rc && !g.dry_run)
-				rc = g.io->unlink(g.io, path);
-			if (rc == -ENOENT) {
-				r->raced++; /* another collector, or eviction */
-			} else if (rc) {
-				r->errors++;
-				kvt_log(KVT_LOG_WARN, "fsdir gc: unlink %s: %s",
-					path, kvt_strerror(rc));
-				continue;
-			} else {
-				r->removed++;
-				r->removed_bytes += it->size;
-				if (expired)
-					r->expired++;
-			}
-			r->bytes_left -= it->size;
-		}
-	}
-	free(g.v);
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	r->seconds = (double)(t1.tv_sec - t0.tv_sec) +
-		     (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-	kvt_err_clear();
-	return 0;
 }
 
 static int fsdir_sync_init(fsdir *t)
