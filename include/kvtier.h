@@ -314,6 +314,21 @@ KVT_API int kvt_config_apply_env(kvt_config *cfg);
 
 KVT_API void kvt_config_free(kvt_config *cfg);
 
+/* The grammar of every size in a configuration, and of tools' size options:
+ * "64GiB", "1.5GB", "512MiB", "4096" (units B, KB/MB/GB/TB in powers of
+ * 1000, KiB/MiB/GiB/TiB and K/M/G/T in powers of 1024, any case; a bare
+ * number counts units of `bare_unit` bytes, LMCache's sizes being GiB; a
+ * fraction needs a unit of KiB/KB or more).  0 with *out set, or
+ * KVT_ECONFIG with kvt_errmsg() naming the value and the accepted forms
+ * (no sign, exponent, hex, leading zero or overflow).  Thread-safe; no pointer may be NULL. */
+KVT_API int kvt_parse_size(const char *s, uint64_t bare_unit, uint64_t *out);
+
+/* The grammar of every duration (ttl, gc --ttl): "3600", "90s", "90m",
+ * "1.5h", "7d", "2w", in whole seconds (rounded down), at most 100 years.
+ * 0 with *out set, or KVT_ECONFIG with kvt_errmsg() naming the value and
+ * the forms.  Thread-safe; no pointer may be NULL. */
+KVT_API int kvt_parse_duration(const char *s, uint64_t *out);
+
 /* Format a byte count for people ("1.50 GiB") into buf; returns buf. */
 KVT_API const char *kvt_fmt_size(uint64_t bytes, char *buf, size_t len);
 
@@ -321,6 +336,105 @@ KVT_API const char *kvt_fmt_size(uint64_t bytes, char *buf, size_t len);
  * tenant's secret and the default chunk size come from `cfg`).  Same results
  * and errors as kvt_ns_init. */
 KVT_API int kvt_config_ns(const kvt_config *cfg, const kvt_ns_desc *desc, kvt_ns *ns);
+
+/* --- model presets ------------------------------------------------------ */
+
+/* A model kvtier knows by name: its KV shape (a chunk's layout) and its size
+ * (what the planner's prefill cost model needs).  The table is static and
+ * immutable: entries are valid for the life of the process and may be read
+ * from any thread. */
+typedef struct kvt_model_preset {
+	const char *name;     /* short name: "llama3.1-8b" */
+	const char *model_id; /* the Hugging Face id */
+	const char *title;    /* the planner's catalog name: "Llama-3.1-8B" */
+	double params;        /* weights; 0: not a model to plan for */
+	uint32_t layers, d_model, kv_heads, head_dim;
+} kvt_model_preset;
+
+/* By short name, model id or title (titles case-insensitively); NULL if
+ * none or if `name` is NULL. */
+KVT_API const kvt_model_preset *kvt_model_preset_find(const char *name);
+
+/* The i-th preset, or NULL past the last (i from 0: a loop lists them). */
+KVT_API const kvt_model_preset *kvt_model_preset_at(size_t i);
+
+/* Zero *d and fill the model id and its KV layout (bf16, K and V, the
+ * default block and chunk sizes); the caller sets ranks and tenant.
+ * Neither pointer may be NULL. */
+KVT_API void kvt_model_preset_desc(const kvt_model_preset *m, kvt_ns_desc *d);
+
+/* --- object files -------------------------------------------------------- */
+
+/* How an inspected object is signed (shared tiers add an HMAC trailer). */
+enum kvt_object_sig {
+	KVT_SIG_NONE = 0,        /* unsigned; no key configured */
+	KVT_SIG_VERIFIED = 1,    /* a trailer, verified with the key */
+	KVT_SIG_UNCHECKED = 2,   /* a trailer, no key given to check it */
+	KVT_SIG_MISSING = 3,     /* unsigned while a key is configured: a tier
+				  * with object_auth_key refuses it */
+};
+
+/* What kvt_object_inspect_fd found in a valid object. */
+typedef struct kvt_object_info {
+	kvt_key key;
+	uint8_t ns_digest[32];
+	uint32_t version;      /* object format version */
+	kvt_layout layout;     /* chunk_tokens is the object's token count */
+	uint32_t n_layers;     /* layers in the payload (each checksummed) */
+	uint64_t payload_bytes;
+	uint32_t signature;    /* enum kvt_object_sig */
+} kvt_object_info;
+
+/* The name of a kvt_dtype ("bf16", "fp8_e4m3"), "?" for other values. */
+KVT_API const char *kvt_dtype_name(uint32_t dtype);
+
+/* Read one object image from `fd` (a file, a pipe) and verify it whole:
+ * header, every layer's checksum, and the HMAC trailer when `cfg` (may be
+ * NULL) has an object_auth_key.  What is read is bounded by what the header
+ * declares: 4 KiB, then the declared payload (at most 16 GiB), then at most
+ * one byte past an HMAC trailer, so a wrong file (/dev/zero, a log) fails
+ * at its first 4 KiB.  The descriptor is read from its current offset and
+ * not closed.  0 with *info filled, or: KVT_EBADMAGIC, KVT_EVERSION,
+ * KVT_EHDRCSUM, KVT_EMALFORMED (not an object, or a damaged header),
+ * KVT_ETRUNCATED (shorter than declared), KVT_EMALFORMED (bytes after the
+ * declared object that are not a trailer), KVT_ECORRUPT (a layer's checksum,
+ * or an HMAC tag that does not verify), KVT_ENOMEM, or a negated errno from
+ * read(2); kvt_errmsg() says what was wrong with sizes and layer numbers.
+ * Thread-safe; `info` is the caller's. */
+KVT_API int kvt_object_inspect_fd(int fd, const kvt_config *cfg, kvt_object_info *info);
+
+/* --- shared-directory garbage collection -------------------------------- */
+
+typedef struct kvt_gc_opts {
+	uint64_t budget;      /* bytes of objects to keep at most; 0 = no
+			       * budget (TTL only) */
+	int64_t ttl_s;        /* objects older than this go; 0 = no TTL */
+	int64_t tmp_grace_s;  /* temporaries older than this go; 0 = 15 min */
+	int dry_run;          /* count what would go; remove nothing */
+} kvt_gc_opts;
+
+typedef struct kvt_gc_result {
+	uint64_t files, bytes;            /* objects found */
+	uint64_t removed, removed_bytes;  /* removed (dry run: would be) */
+	uint64_t expired;                 /* of those, for the TTL */
+	uint64_t raced;                   /* already gone: another collector */
+	uint64_t tmp_removed;             /* stale temporaries */
+	uint64_t errors;                  /* removals that failed otherwise */
+	uint64_t bytes_left;              /* bytes - removed_bytes */
+	double seconds;                   /* the pass's wall time */
+} kvt_gc_result;
+
+/* One garbage-collection pass over a shared-directory tier's root `dir`,
+ * with no coordinator and no store: any number of nodes may run it at once
+ * while others read and write.  Oldest first by modification time (which
+ * readers touch at most once a minute), every object older than ttl_s goes,
+ * then more until at most `budget` bytes remain; an open file stays
+ * readable to whoever holds it.  The budget is soft: what writers publish
+ * during the pass is not seen by it.  0 with *res filled (failed removals
+ * are counted in res->errors, not fatal); KVT_EINVAL for a NULL pointer or
+ * a negative duration; a negated errno when `dir` cannot be read, with the
+ * path in kvt_errmsg().  Thread-safe. */
+KVT_API int kvt_shared_gc(const char *dir, const kvt_gc_opts *o, kvt_gc_result *res);
 
 /* ------------------------------------------------------------------------ */
 /* Store                                                                     */

@@ -71,11 +71,28 @@ grep -q "nvme: 4 object(s) checked, 0 bad" "$work/out" && ok "verify checks 4 ch
 printf '\x55' | dd of="$obj" bs=1 seek=6000 conv=notrunc status=none
 expect_fail "verify finds the flipped byte" "" "$kvtier" verify "${common[@]}"
 grep -q "BAD: .*layer 0 checksum mismatch" "$work/out" && ok "verify names the bad chunk" || bad "verify: $(cat "$work/out")"
+"$kvtier" verify "${common[@]}" --json >"$work/v.json" 2>"$work/err"
+$py - "$work/v.json" <<'PY' && ok "verify --json lists the bad object with its reason" || bad "verify --json: $(cat "$work/v.json")"
+import json, sys
+t = json.load(open(sys.argv[1]))["tiers"]
+nv = [x for x in t if x["name"] == "nvme"][0]
+assert nv["bad"] == 1 and len(nv["bad_objects"]) == 1, nv
+b = nv["bad_objects"][0]
+assert b["class"] == "bad" and "layer 0 checksum mismatch" in b["why"] and len(b["key"]) == 64, b
+PY
 expect_fail "verify --repair still reports it" "" "$kvtier" verify "${common[@]}" --repair
 grep -q "1 moved to quarantine" "$work/out" && ok "repair moves it into the quarantine" || bad "repair: $(cat "$work/out")"
 expect "verify after repair" "$kvtier" verify "${common[@]}" --json
 grep -q '"checked": 3, "bad": 0' "$work/out" && ok "repaired: 3 good chunks left" || bad "verify after repair: $(cat "$work/out")"
 [ -e "$obj" ] && bad "repair left the bad file" || ok "repair removed the bad file"
+
+# --- gc --json: a path with a quote, a backslash and a newline stays JSON --
+odd="$work/sh\"ar\\ed
+dir"
+mkdir -p "$odd"
+expect "gc --json over an odd path" "$kvtier" gc --dir "$odd" --ttl 1d --json
+$py -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["dir"]==sys.argv[2] and d["files"]==0, d' "$work/out" "$odd" \
+	&& ok "gc --json escapes the path" || bad "gc --json: $(cat "$work/out")"
 
 # --- configuration errors name file, line and what was expected ---------
 printf 'chunk_size: 256\nmax_local_cpu_size: 4 parsecs\n' >"$work/bad.yaml"

@@ -9,14 +9,20 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "format/models.h"
+#include <jansson.h>
+
 #include "kvtier.h"
 
-/* A model whose KV layout the CLI knows by name (format/models.h). */
+/* A model whose KV layout the CLI knows by name (kvt_model_preset_find). */
 typedef kvt_model_preset cli_model;
 
 const cli_model *cli_model_find(const char *name);
 void cli_models_print(FILE *f);
+
+/* Print `v` (a JSON value that jansson built, NULL when it could not)
+ * as one line on stdout and drop it.  Strings are escaped by jansson,
+ * so paths and reasons with quotes or control characters stay valid. */
+void cli_json_print(json_t *v);
 
 /* Options every store-facing subcommand takes. */
 typedef struct cli_common {

@@ -1,13 +1,12 @@
 /*
  * cmd_gc.c — `kvtier gc`: one garbage-collection pass over a shared
- * directory tier (kvt_fsdir_gc), with no coordinator: any number of nodes
+ * directory tier (kvt_shared_gc), with no coordinator: any number of nodes
  * may run it at once, from cron or a systemd timer, while others read and
  * write (docs/SHAREDFS.md).
  */
 #include <string.h>
 
 #include "cli/cli.h"
-#include "tier/fsdir.h"
 
 static void gc_usage(FILE *f)
 {
@@ -29,8 +28,8 @@ static void gc_usage(FILE *f)
 
 int cmd_gc(int argc, char **argv)
 {
-	kvt_fsdir_gc_opts o;
-	kvt_fsdir_gc_result r;
+	kvt_gc_opts o;
+	kvt_gc_result r;
 	const char *dir = NULL;
 	int json = 0, i, rc;
 
@@ -77,24 +76,19 @@ int cmd_gc(int argc, char **argv)
 	if (!o.budget && !o.ttl_s)
 		fprintf(stderr, "kvtier gc: neither --budget nor --ttl: only stale "
 			"temporaries are removed\n");
-	rc = kvt_fsdir_gc(dir, &o, &r);
+	rc = kvt_shared_gc(dir, &o, &r);
 	if (rc)
 		return cli_fail("gc", dir, rc);
 	if (json) {
-		printf("{\"dir\":\"%s\",\"dry_run\":%s,\"budget\":%llu,\"ttl_s\":%lld,"
-		       "\"files\":%llu,\"bytes\":%llu,\"removed\":%llu,"
-		       "\"removed_bytes\":%llu,\"expired\":%llu,\"raced\":%llu,"
-		       "\"tmp_removed\":%llu,\"errors\":%llu,\"bytes_left\":%llu,"
-		       "\"seconds\":%.3f}\n",
-		       dir, o.dry_run ? "true" : "false",
-		       (unsigned long long)o.budget, (long long)o.ttl_s,
-		       (unsigned long long)r.files, (unsigned long long)r.bytes,
-		       (unsigned long long)r.removed,
-		       (unsigned long long)r.removed_bytes,
-		       (unsigned long long)r.expired, (unsigned long long)r.raced,
-		       (unsigned long long)r.tmp_removed,
-		       (unsigned long long)r.errors,
-		       (unsigned long long)r.bytes_left, r.seconds);
+		cli_json_print(json_pack(
+			"{s:s, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}",
+			"dir", dir, "dry_run", o.dry_run, "budget", (json_int_t)o.budget,
+			"ttl_s", (json_int_t)o.ttl_s, "files", (json_int_t)r.files,
+			"bytes", (json_int_t)r.bytes, "removed", (json_int_t)r.removed,
+			"removed_bytes", (json_int_t)r.removed_bytes, "expired", (json_int_t)r.expired,
+			"raced", (json_int_t)r.raced, "tmp_removed", (json_int_t)r.tmp_removed,
+			"errors", (json_int_t)r.errors, "bytes_left", (json_int_t)r.bytes_left,
+			"seconds", r.seconds));
 	} else {
 		printf("%s%s: %llu chunks, %.3f GiB; %s %llu (%.3f GiB, %llu past "
 		       "the TTL), %llu already gone (another collector), %llu stale "

@@ -323,22 +323,6 @@ int cmd_get(int argc, char **argv)
 	return bad;
 }
 
-/* A JSON string (quotes, backslashes and control bytes escaped). */
-static void json_string(FILE *f, const char *v)
-{
-	fputc('"', f);
-	for (; *v; v++) {
-		unsigned char c = (unsigned char)*v;
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
-}
-
 /* What is wrong with a tier, if anything, on lines of its own: an empty
  * listing of an unreachable tier must not read as an empty tier. */
 static void tier_state(FILE *f, const kvt_tier_stats *s, const char *indent)
@@ -393,11 +377,12 @@ int cmd_lookup(int argc, char **argv)
 	if (rc < 0) {
 		rc = cli_fail("lookup", a.tokens, rc);
 	} else if (a.json) {
-		printf("{\"chunks\": %zu, \"hit_chunks\": %u, \"hit_tokens\": %llu, \"tiers\": [",
-		       n, res.n_hit, (unsigned long long)res.n_hit * ns.layout.chunk_tokens);
-		for (uint32_t i = 0; i < res.n_hit; i++)
-			printf("%s%u", i ? ", " : "", tiers[i]);
-		printf("]}\n");
+		json_t *hit = json_array();
+		for (uint32_t i = 0; hit && i < res.n_hit; i++)
+			json_array_append_new(hit, json_integer(tiers[i]));
+		cli_json_print(json_pack("{s:I, s:i, s:I, s:o?}", "chunks", (json_int_t)n,
+					 "hit_chunks", (int)res.n_hit, "hit_tokens",
+					 (json_int_t)res.n_hit * ns.layout.chunk_tokens, "tiers", hit));
 		rc = 0;
 	} else {
 		printf("%u of %zu chunk(s) cached (%llu tokens)\n", res.n_hit, n,
@@ -478,24 +463,19 @@ int cmd_stat(int argc, char **argv)
 	a.c.read_only = 1;
 	if (cli_open(&a.c, &st, &ns))
 		return 1;
-	if (a.json)
-		printf("{\"tiers\": [");
+	json_t *tiers = a.json ? json_array() : NULL;
 	for (int t = 0; t < kvt_store_tiers(st); t++) {
 		kvt_tier_stats s;
 		kvt_store_stats(st, t, &s);
 		if (a.json) {
-			printf("%s{\"name\": \"%s\", \"capacity_bytes\": %llu, \"used_bytes\": %llu, "
-			       "\"chunks\": %llu, \"hits\": %llu, \"misses\": %llu, \"evictions\": %llu, "
-			       "\"corrupt\": %llu, \"bad_listed\": %llu, \"reachable\": %s, "
-			       "\"read_only\": %s, \"state\": ",
-			       t ? ", " : "", s.name, (unsigned long long)s.capacity_bytes,
-			       (unsigned long long)s.used_bytes, (unsigned long long)s.chunks,
-			       (unsigned long long)s.hits, (unsigned long long)s.misses,
-			       (unsigned long long)s.evictions, (unsigned long long)s.corrupt,
-			       (unsigned long long)s.bad_listed, s.unreachable ? "false" : "true",
-			       s.read_only ? "true" : "false");
-			json_string(stdout, s.state);
-			printf("}");
+			json_array_append_new(tiers, json_pack(
+				"{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:b, s:s}",
+				"name", s.name, "capacity_bytes", (json_int_t)s.capacity_bytes,
+				"used_bytes", (json_int_t)s.used_bytes, "chunks", (json_int_t)s.chunks,
+				"hits", (json_int_t)s.hits, "misses", (json_int_t)s.misses,
+				"evictions", (json_int_t)s.evictions, "corrupt", (json_int_t)s.corrupt,
+				"bad_listed", (json_int_t)s.bad_listed, "reachable", !s.unreachable,
+				"read_only", (int)s.read_only, "state", s.state));
 		} else {
 			printf("%-6s capacity %llu used %llu chunks %llu hits %llu misses %llu evictions %llu corrupt %llu\n",
 			       s.name, (unsigned long long)s.capacity_bytes,
@@ -506,7 +486,7 @@ int cmd_stat(int argc, char **argv)
 		}
 	}
 	if (a.json)
-		printf("]}\n");
+		cli_json_print(json_pack("{s:o?}", "tiers", tiers));
 	kvt_store_close(st);
 	return 0;
 }
@@ -523,13 +503,27 @@ static void verify_usage(FILE *f)
 		   cli_common_help);
 }
 
+/* One bad object: a line, or an entry of the tier's "bad_objects" (the
+ * array `arg` when --json, the tier's name otherwise). */
+struct verify_out {
+	const char *tier;
+	json_t *bad; /* NULL: print lines */
+};
+
 static void verify_bad(void *arg, const kvt_key *key, int err, const char *why)
 {
+	const struct verify_out *o = arg;
 	char hex[65];
 	kvt_key_hex(key, hex);
+	if (o->bad) {
+		json_array_append_new(o->bad, json_pack("{s:s, s:s, s:s}", "key", hex, "class",
+							err == KVT_ENOTSUP ? "unverifiable" : "bad",
+							"why", why && why[0] ? why : kvt_strerror(err)));
+		return;
+	}
 	/* `why` names the file and what is wrong with it; the class of the
 	 * error alone would mislabel a bad magic as a checksum mismatch. */
-	printf("%s %s %s: %s\n", (const char *)arg, hex,
+	printf("%s %s %s: %s\n", o->tier, hex,
 	       err == KVT_ENOTSUP ? "UNVERIFIABLE" : "BAD",
 	       why && why[0] ? why : kvt_strerror(err));
 }
@@ -547,26 +541,29 @@ int cmd_verify(int argc, char **argv)
 	a.c.read_only = !a.repair; /* only a repair changes anything */
 	if (cli_open(&a.c, &st, &ns))
 		return 1;
-	if (a.json)
-		printf("{\"tiers\": [");
+	json_t *tiers = a.json ? json_array() : NULL;
 	for (int t = 0; t < kvt_store_tiers(st); t++) {
 		kvt_tier_stats s;
 		kvt_verify_result r;
 		kvt_store_stats(st, t, &s);
 		if (a.tier && strcmp(a.tier, s.name))
 			continue;
-		rc = kvt_store_verify(st, t, a.repair, a.json ? NULL : verify_bad, s.name, &r);
+		struct verify_out out = { s.name, a.json ? json_array() : NULL };
+		rc = kvt_store_verify(st, t, a.repair, verify_bad, &out, &r);
 		if (rc) {
+			json_decref(out.bad);
+			json_decref(tiers);
 			kvt_store_close(st);
 			return cli_fail("verify", s.name, rc);
 		}
 		bad += r.bad;
 		if (a.json)
-			printf("%s{\"name\": \"%s\", \"checked\": %llu, \"bad\": %llu, "
-			       "\"unverifiable\": %llu, \"quarantined\": %llu, \"bytes\": %llu}",
-			       seen ? ", " : "", s.name, (unsigned long long)r.checked,
-			       (unsigned long long)r.bad, (unsigned long long)r.unverifiable,
-			       (unsigned long long)r.repaired, (unsigned long long)r.bytes);
+			json_array_append_new(tiers, json_pack(
+				"{s:s, s:I, s:I, s:I, s:I, s:I, s:o}", "name", s.name,
+				"checked", (json_int_t)r.checked, "bad", (json_int_t)r.bad,
+				"unverifiable", (json_int_t)r.unverifiable,
+				"quarantined", (json_int_t)r.repaired, "bytes", (json_int_t)r.bytes,
+				"bad_objects", out.bad));
 		else
 			printf("%s: %llu object(s) checked, %llu bad (%llu only unverifiable here), "
 			       "%llu moved to quarantine, %llu payload bytes verified\n",
@@ -576,7 +573,7 @@ int cmd_verify(int argc, char **argv)
 		seen++;
 	}
 	if (a.json)
-		printf("]}\n");
+		cli_json_print(json_pack("{s:o?}", "tiers", tiers));
 	kvt_store_close(st);
 	if (a.tier && !seen) {
 		fprintf(stderr, "kvtier verify: no tier named \"%s\"\n", a.tier);

@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "store/config.h"
 
 /* DESIGN.md's reference models (fp16/bf16, K and V). */
 const cli_model *cli_model_find(const char *name)
@@ -23,11 +22,24 @@ const cli_model *cli_model_find(const char *name)
 
 void cli_models_print(FILE *f)
 {
-	for (size_t i = 0; i < kvt_n_model_presets; i++) {
-		const kvt_model_preset *m = &kvt_model_presets[i];
+	const kvt_model_preset *m;
+	for (size_t i = 0; (m = kvt_model_preset_at(i)); i++) {
 		fprintf(f, "  %-14s %-36s %3u layers x %u KV heads x %u dims\n", m->name,
 			m->model_id, m->layers, m->kv_heads, m->head_dim);
 	}
+}
+
+void cli_json_print(json_t *v)
+{
+	if (!v) { /* json_pack failed: out of memory or a string not UTF-8 */
+		puts("{\"error\": \"could not build the JSON output\"}");
+		return;
+	}
+	char *text = json_dumps(v, JSON_ENSURE_ASCII);
+	if (text)
+		puts(text);
+	free(text);
+	json_decref(v);
 }
 
 const char cli_common_help[] =

@@ -3,6 +3,12 @@
  */
 #include "common/err.h"
 
+const char *kvt_dtype_name(uint32_t dtype)
+{
+	static const char *const n[] = { "?", "f16", "bf16", "f32", "fp8_e4m3", "fp8_e5m2", "int8" };
+	return dtype < sizeof(n) / sizeof(n[0]) ? n[dtype] : "?";
+}
+
 uint32_t kvt_dtype_size(uint32_t dtype)
 {
 	switch (dtype) {

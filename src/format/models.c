@@ -33,7 +33,12 @@ const kvt_model_preset *kvt_model_preset_find(const char *name)
 	return NULL;
 }
 
-void kvt_model_preset_desc(const kvt_model_preset *m, struct kvt_ns_desc *d)
+const kvt_model_preset *kvt_model_preset_at(size_t i)
+{
+	return i < kvt_n_model_presets ? &kvt_model_presets[i] : NULL;
+}
+
+void kvt_model_preset_desc(const kvt_model_preset *m, kvt_ns_desc *d)
 {
 	memset(d, 0, sizeof(*d));
 	d->model = m->model_id;

@@ -81,15 +81,8 @@ struct kvt_config {
 	kvt_tenant tenants[KVT_MAX_TENANTS];
 };
 
-/* Parse a size such as "64GiB", "1.5 GB", "512MiB", "4096".  A bare number
- * is in units of `bare_unit` bytes (LMCache's sizes are GiB).  0 or
- * KVT_ECONFIG with the reason. */
-int kvt_parse_size(const char *s, uint64_t bare_unit, uint64_t *out);
-
-/* Parse a duration ("3600", "90s", "1.5h", "7d", "2w") into whole seconds,
- * at most 100 years: the one grammar of ttl, gc --ttl and every other
- * duration.  0 or KVT_ECONFIG with the reason (the value, the forms). */
-int kvt_parse_duration(const char *s, uint64_t *out);
+/* kvt_parse_size and kvt_parse_duration, the one grammar of sizes and
+ * durations, are public (kvtier.h). */
 
 /* Find a tenant by name; NULL if absent. */
 const kvt_tenant *kvt_config_tenant(const kvt_config *cfg, const char *name);
