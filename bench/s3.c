@@ -25,14 +25,17 @@
  * s3rver, SigV4 checked) from the copy the build puts in bench-data/s3 next
  * to this program, through the start-up the tests use (tests/s3/server.h).
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench.h"
 #include "cli/cli.h"
+#include "common/hex.h"
 #include "format/object.h"
 #include "s3/server.h"
 #include "tier/s3.h"
@@ -70,6 +73,171 @@ static int s3b_server(const char *dir, s3srv *srv, char *ep, size_t cap)
 	return 0;
 }
 
+/* --- the existence cache ---------------------------------------------------
+ *
+ * --index N: the tier's index alone, no server.  N objects named like
+ * chunks, 1000 a page, with LastModified spread over 30 days, go through
+ * the tier's own listing parser and fill (kvt_s3_refresh_pages, the refresh
+ * minus HTTP) into a tier whose capacity they fill exactly; then the tier
+ * evicts what a put of --evict-pct of its capacity needs, oldest first,
+ * with the deletes in the bucket left out (kvt_s3_evict_index).  The bound,
+ * measured in the same round: qsort(3) of the N keys.  evict_ratio_vs_qsort
+ * is the eviction's time over it, fill_ratio_vs_qsort the fill's
+ * (page generation included, about a third of it). */
+
+#define S3B_IX_PAGE 1000
+#define S3B_IX_SIZE (14ull * 1048576 + 4096) /* a 14 MiB chunk's image */
+
+typedef struct s3b_pages {
+	uint64_t n, done;
+	unsigned page;
+	char *buf;
+	size_t cap;
+} s3b_pages;
+
+static void s3b_ix_key(kvt_key *k, uint64_t i)
+{
+	bench_chunk_key(k, 7, 4, i, "bench_ix");
+}
+
+static int s3b_ix_next(void *arg, const char **xml, size_t *len)
+{
+	s3b_pages *p = arg;
+	uint64_t end = p->done + S3B_IX_PAGE < p->n ? p->done + S3B_IX_PAGE : p->n;
+	size_t o;
+
+	p->page++;
+	o = (size_t)snprintf(p->buf, p->cap,
+			     "<?xml version=\"1.0\" encoding=\"UTF-8\"?>"
+			     "<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+			     "<Name>kvt</Name><Prefix>idx/</Prefix><KeyCount>%" PRIu64
+			     "</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>%s</IsTruncated>"
+			     "<NextContinuationToken>page-%u</NextContinuationToken>",
+			     end - p->done, end < p->n ? "true" : "false", p->page);
+	for (; p->done < end; p->done++) {
+		/* 30 days of mtimes from 2026-10-01, in no order by name. */
+		time_t mt = (time_t)1790812800 + (time_t)((p->done * 2654435761u) % (30 * 86400));
+		char hex[2 * KVT_KEY_BYTES + 1], lm[32];
+		struct tm tm;
+		kvt_key k;
+
+		s3b_ix_key(&k, p->done);
+		kvt_hex_encode(k.b, KVT_KEY_BYTES, hex);
+		gmtime_r(&mt, &tm);
+		strftime(lm, sizeof(lm), "%Y-%m-%dT%H:%M:%S.000Z", &tm);
+		o += (size_t)snprintf(p->buf + o, p->cap - o,
+				      "<Contents><Key>idx/%.2s/%s.kvt</Key><LastModified>%s</LastModified>"
+				      "<ETag>&quot;%.32s&quot;</ETag><Size>%llu</Size>"
+				      "<StorageClass>STANDARD</StorageClass></Contents>",
+				      hex, hex, lm, hex, S3B_IX_SIZE);
+	}
+	o += (size_t)snprintf(p->buf + o, p->cap - o, "</ListBucketResult>");
+	*xml = p->buf;
+	*len = o;
+	return 0;
+}
+
+static int s3b_key_cmp(const void *a, const void *b)
+{
+	return memcmp(a, b, KVT_KEY_BYTES);
+}
+
+static int s3b_index(uint64_t n, double pct, int rounds, int json)
+{
+	double fill[BENCH_MAX_ROUNDS], ev[BENCH_MAX_ROUNDS], qs[BENCH_MAX_ROUNDS];
+	double rev[BENCH_MAX_ROUNDS], rfill[BENCH_MAX_ROUNDS];
+	uint64_t victims = 0, i;
+	kvt_key *keys = malloc(n * sizeof(*keys));
+	s3b_pages p = { .cap = S3B_IX_PAGE * 400 + 1024 };
+	int r, rc = 0;
+
+	p.buf = malloc(p.cap);
+	if (!keys || !p.buf) {
+		fprintf(stderr, "kvtier-bench s3: no memory for %" PRIu64 " keys\n", n);
+		free(keys);
+		free(p.buf);
+		return 1;
+	}
+	for (r = 0; r < rounds && !rc; r++) {
+		kvt_s3_opts o;
+		kvt_tier *t = NULL;
+		kvt_tier_stats st;
+		double t0;
+
+		/* Nothing listens on port 1: the open's listing fails at once
+		 * (one error line) and the tier starts empty. */
+		memset(&o, 0, sizeof(o));
+		o.endpoint = "http://127.0.0.1:1";
+		o.region = "us-east-1";
+		o.bucket = "kvt";
+		o.prefix = "idx/";
+		o.path_style = 1;
+		o.access_key = S3B_AK;
+		o.secret_key = S3B_SK;
+		o.retries = -1;
+		o.timeout_ms = 2000;
+		o.capacity = n * S3B_IX_SIZE;
+		if ((rc = kvt_s3_open(&o, &t))) {
+			fprintf(stderr, "kvtier-bench s3: open: %s\n", kvt_errmsg());
+			break;
+		}
+		p.n = n;
+		p.done = 0;
+		p.page = 0;
+		t0 = cli_now();
+		rc = kvt_s3_refresh_pages(t, s3b_ix_next, &p);
+		fill[r] = cli_now() - t0;
+		t->ops->stats(t, &st);
+		if (rc || st.chunks != n) {
+			fprintf(stderr, "kvtier-bench s3: the fill indexed %" PRIu64 " of %" PRIu64
+				" objects: %s\n", st.chunks, n, rc ? kvt_errmsg() : "");
+			t->ops->close(t);
+			rc = 1;
+			break;
+		}
+		t0 = cli_now();
+		victims = kvt_s3_evict_index(t, (uint64_t)(pct / 100.0 * (double)o.capacity));
+		ev[r] = cli_now() - t0;
+		t->ops->close(t);
+
+		for (i = 0; i < n; i++)
+			s3b_ix_key(&keys[i], i);
+		t0 = cli_now();
+		qsort(keys, n, sizeof(*keys), s3b_key_cmp);
+		qs[r] = cli_now() - t0;
+		rev[r] = ev[r] / qs[r];
+		rfill[r] = fill[r] / qs[r];
+	}
+	free(keys);
+	free(p.buf);
+	if (rc)
+		return 1;
+	{
+		struct summary sf = bench_summarize(fill, rounds), se = bench_summarize(ev, rounds);
+		struct summary sq = bench_summarize(qs, rounds);
+		struct summary sre = bench_summarize(rev, rounds), srf = bench_summarize(rfill, rounds);
+		if (json) {
+			printf("{\"bench\":\"s3\",\"index\":{\"objects\":%" PRIu64 ",\"victims\":%" PRIu64
+			       ",\"rounds\":%d,", n, victims, rounds);
+			bench_json_summary("fill_s", sf);
+			printf(",");
+			bench_json_summary("evict_s", se);
+			printf(",");
+			bench_json_summary("qsort_s", sq);
+			printf(",\"evict_us_per_victim\":%.3f,\"evict_ratio_vs_qsort\":%.4f,"
+			       "\"fill_ratio_vs_qsort\":%.3f}}\n",
+			       victims ? se.median * 1e6 / (double)victims : 0, sre.median, srf.median);
+		} else {
+			printf("index of %" PRIu64 " listed objects: fill %.3f s (%.2fx qsort of the keys, "
+			       "%.3f s); evict %" PRIu64 " (%.3g%% of capacity) %.4f s, %.2f us each "
+			       "(%.4fx qsort)\n",
+			       n, sf.median, srf.median, sq.median, victims, pct, se.median,
+			       victims ? se.median * 1e6 / (double)victims : 0, sre.median);
+		}
+	}
+	return 0;
+}
+
 int bench_s3(int argc, char **argv)
 {
 	static const struct { const char *name; uint32_t layers, heads; } shapes[2] = {
@@ -77,6 +245,8 @@ int bench_s3(int argc, char **argv)
 	};
 	int json = 0, quick = 0, rounds, nobj, i, s, r, rc = 0;
 	const char *endpoint = NULL;
+	uint64_t index_n = 0;
+	double evict_pct = 10;
 	char ep[256], dir[256], sdir[300], cmd[16384];
 	double kp[2][BENCH_MAX_ROUNDS], kg[2][BENCH_MAX_ROUNDS];
 	double cp[2][BENCH_MAX_ROUNDS], cg[2][BENCH_MAX_ROUNDS];
@@ -92,17 +262,34 @@ int bench_s3(int argc, char **argv)
 			quick = 1;
 		else if (!strcmp(argv[i], "--endpoint") && i + 1 < argc)
 			endpoint = argv[++i];
+		else if (!strcmp(argv[i], "--index") && i + 1 < argc)
+			index_n = strtoull(argv[++i], NULL, 10);
+		else if (!strcmp(argv[i], "--evict-pct") && i + 1 < argc)
+			evict_pct = strtod(argv[++i], NULL);
 		else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			printf("usage: kvtier-bench s3 [--json] [--quick] [--endpoint URL]\n\n"
+			printf("usage: kvtier-bench s3 [--json] [--quick] [--endpoint URL]\n"
+			       "       kvtier-bench s3 --index N [--evict-pct P] [--json] [--quick]\n\n"
 			       "The S3 tier's PUT and GET of 14 and 32 MiB chunks against one curl\n"
 			       "process and the AWS CLI moving the same objects to the same server,\n"
 			       "paired per round (put/get_ratio_vs_curl, _vs_awscli).  Without\n"
-			       "--endpoint it starts the S3 test server (bench-data/s3/server.js).\n");
+			       "--endpoint it starts the S3 test server (bench-data/s3/server.js).\n"
+			       "--index N: the existence cache alone, no server: N listed objects\n"
+			       "through the listing parser and fill, then eviction of P%% (10) of\n"
+			       "the capacity, against a qsort of the N keys (evict_ratio_vs_qsort).\n");
 			return 0;
 		} else {
-			fprintf(stderr, "usage: kvtier-bench s3 [--json] [--quick] [--endpoint URL]\n");
+			fprintf(stderr, "usage: kvtier-bench s3 [--json] [--quick] [--endpoint URL] "
+				"[--index N [--evict-pct P]]\n");
 			return 2;
 		}
+	}
+	if (index_n || evict_pct != 10) {
+		if (index_n < 1 || index_n > 100000000 || !(evict_pct > 0 && evict_pct <= 100)) {
+			fprintf(stderr, "kvtier-bench s3: --index wants 1..100000000 objects and "
+				"--evict-pct a percentage in (0, 100]\n");
+			return 2;
+		}
+		return s3b_index(index_n, evict_pct, quick ? 1 : 3, json);
 	}
 	rounds = quick ? 3 : 5;
 	nobj = quick ? 4 : 8;

@@ -1242,50 +1242,53 @@ static int s3_fill_one(void *arg, const char *name, size_t n, uint64_t size,
 	return 0;
 }
 
-int kvt_s3_refresh(kvt_tier *tier)
+/* Start a fill sized for the index as it is. */
+static int s3_fill_init(s3_tier *t, s3_fill *f)
 {
-	s3_tier *t = (s3_tier *)tier;
-	s3_fill f;
-	int64_t start = s3_now_ms();
-	uint64_t pages = 0;
-	size_t nb = 1024, i;
-	int rc;
+	size_t nb = 1024;
 
-	if (!kvt_s3_is(tier))
-		return kvt_err(KVT_EINVAL, "kvt_s3_refresh: not an S3 tier");
 	pthread_mutex_lock(&t->mu);
 	while (nb < t->count)
 		nb *= 2;
 	pthread_mutex_unlock(&t->mu);
-	memset(&f, 0, sizeof(f));
-	f.t = t;
-	f.nb = nb * 2;
-	f.b = calloc(f.nb, sizeof(*f.b));
-	if (!f.b)
-		return KVT_ENOMEM;
-	rc = s3_list(t, s3_fill_one, &f, &pages);
-	if (rc) {
-		/* The cache stays as it was: a listing cut short says
-		 * nothing about what it did not reach. */
-		s3_index_free(f.b, f.nb);
-		pthread_mutex_lock(&t->mu);
-		t->health.list_rc = rc;
-		snprintf(t->health.list_error, sizeof(t->health.list_error), "%s",
-			 kvt_errmsg());
-		t->health.list_failures++;
-		pthread_mutex_unlock(&t->mu);
-		return rc;
-	}
-	if (f.foreign)
+	memset(f, 0, sizeof(*f));
+	f->t = t;
+	f->nb = nb * 2;
+	f->b = calloc(f->nb, sizeof(*f->b));
+	return f->b ? 0 : KVT_ENOMEM;
+}
+
+/* A listing that failed: the cache stays as it was, since a listing cut
+ * short says nothing about what it did not reach. */
+static int s3_fill_fail(s3_tier *t, s3_fill *f, int rc)
+{
+	s3_index_free(f->b, f->nb);
+	pthread_mutex_lock(&t->mu);
+	t->health.list_rc = rc;
+	snprintf(t->health.list_error, sizeof(t->health.list_error), "%s",
+		 kvt_errmsg());
+	t->health.list_failures++;
+	pthread_mutex_unlock(&t->mu);
+	return rc;
+}
+
+/* A listing that completed (started at monotonic `start`, `pages` long):
+ * it becomes the cache. */
+static void s3_fill_install(s3_tier *t, s3_fill *f, int64_t start,
+			    uint64_t pages)
+{
+	size_t i;
+
+	if (f->foreign)
 		kvt_log(KVT_LOG_WARN,
 			"s3: skipped %" PRIu64 " object(s) under s3://%s/%s that are not kvtier chunks (e.g. '%s')",
-			f.foreign, t->bucket, t->prefix, f.example);
-	if (f.small)
+			f->foreign, t->bucket, t->prefix, f->example);
+	if (f->small)
 		kvt_log(KVT_LOG_WARN,
 			"s3: skipped %" PRIu64 " object(s) under s3://%s/%s named like chunks whose listed "
 			"size rules a chunk out (e.g. '%s', %" PRIu64 " bytes; an image is more than "
 			"the %u-byte header)",
-			f.small, t->bucket, t->prefix, f.small_example, f.small_size,
+			f->small, t->bucket, t->prefix, f->small_example, f->small_size,
 			KVT_OBJ_HEADER_BYTES);
 	pthread_mutex_lock(&t->mu);
 	/* Keep what this tier put while the listing ran: it may be missing
@@ -1297,8 +1300,8 @@ int kvt_s3_refresh(kvt_tier *tier)
 			size_t b;
 			if (e->put_ms < start)
 				continue;
-			b = s3_bucket_of(f.nb, &e->key);
-			for (pp = &f.b[b]; (x = *pp); pp = &x->next)
+			b = s3_bucket_of(f->nb, &e->key);
+			for (pp = &f->b[b]; (x = *pp); pp = &x->next)
 				if (!memcmp(x->key.b, e->key.b, KVT_KEY_BYTES))
 					break;
 			if (x)
@@ -1307,26 +1310,71 @@ int kvt_s3_refresh(kvt_tier *tier)
 			if (!x)
 				continue;
 			*x = *e;
-			x->next = f.b[b];
-			f.b[b] = x;
-			f.count++;
-			f.used += x->len;
+			x->next = f->b[b];
+			f->b[b] = x;
+			f->count++;
+			f->used += x->len;
 		}
 	}
 	s3_index_free(t->buckets, t->nbuckets);
-	t->buckets = f.b;
-	t->nbuckets = f.nb;
-	t->count = f.count;
-	t->used = f.used;
+	t->buckets = f->b;
+	t->nbuckets = f->nb;
+	t->count = f->count;
+	t->used = f->used;
 	t->health.list_rc = 0;
 	t->health.list_error[0] = '\0';
 	t->health.lists++;
 	t->health.list_pages = pages;
-	t->health.skipped_foreign = f.foreign;
-	t->health.skipped_size = f.small;
+	t->health.skipped_foreign = f->foreign;
+	t->health.skipped_size = f->small;
 	pthread_mutex_unlock(&t->mu);
 	kvt_log(KVT_LOG_INFO, "s3: s3://%s/%s holds %" PRIu64 " chunk(s), %" PRIu64 " bytes",
-		t->bucket, t->prefix, f.count, f.used);
+		t->bucket, t->prefix, f->count, f->used);
+}
+
+int kvt_s3_refresh(kvt_tier *tier)
+{
+	s3_tier *t = (s3_tier *)tier;
+	s3_fill f;
+	int64_t start = s3_now_ms();
+	uint64_t pages = 0;
+	int rc;
+
+	if (!kvt_s3_is(tier))
+		return kvt_err(KVT_EINVAL, "kvt_s3_refresh: not an S3 tier");
+	if ((rc = s3_fill_init(t, &f)))
+		return rc;
+	rc = s3_list(t, s3_fill_one, &f, &pages);
+	if (rc)
+		return s3_fill_fail(t, &f, rc);
+	s3_fill_install(t, &f, start, pages);
+	return 0;
+}
+
+int kvt_s3_refresh_pages(kvt_tier *tier,
+			 int (*next)(void *arg, const char **xml, size_t *len),
+			 void *arg)
+{
+	s3_tier *t = (s3_tier *)tier;
+	s3_fill f;
+	int64_t start = s3_now_ms();
+	char token[S3_TOKEN_MAX], where[S3_NAME_MAX + 64];
+	const char *xml;
+	size_t len;
+	unsigned page = 0;
+	int rc, tr = 1;
+
+	if (!kvt_s3_is(tier))
+		return kvt_err(KVT_EINVAL, "kvt_s3_refresh_pages: not an S3 tier");
+	if ((rc = s3_fill_init(t, &f)))
+		return rc;
+	snprintf(where, sizeof(where), "listing of s3://%s/%s", t->bucket, t->prefix);
+	while (!rc && tr && (rc = next(arg, &xml, &len)) == 0)
+		rc = kvt_s3_parse_list_page(xml, len, t->prefix, s3_fill_one, &f,
+					    &tr, token, sizeof(token), where, ++page);
+	if (rc)
+		return s3_fill_fail(t, &f, rc);
+	s3_fill_install(t, &f, start, page);
 	return 0;
 }
 
@@ -1364,10 +1412,13 @@ static int s3_delete_key(s3_tier *t, const kvt_key *k)
 	return s3_delete_name(t, name);
 }
 
-/* Evict oldest entries until `need` more bytes fit.  Caller holds nothing. */
-static void s3_make_room(s3_tier *t, uint64_t need)
+/* Evict oldest entries until `need` more bytes fit, deleting each from
+ * the bucket when `remote`.  Caller holds nothing.  The count evicted. */
+static uint64_t s3_evict(s3_tier *t, uint64_t need, int remote)
 {
-	for (;;) {
+	uint64_t n = 0;
+
+	for (;; n++) {
 		s3_ent *old = NULL;
 		kvt_key k;
 		uint64_t len;
@@ -1376,7 +1427,7 @@ static void s3_make_room(s3_tier *t, uint64_t need)
 		pthread_mutex_lock(&t->mu);
 		if (t->used + need <= t->capacity || !t->count) {
 			pthread_mutex_unlock(&t->mu);
-			return;
+			return n;
 		}
 		for (i = 0; i < t->nbuckets; i++) {
 			s3_ent *e;
@@ -1394,9 +1445,19 @@ static void s3_make_room(s3_tier *t, uint64_t need)
 		t->st.evictions++;
 		t->st.evicted_bytes += len;
 		pthread_mutex_unlock(&t->mu);
-		if (s3_delete_key(t, &k) && kvt_errmsg())
+		if (remote && s3_delete_key(t, &k) && kvt_errmsg())
 			kvt_log(KVT_LOG_WARN, "s3: evict: %s", kvt_errmsg());
 	}
+}
+
+static void s3_make_room(s3_tier *t, uint64_t need)
+{
+	s3_evict(t, need, 1);
+}
+
+uint64_t kvt_s3_evict_index(kvt_tier *tier, uint64_t need)
+{
+	return kvt_s3_is(tier) ? s3_evict((s3_tier *)tier, need, 0) : 0;
 }
 
 /* --- ops --------------------------------------------------------------------- */

@@ -143,6 +143,20 @@ int kvt_s3_parse_list_page(const char *xml, size_t len, const char *prefix,
 			   s3_list_fn fn, void *arg, int *truncated, char *token,
 			   size_t token_cap, const char *where, unsigned page);
 
+/* The refresh without the network, for kvtier-bench's measure of the
+ * index: the pages next() hands out (0 and a page of *len bytes plus a
+ * NUL, until a page is not truncated; nonzero stops) go through the same
+ * parser and fill as kvt_s3_refresh's and then replace the cache.  0 or a
+ * negative code (the cache then stays as it was). */
+int kvt_s3_refresh_pages(kvt_tier *t,
+			 int (*next)(void *arg, const char **xml, size_t *len),
+			 void *arg);
+
+/* Drop from the cache what the tier would evict to make room for `need`
+ * more bytes, oldest first, without deleting anything in the bucket (for
+ * kvtier-bench's measure of the index).  The number dropped. */
+uint64_t kvt_s3_evict_index(kvt_tier *t, uint64_t need);
+
 /* What the tier knows of its endpoint's health, beyond kvt_tier_stats. */
 typedef struct kvt_s3_status {
 	/* 1: the last request got an HTTP answer; 0: it could not connect or
