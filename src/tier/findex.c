@@ -166,6 +166,49 @@ void kvt_findex_evict_locked(struct kvt_findex *ix, uint64_t need,
 	}
 }
 
+void kvt_findex_insert_ordered_locked(struct kvt_findex *ix,
+				      struct kvt_findex_ent *e,
+				      int (*older)(const struct kvt_findex_ent *a,
+						   const struct kvt_findex_ent *b))
+{
+	struct kvt_findex_ent *x;
+
+	kvt_findex_insert_locked(ix, e); /* the most recent, to begin with */
+	x = e->older;
+	if (!x || !older(e, x))
+		return;
+	while (x->older && older(e, x->older))
+		x = x->older;
+	/* e belongs just older than x. */
+	findex_lru_del(ix, e);
+	e->newer = x;
+	e->older = x->older;
+	*(x->older ? &x->older->newer : &ix->lru) = e;
+	x->older = e;
+}
+
+void kvt_findex_swap_entries_locked(struct kvt_findex *a, struct kvt_findex *b)
+{
+	struct kvt_findex_ent **buckets = a->buckets, *mru = a->mru, *lru = a->lru;
+	size_t nbuckets = a->nbuckets;
+	uint64_t count = a->count, used = a->used;
+
+	a->buckets = b->buckets;
+	a->nbuckets = b->nbuckets;
+	a->mru = b->mru;
+	a->lru = b->lru;
+	a->count = b->count;
+	a->used = b->used;
+	b->buckets = buckets;
+	b->nbuckets = nbuckets;
+	b->mru = mru;
+	b->lru = lru;
+	b->count = count;
+	b->used = used;
+	/* Generations stay unique across both. */
+	a->gen = b->gen = a->gen > b->gen ? a->gen : b->gen;
+}
+
 int kvt_findex_reserve(struct kvt_findex *ix, const kvt_key *key,
 		       uint64_t charge, struct kvt_findex_ent **victims,
 		       uint64_t *reserved)

@@ -1,5 +1,6 @@
 /*
- * findex.h — the in-memory index of a file-per-chunk tier (nvme, fsdir).
+ * findex.h — the in-memory index of a file-per-chunk tier (nvme, fsdir),
+ * and of the S3 tier's objects and bad list (s3.c), which need no files.
  *
  * A chained hash table of entries by key plus an LRU list, under one mutex
  * that also guards the tier's capacity accounting and counters.  A tier
@@ -88,6 +89,22 @@ void kvt_findex_touch_locked(struct kvt_findex *ix, struct kvt_findex_ent *e);
 void kvt_findex_evict_locked(struct kvt_findex *ix, uint64_t need,
 			     const struct kvt_findex_ent *keep,
 			     struct kvt_findex_ent **victims);
+
+/* Insert `e` (not present; key, len and charge set) with a fresh
+ * generation, where `older` puts it in a list kept in age order rather than
+ * use order (the S3 tier's, by mtime): just more recent than the first
+ * entry, counting from the most recent, that it is not older than; so the
+ * newest costs O(1), and ties keep their order of insertion. */
+void kvt_findex_insert_ordered_locked(struct kvt_findex *ix,
+				      struct kvt_findex_ent *e,
+				      int (*older)(const struct kvt_findex_ent *a,
+						   const struct kvt_findex_ent *b));
+/* Swap the entries of two indexes (table, LRU list, count, used bytes),
+ * each keeping its mutex, capacity, reservations, counters and bad list:
+ * a tier that built a fresh index aside (a re-listing) installs it and
+ * frees the old entries with kvt_findex_fini(b).  Caller holds a->mu and
+ * owns b alone. */
+void kvt_findex_swap_entries_locked(struct kvt_findex *a, struct kvt_findex *b);
 
 /* Reserve `charge` bytes for a put of `key`, evicting what must go (onto
  * *victims): 0, KVT_ETOOBIG, KVT_EEXIST or KVT_EFULL (counted), without a

@@ -26,8 +26,12 @@
  * continuation tokens already given: an endpoint that answers IsTruncated
  * with a token it gave before would otherwise keep us listing forever.
  *
- * Index: a chained hash set of the keys known present with their sizes and
- * times, under one mutex that is never held across a network call.
+ * Index: the keys known present with their sizes and times, in the shared
+ * index of findex.c (a hash table and a list), under its mutex, which is
+ * never held across a network call.  The list is kept in age order (oldest
+ * mtime first) rather than use order: eviction and GC take the oldest
+ * first, so each victim costs O(1) and a re-listing one sort.  The objects
+ * found bad are a second such index, keyed the same way.
  */
 #include "tier/s3.h"
 #include "common/hex.h"
@@ -54,6 +58,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "format/object.h"
+#include "tier/findex.h"
 
 #define S3_URL_MAX 2048
 #define S3_NAME_MAX 512
@@ -71,12 +76,20 @@
 /* --- the tier ------------------------------------------------------------ */
 
 typedef struct s3_ent {
-	kvt_key key;
-	uint64_t len;
+	struct kvt_findex_ent fe; /* key, len; charge = len */
 	int64_t mtime_s;   /* LastModified, or the local put time */
 	int64_t put_ms;    /* monotonic ms of our own put; 0 if listed */
-	struct s3_ent *next;
 } s3_ent;
+
+/* An object found bad and left in the bucket (a read never deletes):
+ * verify lists them, repair deletes the damaged ones, and a put of a
+ * damaged one's key replaces it unconditionally. */
+struct s3_bad {
+	struct kvt_findex_ent fe; /* key; len and charge 0 */
+	int proven; /* damaged; 0: only unverifiable here (a tag) */
+	char etag[128]; /* of the object found bad ("" if unknown) */
+	char why[160];
+};
 
 typedef struct s3_tier {
 	kvt_tier base;
@@ -100,21 +113,10 @@ typedef struct s3_tier {
 	CURL **pool;
 	uint32_t npool, in_use;
 
-	pthread_mutex_t mu; /* guards the index and the counters */
-	s3_ent **buckets;
-	size_t nbuckets;
-	uint64_t count, used;
-	kvt_tier_stats st;
-	/* Objects found bad and left in the bucket (a read never deletes),
-	 * newest first: verify lists them, repair deletes the damaged ones,
-	 * and a put of a damaged one's key replaces it unconditionally. */
-	struct s3_bad {
-		kvt_key key;
-		int proven; /* damaged; 0: only unverifiable here (a tag) */
-		char etag[128]; /* of the object found bad ("" if unknown) */
-		char why[160];
-		struct s3_bad *next;
-	} *bad;
+	/* The objects known present (s3_ent), oldest first, with the
+	 * capacity accounting and counters; ix.mu guards it, `bad` (struct
+	 * s3_bad, oldest first; its own mutex unused) and `health`. */
+	struct kvt_findex ix, bad;
 	kvt_s3_status health; /* all but `reachable`, which is atomic */
 	atomic_int reachable;
 	atomic_uint_fast64_t borrowed;
@@ -208,45 +210,21 @@ static void s3_uri_encode(const char *s, char *out, size_t cap)
 	out[o] = '\0';
 }
 
-/* --- index (caller holds t->mu) ------------------------------------------- */
-
-static size_t s3_bucket_of(size_t nb, const kvt_key *k)
-{
-	uint64_t h;
-
-	memcpy(&h, k->b, sizeof(h));
-	return (size_t)(h & (nb - 1));
-}
+/* --- index (caller holds t->ix.mu) ---------------------------------------- */
 
 static s3_ent *s3_find(const s3_tier *t, const kvt_key *k)
 {
-	s3_ent *e;
-
-	for (e = t->buckets[s3_bucket_of(t->nbuckets, k)]; e; e = e->next)
-		if (!memcmp(e->key.b, k->b, KVT_KEY_BYTES))
-			return e;
-	return NULL;
+	return (s3_ent *)kvt_findex_find_locked(&t->ix, k);
 }
 
-static void s3_grow(s3_tier *t)
+/* Age order: oldest mtime first; within one second (S3's mtime grain),
+ * listed ones (put_ms 0) before our own puts, these in the order made. */
+static int s3_older(const struct kvt_findex_ent *a, const struct kvt_findex_ent *b)
 {
-	size_t nb = t->nbuckets * 2, i;
-	s3_ent **b = calloc(nb, sizeof(*b));
+	const s3_ent *x = (const s3_ent *)a, *y = (const s3_ent *)b;
 
-	if (!b)
-		return; /* longer chains, still correct */
-	for (i = 0; i < t->nbuckets; i++) {
-		s3_ent *e = t->buckets[i], *next;
-		for (; e; e = next) {
-			size_t j = s3_bucket_of(nb, &e->key);
-			next = e->next;
-			e->next = b[j];
-			b[j] = e;
-		}
-	}
-	free(t->buckets);
-	t->buckets = b;
-	t->nbuckets = nb;
+	return x->mtime_s < y->mtime_s ||
+	       (x->mtime_s == y->mtime_s && x->put_ms < y->put_ms);
 }
 
 /* Insert or update.  0 or KVT_ENOMEM. */
@@ -254,60 +232,28 @@ static int s3_index_set(s3_tier *t, const kvt_key *k, uint64_t len,
 			int64_t mtime_s, int64_t put_ms)
 {
 	s3_ent *e = s3_find(t, k);
-	size_t b;
 
-	if (e) {
-		t->used = t->used - e->len + len;
-		e->len = len;
-		e->mtime_s = mtime_s;
-		e->put_ms = put_ms;
-		return 0;
-	}
-	e = calloc(1, sizeof(*e));
-	if (!e)
+	if (e)
+		kvt_findex_remove_locked(&t->ix, &e->fe); /* its place moves */
+	else if (!(e = calloc(1, sizeof(*e))))
 		return KVT_ENOMEM;
-	e->key = *k;
-	e->len = len;
+	e->fe.key = *k;
+	e->fe.len = e->fe.charge = len;
 	e->mtime_s = mtime_s;
 	e->put_ms = put_ms;
-	b = s3_bucket_of(t->nbuckets, k);
-	e->next = t->buckets[b];
-	t->buckets[b] = e;
-	t->count++;
-	t->used += len;
-	if (t->count > 2 * t->nbuckets)
-		s3_grow(t);
+	kvt_findex_insert_ordered_locked(&t->ix, &e->fe, s3_older);
 	return 0;
 }
 
 static int s3_index_del(s3_tier *t, const kvt_key *k)
 {
-	s3_ent **pp = &t->buckets[s3_bucket_of(t->nbuckets, k)], *e;
+	s3_ent *e = s3_find(t, k);
 
-	for (; (e = *pp); pp = &e->next) {
-		if (!memcmp(e->key.b, k->b, KVT_KEY_BYTES)) {
-			*pp = e->next;
-			t->count--;
-			t->used -= e->len;
-			free(e);
-			return 0;
-		}
-	}
-	return KVT_ENOTFOUND;
-}
-
-static void s3_index_free(s3_ent **b, size_t nb)
-{
-	size_t i;
-
-	for (i = 0; i < nb; i++) {
-		s3_ent *e = b[i], *next;
-		for (; e; e = next) {
-			next = e->next;
-			free(e);
-		}
-	}
-	free(b);
+	if (!e)
+		return KVT_ENOTFOUND;
+	kvt_findex_remove_locked(&t->ix, &e->fe);
+	free(e);
+	return 0;
 }
 
 /* --- HTTP ------------------------------------------------------------------ */
@@ -1160,13 +1106,11 @@ static int s3_list(s3_tier *t, s3_list_fn fn, void *arg, uint64_t *pages)
 /* Whether `k` is on the bad list (a listing must not bring it back). */
 static int s3_is_bad(s3_tier *t, const kvt_key *k)
 {
-	struct s3_bad *b;
-	int found = 0;
+	int found;
 
-	pthread_mutex_lock(&t->mu);
-	for (b = t->bad; b && !found; b = b->next)
-		found = !memcmp(b->key.b, k->b, KVT_KEY_BYTES);
-	pthread_mutex_unlock(&t->mu);
+	pthread_mutex_lock(&t->ix.mu);
+	found = kvt_findex_find_locked(&t->bad, k) != NULL;
+	pthread_mutex_unlock(&t->ix.mu);
 	return found;
 }
 
@@ -1177,24 +1121,25 @@ static int s3_bad_same(s3_tier *t, const kvt_key *k, const char *etag)
 	struct s3_bad *b;
 	int same = 0, other = 0;
 
-	pthread_mutex_lock(&t->mu);
-	for (b = t->bad; b; b = b->next)
-		if (!memcmp(b->key.b, k->b, KVT_KEY_BYTES)) {
-			same = b->etag[0] && !strcmp(b->etag, etag);
-			other = !same;
-			break;
-		}
-	pthread_mutex_unlock(&t->mu);
+	pthread_mutex_lock(&t->ix.mu);
+	b = (struct s3_bad *)kvt_findex_find_locked(&t->bad, k);
+	if (b) {
+		same = b->etag[0] && !strcmp(b->etag, etag);
+		other = !same;
+	}
+	pthread_mutex_unlock(&t->ix.mu);
 	if (other)
 		s3_bad_take(t, k, NULL);
 	return same;
 }
 
+/* A listing being read: the chunks it names, in the order listed, and
+ * what it skipped. */
 typedef struct s3_fill {
 	s3_tier *t;
-	s3_ent **b;
-	size_t nb;
-	uint64_t count, used, foreign, small;
+	s3_ent **ents;
+	size_t n, cap;
+	uint64_t foreign, small;
 	char example[128], small_example[128];
 	uint64_t small_size;
 } s3_fill;
@@ -1205,7 +1150,6 @@ static int s3_fill_one(void *arg, const char *name, size_t n, uint64_t size,
 	s3_fill *f = arg;
 	kvt_key k;
 	s3_ent *e;
-	size_t b;
 
 	if (s3_parse_name(name, n, &k)) {
 		if (!f->foreign++)
@@ -1228,57 +1172,91 @@ static int s3_fill_one(void *arg, const char *name, size_t n, uint64_t size,
 	}
 	if (s3_is_bad(f->t, &k))
 		return 0; /* listed bad: not served, whatever the listing says */
+	if (f->n == f->cap) {
+		size_t nc = f->cap ? 2 * f->cap : 1024;
+		s3_ent **ne = realloc(f->ents, nc * sizeof(*ne));
+		if (!ne)
+			return KVT_ENOMEM;
+		f->ents = ne;
+		f->cap = nc;
+	}
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return KVT_ENOMEM;
-	e->key = k;
-	e->len = size;
+	e->fe.key = k;
+	e->fe.len = e->fe.charge = size;
 	e->mtime_s = mtime_s;
-	b = s3_bucket_of(f->nb, &k);
-	e->next = f->b[b];
-	f->b[b] = e;
-	f->count++;
-	f->used += size;
+	f->ents[f->n++] = e;
 	return 0;
 }
 
-/* Start a fill sized for the index as it is. */
-static int s3_fill_init(s3_tier *t, s3_fill *f)
+static void s3_fill_free(s3_fill *f)
 {
-	size_t nb = 1024;
+	size_t i;
 
-	pthread_mutex_lock(&t->mu);
-	while (nb < t->count)
-		nb *= 2;
-	pthread_mutex_unlock(&t->mu);
+	for (i = 0; i < f->n; i++)
+		free(f->ents[i]);
+	free(f->ents);
+	f->ents = NULL;
+	f->n = f->cap = 0;
+}
+
+/* Oldest first, ties by key: the order the index keeps. */
+static int s3_fill_cmp(const void *a, const void *b)
+{
+	const s3_ent *x = *(s3_ent *const *)a, *y = *(s3_ent *const *)b;
+
+	if (x->mtime_s != y->mtime_s)
+		return x->mtime_s < y->mtime_s ? -1 : 1;
+	return memcmp(x->fe.key.b, y->fe.key.b, KVT_KEY_BYTES);
+}
+
+static void s3_fill_init(s3_tier *t, s3_fill *f)
+{
 	memset(f, 0, sizeof(*f));
 	f->t = t;
-	f->nb = nb * 2;
-	f->b = calloc(f->nb, sizeof(*f->b));
-	return f->b ? 0 : KVT_ENOMEM;
 }
 
 /* A listing that failed: the cache stays as it was, since a listing cut
  * short says nothing about what it did not reach. */
 static int s3_fill_fail(s3_tier *t, s3_fill *f, int rc)
 {
-	s3_index_free(f->b, f->nb);
-	pthread_mutex_lock(&t->mu);
+	s3_fill_free(f);
+	pthread_mutex_lock(&t->ix.mu);
 	t->health.list_rc = rc;
 	snprintf(t->health.list_error, sizeof(t->health.list_error), "%s",
 		 kvt_errmsg());
 	t->health.list_failures++;
-	pthread_mutex_unlock(&t->mu);
+	pthread_mutex_unlock(&t->ix.mu);
 	return rc;
 }
 
-/* A listing that completed (started at monotonic `start`, `pages` long):
- * it becomes the cache. */
-static void s3_fill_install(s3_tier *t, s3_fill *f, int64_t start,
-			    uint64_t pages)
+/* A listing that completed (started at monotonic `start`, wall clock
+ * `start_s`, `pages` long) becomes the cache: sorted once into age order
+ * and indexed aside, then swapped in.  0 or KVT_ENOMEM (the cache then
+ * stays as it was). */
+static int s3_fill_install(s3_tier *t, s3_fill *f, int64_t start,
+			   int64_t start_s, uint64_t pages)
 {
+	struct kvt_findex fresh;
+	struct kvt_findex_ent *o;
+	uint64_t count, used;
 	size_t i;
 
+	if (kvt_findex_init(&fresh, t->ix.capacity))
+		return s3_fill_fail(t, f, KVT_ENOMEM);
+	if (f->n)
+		qsort(f->ents, f->n, sizeof(*f->ents), s3_fill_cmp);
+	for (i = 0; i < f->n; i++) {
+		/* An endpoint that lists a name twice is not counted twice. */
+		if (kvt_findex_find_locked(&fresh, &f->ents[i]->fe.key))
+			free(f->ents[i]);
+		else
+			kvt_findex_insert_locked(&fresh, &f->ents[i]->fe);
+	}
+	free(f->ents);
+	f->ents = NULL;
+	f->n = 0;
 	if (f->foreign)
 		kvt_log(KVT_LOG_WARN,
 			"s3: skipped %" PRIu64 " object(s) under s3://%s/%s that are not kvtier chunks (e.g. '%s')",
@@ -1290,65 +1268,53 @@ static void s3_fill_install(s3_tier *t, s3_fill *f, int64_t start,
 			"the %u-byte header)",
 			f->small, t->bucket, t->prefix, f->small_example, f->small_size,
 			KVT_OBJ_HEADER_BYTES);
-	pthread_mutex_lock(&t->mu);
+	pthread_mutex_lock(&t->ix.mu);
 	/* Keep what this tier put while the listing ran: it may be missing
-	 * from the pages already read. */
-	for (i = 0; i < t->nbuckets; i++) {
-		s3_ent *e;
-		for (e = t->buckets[i]; e; e = e->next) {
-			s3_ent **pp, *x;
-			size_t b;
-			if (e->put_ms < start)
-				continue;
-			b = s3_bucket_of(f->nb, &e->key);
-			for (pp = &f->b[b]; (x = *pp); pp = &x->next)
-				if (!memcmp(x->key.b, e->key.b, KVT_KEY_BYTES))
-					break;
-			if (x)
-				continue;
-			x = calloc(1, sizeof(*x));
-			if (!x)
-				continue;
-			*x = *e;
-			x->next = f->b[b];
-			f->b[b] = x;
-			f->count++;
-			f->used += x->len;
-		}
+	 * from the pages already read.  Those puts are the newest, so the
+	 * walk stops at the first entry older than the listing (a wall clock
+	 * stepped back may hide some until the next listing, which has
+	 * them). */
+	for (o = t->ix.mru; o && ((s3_ent *)o)->mtime_s >= start_s; o = o->older) {
+		s3_ent *e = (s3_ent *)o, *x;
+		if (e->put_ms < start || kvt_findex_find_locked(&fresh, &o->key))
+			continue;
+		x = malloc(sizeof(*x));
+		if (!x)
+			continue;
+		*x = *e;
+		kvt_findex_insert_ordered_locked(&fresh, &x->fe, s3_older);
 	}
-	s3_index_free(t->buckets, t->nbuckets);
-	t->buckets = f->b;
-	t->nbuckets = f->nb;
-	t->count = f->count;
-	t->used = f->used;
+	kvt_findex_swap_entries_locked(&t->ix, &fresh);
+	count = t->ix.count;
+	used = t->ix.used;
 	t->health.list_rc = 0;
 	t->health.list_error[0] = '\0';
 	t->health.lists++;
 	t->health.list_pages = pages;
 	t->health.skipped_foreign = f->foreign;
 	t->health.skipped_size = f->small;
-	pthread_mutex_unlock(&t->mu);
+	pthread_mutex_unlock(&t->ix.mu);
+	kvt_findex_fini(&fresh); /* the old entries */
 	kvt_log(KVT_LOG_INFO, "s3: s3://%s/%s holds %" PRIu64 " chunk(s), %" PRIu64 " bytes",
-		t->bucket, t->prefix, f->count, f->used);
+		t->bucket, t->prefix, count, used);
+	return 0;
 }
 
 int kvt_s3_refresh(kvt_tier *tier)
 {
 	s3_tier *t = (s3_tier *)tier;
 	s3_fill f;
-	int64_t start = s3_now_ms();
+	int64_t start = s3_now_ms(), start_s = s3_wall_s();
 	uint64_t pages = 0;
 	int rc;
 
 	if (!kvt_s3_is(tier))
 		return kvt_err(KVT_EINVAL, "kvt_s3_refresh: not an S3 tier");
-	if ((rc = s3_fill_init(t, &f)))
-		return rc;
+	s3_fill_init(t, &f);
 	rc = s3_list(t, s3_fill_one, &f, &pages);
 	if (rc)
 		return s3_fill_fail(t, &f, rc);
-	s3_fill_install(t, &f, start, pages);
-	return 0;
+	return s3_fill_install(t, &f, start, start_s, pages);
 }
 
 int kvt_s3_refresh_pages(kvt_tier *tier,
@@ -1357,25 +1323,23 @@ int kvt_s3_refresh_pages(kvt_tier *tier,
 {
 	s3_tier *t = (s3_tier *)tier;
 	s3_fill f;
-	int64_t start = s3_now_ms();
+	int64_t start = s3_now_ms(), start_s = s3_wall_s();
 	char token[S3_TOKEN_MAX], where[S3_NAME_MAX + 64];
 	const char *xml;
 	size_t len;
 	unsigned page = 0;
-	int rc, tr = 1;
+	int rc = 0, tr = 1;
 
 	if (!kvt_s3_is(tier))
 		return kvt_err(KVT_EINVAL, "kvt_s3_refresh_pages: not an S3 tier");
-	if ((rc = s3_fill_init(t, &f)))
-		return rc;
+	s3_fill_init(t, &f);
 	snprintf(where, sizeof(where), "listing of s3://%s/%s", t->bucket, t->prefix);
 	while (!rc && tr && (rc = next(arg, &xml, &len)) == 0)
 		rc = kvt_s3_parse_list_page(xml, len, t->prefix, s3_fill_one, &f,
 					    &tr, token, sizeof(token), where, ++page);
 	if (rc)
 		return s3_fill_fail(t, &f, rc);
-	s3_fill_install(t, &f, start, page);
-	return 0;
+	return s3_fill_install(t, &f, start, start_s, page);
 }
 
 int kvt_s3_status_get(kvt_tier *tier, kvt_s3_status *out)
@@ -1384,9 +1348,9 @@ int kvt_s3_status_get(kvt_tier *tier, kvt_s3_status *out)
 
 	if (!kvt_s3_is(tier) || !out)
 		return kvt_err(KVT_EINVAL, "kvt_s3_status_get: not an S3 tier");
-	pthread_mutex_lock(&t->mu);
+	pthread_mutex_lock(&t->ix.mu);
 	*out = t->health;
-	pthread_mutex_unlock(&t->mu);
+	pthread_mutex_unlock(&t->ix.mu);
 	out->reachable = atomic_load(&t->reachable);
 	return 0;
 }
@@ -1412,42 +1376,26 @@ static int s3_delete_key(s3_tier *t, const kvt_key *k)
 	return s3_delete_name(t, name);
 }
 
-/* Evict oldest entries until `need` more bytes fit, deleting each from
- * the bucket when `remote`.  Caller holds nothing.  The count evicted. */
+/* Evict the oldest entries until `need` more bytes fit, deleting each from
+ * the bucket when `remote`: the victims are taken off the list's old end
+ * at once under the lock, and deleted after it is dropped.  Caller holds
+ * nothing.  The count evicted. */
 static uint64_t s3_evict(s3_tier *t, uint64_t need, int remote)
 {
+	struct kvt_findex_ent *victims = NULL, *e;
 	uint64_t n = 0;
 
-	for (;; n++) {
-		s3_ent *old = NULL;
-		kvt_key k;
-		uint64_t len;
-		size_t i;
-
-		pthread_mutex_lock(&t->mu);
-		if (t->used + need <= t->capacity || !t->count) {
-			pthread_mutex_unlock(&t->mu);
-			return n;
-		}
-		for (i = 0; i < t->nbuckets; i++) {
-			s3_ent *e;
-			for (e = t->buckets[i]; e; e = e->next)
-				/* Oldest first; within one second (S3's
-				 * mtime grain), our own puts in the order
-				 * made, listed ones (put_ms 0) before them. */
-				if (!old || e->mtime_s < old->mtime_s ||
-				    (e->mtime_s == old->mtime_s && e->put_ms < old->put_ms))
-					old = e;
-		}
-		k = old->key;
-		len = old->len;
-		s3_index_del(t, &k);
-		t->st.evictions++;
-		t->st.evicted_bytes += len;
-		pthread_mutex_unlock(&t->mu);
-		if (remote && s3_delete_key(t, &k) && kvt_errmsg())
+	pthread_mutex_lock(&t->ix.mu);
+	kvt_findex_evict_locked(&t->ix, need, NULL, &victims);
+	pthread_mutex_unlock(&t->ix.mu);
+	while ((e = victims)) {
+		victims = e->hnext;
+		if (remote && s3_delete_key(t, &e->key) && kvt_errmsg())
 			kvt_log(KVT_LOG_WARN, "s3: evict: %s", kvt_errmsg());
+		free(e);
+		n++;
 	}
+	return n;
 }
 
 static void s3_make_room(s3_tier *t, uint64_t need)
@@ -1470,17 +1418,17 @@ static int s3_put_begin(kvt_tier *tier, const kvt_key *key, uint64_t len,
 	int hit;
 
 	if (len > t->capacity) {
-		pthread_mutex_lock(&t->mu);
-		t->st.put_rejects++;
-		pthread_mutex_unlock(&t->mu);
+		pthread_mutex_lock(&t->ix.mu);
+		t->ix.st.put_rejects++;
+		pthread_mutex_unlock(&t->ix.mu);
 		return kvt_err(KVT_ETOOBIG, "s3: image of %" PRIu64 " bytes exceeds capacity %" PRIu64,
 			       len, t->capacity);
 	}
-	pthread_mutex_lock(&t->mu);
+	pthread_mutex_lock(&t->ix.mu);
 	hit = s3_find(t, key) != NULL;
 	if (hit)
-		t->st.put_exists++;
-	pthread_mutex_unlock(&t->mu);
+		t->ix.st.put_exists++;
+	pthread_mutex_unlock(&t->ix.mu);
 	if (hit)
 		return KVT_EEXIST;
 	b = calloc(1, sizeof(*b));
@@ -1671,63 +1619,64 @@ static int s3_put_commit(kvt_tier *tier, kvt_tier_wbuf *w, int durability)
 		rc = s3_put_single(t, name, img, len, t->hmac_key ? mac : NULL, !replace);
 	else
 		rc = s3_put_multipart(t, name, img, len, t->hmac_key ? mac : NULL, !replace);
-	pthread_mutex_lock(&t->mu);
+	pthread_mutex_lock(&t->ix.mu);
 	if (!rc) {
 		s3_index_set(t, &w->key, len, s3_wall_s(), s3_now_ms());
-		t->st.puts++;
-		t->st.bytes_in += len;
+		t->ix.st.puts++;
+		t->ix.st.bytes_in += len;
 	} else if (rc == KVT_EEXIST) {
 		/* Someone else won: the key is present. */
 		s3_index_set(t, &w->key, len, s3_wall_s(), 0);
-		t->st.put_exists++;
+		t->ix.st.put_exists++;
 	} else {
-		t->st.write_errors++;
+		t->ix.st.write_errors++;
 	}
-	pthread_mutex_unlock(&t->mu);
+	pthread_mutex_unlock(&t->ix.mu);
 	s3_put_abort(tier, w);
 	return rc;
 }
 
 static void s3_forget(s3_tier *t, const kvt_key *k)
 {
-	pthread_mutex_lock(&t->mu);
+	pthread_mutex_lock(&t->ix.mu);
 	s3_index_del(t, k);
-	pthread_mutex_unlock(&t->mu);
+	pthread_mutex_unlock(&t->ix.mu);
 }
 
 /* Take the record of `k` off the bad list into *out (may be NULL); 1 if
  * there was one. */
 static int s3_bad_take(s3_tier *t, const kvt_key *k, struct s3_bad *out)
 {
-	struct s3_bad **p, *b = NULL;
+	struct s3_bad *b;
 
-	pthread_mutex_lock(&t->mu);
-	for (p = &t->bad; *p; p = &(*p)->next)
-		if (!memcmp((*p)->key.b, k->b, KVT_KEY_BYTES)) {
-			b = *p;
-			*p = b->next;
-			break;
-		}
-	pthread_mutex_unlock(&t->mu);
+	pthread_mutex_lock(&t->ix.mu);
+	b = (struct s3_bad *)kvt_findex_find_locked(&t->bad, k);
+	if (b)
+		kvt_findex_remove_locked(&t->bad, &b->fe);
+	pthread_mutex_unlock(&t->ix.mu);
 	if (b && out)
 		*out = *b;
 	free(b);
 	return b != NULL;
 }
 
-/* Put a record on the bad list (best effort: without memory it is only
- * not listed). */
+/* Put a record on the bad list as its newest, replacing one of the same
+ * key (best effort: without memory it is only not listed). */
 static void s3_bad_put(s3_tier *t, const struct s3_bad *rec)
 {
-	struct s3_bad *b = malloc(sizeof(*b));
+	struct s3_bad *b = malloc(sizeof(*b)), *old;
 
 	if (!b)
 		return;
 	*b = *rec;
-	pthread_mutex_lock(&t->mu);
-	b->next = t->bad;
-	t->bad = b;
-	pthread_mutex_unlock(&t->mu);
+	b->fe.len = b->fe.charge = 0;
+	pthread_mutex_lock(&t->ix.mu);
+	old = (struct s3_bad *)kvt_findex_find_locked(&t->bad, &b->fe.key);
+	if (old)
+		kvt_findex_remove_locked(&t->bad, &old->fe);
+	kvt_findex_insert_locked(&t->bad, &b->fe);
+	pthread_mutex_unlock(&t->ix.mu);
+	free(old);
 }
 
 /* An object that is not a valid image of its key: no longer served,
@@ -1740,15 +1689,15 @@ static void s3_count_corrupt(s3_tier *t, const kvt_key *k, const char *name,
 	struct s3_bad b;
 
 	memset(&b, 0, sizeof(b));
-	b.key = *k;
+	b.fe.key = *k;
 	b.proven = proven;
 	snprintf(b.etag, sizeof(b.etag), "%s", etag ? etag : "");
 	snprintf(b.why, sizeof(b.why), "%s", why);
 	s3_bad_take(t, k, NULL);
-	pthread_mutex_lock(&t->mu);
-	t->st.corrupt++;
+	pthread_mutex_lock(&t->ix.mu);
+	t->ix.st.corrupt++;
 	s3_index_del(t, k);
-	pthread_mutex_unlock(&t->mu);
+	pthread_mutex_unlock(&t->ix.mu);
 	s3_bad_put(t, &b);
 	kvt_log(KVT_LOG_WARN, "s3: s3://%s/%s is not a valid image (%s): not served, left in place",
 		t->bucket, name, why);
@@ -1776,11 +1725,11 @@ static int s3_get(kvt_tier *tier, const kvt_key *key, kvt_tier_rbuf **out)
 	{
 		uint64_t first_len = t->multipart_bytes, known = 0;
 		s3_ent *e;
-		pthread_mutex_lock(&t->mu);
+		pthread_mutex_lock(&t->ix.mu);
 		e = s3_find(t, key);
 		if (e)
-			known = e->len;
-		pthread_mutex_unlock(&t->mu);
+			known = e->fe.len;
+		pthread_mutex_unlock(&t->ix.mu);
 		if (known > t->multipart_bytes)
 			first_len = t->part_bytes; /* known large: all parallel */
 		snprintf(range, sizeof(range), "Range: bytes=0-%" PRIu64, first_len - 1);
@@ -1925,22 +1874,22 @@ static int s3_get(kvt_tier *tier, const kvt_key *key, kvt_tier_rbuf **out)
 	img = NULL;
 	*out = &rb->r;
 	atomic_fetch_add(&t->borrowed, 1);
-	pthread_mutex_lock(&t->mu);
-	t->st.hits++;
-	t->st.bytes_out += total;
+	pthread_mutex_lock(&t->ix.mu);
+	t->ix.st.hits++;
+	t->ix.st.bytes_out += total;
 	if (!s3_find(t, key))
 		s3_index_set(t, key, total, s3_wall_s(), 0);
-	pthread_mutex_unlock(&t->mu);
+	pthread_mutex_unlock(&t->ix.mu);
 out:
 	if (rc) {
 		/* A miss is a miss; a failure to read is counted apart, so
 		 * that a dead endpoint does not look like a cold cache. */
-		pthread_mutex_lock(&t->mu);
+		pthread_mutex_lock(&t->ix.mu);
 		if (rc == KVT_ENOTFOUND || rc == KVT_ECORRUPT)
-			t->st.misses++;
+			t->ix.st.misses++;
 		else
 			t->health.read_errors++;
-		pthread_mutex_unlock(&t->mu);
+		pthread_mutex_unlock(&t->ix.mu);
 	}
 	for (i = 0; rs && i < nr; i++)
 		s3_req_fini(&rs[i]);
@@ -1963,13 +1912,7 @@ static void s3_release(kvt_tier *tier, kvt_tier_rbuf *r)
 
 static int s3_exists(kvt_tier *tier, const kvt_key *key)
 {
-	s3_tier *t = (s3_tier *)tier;
-	int hit;
-
-	pthread_mutex_lock(&t->mu);
-	hit = s3_find(t, key) != NULL;
-	pthread_mutex_unlock(&t->mu);
-	return hit;
+	return kvt_findex_exists(&((s3_tier *)tier)->ix, key);
 }
 
 static int s3_del(kvt_tier *tier, const kvt_key *key)
@@ -1977,9 +1920,9 @@ static int s3_del(kvt_tier *tier, const kvt_key *key)
 	s3_tier *t = (s3_tier *)tier;
 	int known, rc;
 
-	pthread_mutex_lock(&t->mu);
+	pthread_mutex_lock(&t->ix.mu);
 	known = s3_index_del(t, key) == 0;
-	pthread_mutex_unlock(&t->mu);
+	pthread_mutex_unlock(&t->ix.mu);
 	rc = s3_delete_key(t, key);
 	/* S3 answers 204 for absent keys too: the index decides. */
 	if (rc)
@@ -1991,46 +1934,18 @@ static int s3_iterate(kvt_tier *tier,
 		      int (*fn)(void *arg, const kvt_key *key, uint64_t len),
 		      void *arg)
 {
-	s3_tier *t = (s3_tier *)tier;
-	kvt_key *keys;
-	uint64_t *lens, n = 0, i;
-	size_t b;
-	int rc = 0;
-
-	pthread_mutex_lock(&t->mu);
-	keys = malloc((t->count + 1) * sizeof(*keys));
-	lens = malloc((t->count + 1) * sizeof(*lens));
-	if (keys && lens) {
-		for (b = 0; b < t->nbuckets; b++) {
-			s3_ent *e;
-			for (e = t->buckets[b]; e; e = e->next) {
-				keys[n] = e->key;
-				lens[n++] = e->len;
-			}
-		}
-	}
-	pthread_mutex_unlock(&t->mu);
-	if (!keys || !lens)
-		rc = KVT_ENOMEM;
-	for (i = 0; !rc && i < n; i++)
-		rc = fn(arg, &keys[i], lens[i]);
-	free(keys);
-	free(lens);
-	return rc;
+	return kvt_findex_iterate(&((s3_tier *)tier)->ix, "s3", fn, arg);
 }
 
 static void s3_stats(kvt_tier *tier, kvt_tier_stats *out)
 {
 	s3_tier *t = (s3_tier *)tier;
 
-	pthread_mutex_lock(&t->mu);
-	*out = t->st;
+	kvt_findex_stats(&t->ix, out, "s3", atomic_load(&t->borrowed));
+	pthread_mutex_lock(&t->ix.mu);
 	out->capacity_bytes = t->capacity;
-	out->used_bytes = t->used;
-	out->chunks = t->count;
-	pthread_mutex_unlock(&t->mu);
-	snprintf(out->name, sizeof(out->name), "s3");
-	out->borrowed = atomic_load(&t->borrowed);
+	out->bad_listed = t->bad.count;
+	pthread_mutex_unlock(&t->ix.mu);
 	{
 		kvt_s3_status h;
 		kvt_s3_status_get(tier, &h);
@@ -2063,25 +1978,24 @@ static int s3_bad_iterate(kvt_tier *tier,
 			  void *arg)
 {
 	s3_tier *t = (s3_tier *)tier;
-	struct s3_bad *items = NULL, *b;
-	size_t n = 0, i;
+	struct s3_bad *items = NULL;
+	struct kvt_findex_ent *b;
+	size_t n, i = 0;
 	int rc = 0;
 
-	pthread_mutex_lock(&t->mu);
-	for (b = t->bad; b; b = b->next)
-		n++;
-	if (n && (items = malloc(n * sizeof(*items)))) {
-		for (i = 0, b = t->bad; b; b = b->next)
-			items[i++] = *b;
-	}
-	pthread_mutex_unlock(&t->mu);
+	pthread_mutex_lock(&t->ix.mu);
+	n = t->bad.count;
+	if (n && (items = malloc(n * sizeof(*items))))
+		for (b = t->bad.lru; b; b = b->newer) /* oldest first */
+			items[i++] = *(struct s3_bad *)b;
+	pthread_mutex_unlock(&t->ix.mu);
 	if (n && !items)
 		return kvt_err(KVT_ENOMEM, "s3: no memory to list bad objects");
-	for (i = n; i > 0 && !rc; i--) { /* oldest first */
+	for (i = 0; i < n && !rc; i++) {
 		char name[S3_NAME_MAX], where[S3_NAME_MAX + 600];
-		s3_obj_name(t, &items[i - 1].key, name, sizeof(name));
+		s3_obj_name(t, &items[i].fe.key, name, sizeof(name));
 		snprintf(where, sizeof(where), "s3://%s/%s", t->bucket, name);
-		rc = fn(arg, &items[i - 1].key, where, items[i - 1].proven, items[i - 1].why);
+		rc = fn(arg, &items[i].fe.key, where, items[i].proven, items[i].why);
 	}
 	free(items);
 	return rc;
@@ -2133,9 +2047,8 @@ static void s3_close(kvt_tier *tier)
 	for (j = 0; j < CURL_LOCK_DATA_LAST; j++)
 		pthread_mutex_destroy(&t->share_mu[j]);
 	curl_slist_free_all(t->common);
-	if (t->buckets)
-		s3_index_free(t->buckets, t->nbuckets);
-	pthread_mutex_destroy(&t->mu);
+	kvt_findex_fini(&t->ix);
+	kvt_findex_fini(&t->bad);
 	pthread_mutex_destroy(&t->pool_mu);
 	pthread_cond_destroy(&t->pool_cv);
 	pthread_mutex_destroy(&t->stop_mu);
@@ -2150,11 +2063,6 @@ static void s3_close(kvt_tier *tier)
 	if (t->secret)
 		OPENSSL_cleanse(t->secret, strlen(t->secret));
 	free(t->secret);
-	while (t->bad) {
-		struct s3_bad *b = t->bad;
-		t->bad = b->next;
-		free(b);
-	}
 	free(t->sigv4);
 	free(t->token_hdr);
 	if (t->hmac_key)
@@ -2201,28 +2109,24 @@ int kvt_s3_gc(kvt_tier *tier, uint64_t max_age_s, uint64_t budget_bytes,
 	if (rc)
 		return rc;
 	for (;;) {
-		s3_ent *victim = NULL;
+		s3_ent *victim;
 		kvt_key k;
-		size_t i;
 
-		pthread_mutex_lock(&t->mu);
-		for (i = 0; i < t->nbuckets; i++) {
-			s3_ent *e;
-			for (e = t->buckets[i]; e; e = e->next)
-				if (!victim || e->mtime_s < victim->mtime_s)
-					victim = e;
-		}
+		/* Oldest first, off the list's old end: O(1) a victim. */
+		pthread_mutex_lock(&t->ix.mu);
+		victim = (s3_ent *)t->ix.lru;
 		if (!victim ||
 		    !((max_age_s && now - victim->mtime_s > (int64_t)max_age_s) ||
-		      (budget_bytes && t->used > budget_bytes))) {
-			pthread_mutex_unlock(&t->mu);
+		      (budget_bytes && t->ix.used > budget_bytes))) {
+			pthread_mutex_unlock(&t->ix.mu);
 			break;
 		}
-		k = victim->key;
-		t->st.evictions++;
-		t->st.evicted_bytes += victim->len;
-		s3_index_del(t, &k);
-		pthread_mutex_unlock(&t->mu);
+		k = victim->fe.key;
+		t->ix.st.evictions++;
+		t->ix.st.evicted_bytes += victim->fe.len;
+		kvt_findex_remove_locked(&t->ix, &victim->fe);
+		pthread_mutex_unlock(&t->ix.mu);
+		free(victim);
 		rc = s3_delete_key(t, &k);
 		if (rc && rc != KVT_ENOTFOUND)
 			break;
@@ -2434,7 +2338,6 @@ int kvt_s3_open(const kvt_s3_opts *o, kvt_tier **out)
 	if (!t)
 		return KVT_ENOMEM;
 	t->base.ops = &s3_ops;
-	pthread_mutex_init(&t->mu, NULL);
 	pthread_mutex_init(&t->pool_mu, NULL);
 	kvt_cond_init_mono(&t->pool_cv);
 	pthread_mutex_init(&t->stop_mu, NULL);
@@ -2456,12 +2359,11 @@ int kvt_s3_open(const kvt_s3_opts *o, kvt_tier **out)
 	t->list_max_pages = o->list_max_pages ? o->list_max_pages : S3_LIST_PAGES;
 	atomic_init(&t->reachable, 1);
 	t->path_style = o->path_style;
-	t->nbuckets = 1024;
-	t->buckets = calloc(t->nbuckets, sizeof(*t->buckets));
 	t->pool = calloc(t->max_parallel, sizeof(*t->pool));
 	t->bucket = strdup(o->bucket);
 	t->prefix = strdup(o->prefix ? o->prefix : "");
-	if (!t->buckets || !t->pool || !t->bucket || !t->prefix) {
+	if (kvt_findex_init(&t->ix, t->capacity) || kvt_findex_init(&t->bad, UINT64_MAX) ||
+	    !t->pool || !t->bucket || !t->prefix) {
 		rc = KVT_ENOMEM;
 		goto fail;
 	}
