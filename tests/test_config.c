@@ -2,12 +2,15 @@
  * test_config.c — YAML, single keys, environment overrides, and the errors
  * a wrong configuration gets.
  */
+#include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "store/config.h"
+#include "store/tiers.h"
 #include "test.h"
 
 static kvt_config *parse(const char *y, int *err)
@@ -258,6 +261,64 @@ static void endpoints(void)
 	bad("s3_endpoint: ftp://minio:9000\n", "t.yaml:1: s3_endpoint: \"ftp://minio:9000\"");
 }
 
+/* Every tier kind's keys and policy knobs are accepted by name, through
+ * kvt_config_set and KVTIER_<KEY> alike, and land in their own field. */
+static void tier_keys(void)
+{
+	int kinds = 0;
+	for (int c = 0; kvt_tier_classes[c]; c++, kinds++) {
+		const kvt_tier_class *cls = kvt_tier_classes[c];
+		CHECK(cls->n_keys > 0);
+		for (size_t i = 0; i < cls->n_keys; i++) {
+			const kvt_config_key *k = &cls->keys[i];
+			if (k->type == KVT_CK_FN || k->type == KVT_CK_STR)
+				continue; /* a key with its own grammar has its own test */
+			kvt_config *cfg = kvt_config_new(), *before = kvt_config_new();
+			char v[32];
+			int was;
+			memcpy(&was, (char *)before + k->off, sizeof(was));
+			if (k->type == KVT_CK_BOOL) /* the other value than the default */
+				snprintf(v, sizeof(v), "%s", was ? "false" : "true");
+			else if (k->type == KVT_CK_U32)
+				snprintf(v, sizeof(v), "%llu", (unsigned long long)k->hi);
+			else if (k->type == KVT_CK_SIZE)
+				snprintf(v, sizeof(v), "96MiB");
+			else
+				snprintf(v, sizeof(v), "/var/tmp/kvt-key");
+			if (kvt_config_set(cfg, k->name, v)) {
+				fprintf(stderr, "key %s=%s: %s\n", k->name, v, kvt_errmsg());
+				CHECK(0);
+			}
+			/* Its own field changed, and nothing else. */
+			CHECK(memcmp((char *)cfg + k->off, (char *)before + k->off, k->len) != 0);
+			memcpy((char *)before + k->off, (char *)cfg + k->off, k->len);
+			CHECK(memcmp(cfg, before, sizeof(*cfg)) == 0);
+			kvt_config_free(before);
+			kvt_config_free(cfg);
+		}
+		char name[64];
+		kvt_config *cfg = kvt_config_new();
+		snprintf(name, sizeof(name), "%s_write", cls->key_prefix);
+		CHECK_EQ(kvt_config_set(cfg, name, "none"), 0);
+		CHECK_EQ(cfg->tier[cls->kind].write, KVT_WRITE_NONE);
+		snprintf(name, sizeof(name), "KVTIER_%s_BACKGROUND_BANDWIDTH", cls->key_prefix);
+		for (char *p = name; *p; p++)
+			*p = (char)toupper((unsigned char)*p);
+		setenv(name, "500MB", 1);
+		CHECK_EQ(kvt_config_apply_env(cfg), 0);
+		CHECK(cfg->tier[cls->kind].background_bps == 500000000ull);
+		unsetenv(name);
+		snprintf(name, sizeof(name), "%s_eviction", cls->key_prefix);
+		CHECK_EQ(kvt_config_set(cfg, name, "fifo"), KVT_ECONFIG);
+		CHECK(strstr(kvt_errmsg(), name) != NULL);
+		kvt_config_free(cfg);
+	}
+	CHECK_EQ(kinds, 4);
+	char hint[160];
+	CHECK(strcmp(kvt_tier_enable_hint(hint, sizeof(hint)),
+		     "local_cpu: true, local_disk, shared_fs or remote_url") == 0);
+}
+
 int main(void)
 {
 	int err = -1;
@@ -353,6 +414,7 @@ int main(void)
 
 	sizes_strict();
 	durations();
+	tier_keys();
 	yaml_shape();
 	files();
 	endpoints();

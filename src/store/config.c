@@ -1,9 +1,11 @@
 /*
  * config.c — defaults, YAML files, single keys and KVTIER_* overrides.
  *
- * Every setter goes through one table (config_keys) so that the YAML file,
+ * Every key is a row of a table: the store's own here (config_keys), each
+ * tier kind's in its registry entry (store/tiers.h), and the policy knobs
+ * every tier has (<tier>_eviction, ...), so that the YAML file,
  * kvt_config_set and the environment accept exactly the same keys and give
- * exactly the same errors.
+ * exactly the same errors, and this file names no tier.
  */
 #include "store/config.h"
 
@@ -21,6 +23,7 @@
 
 #include "common/err.h"
 #include "key/key.h"
+#include "store/tiers.h"
 
 #define KiB 1024ull
 #define MiB (1024ull * KiB)
@@ -33,33 +36,14 @@ kvt_config *kvt_config_new(void)
 	if (!c)
 		return NULL;
 	c->chunk_size = 256;
-	c->local_cpu = 1;
-	c->max_local_cpu_size = 1 * GiB;
-	c->dram_page_size = 64 * KiB;
-	c->dram_hugepages = 1;
-	c->dram_lock_memory = 1;
-	c->dram_prefault = 1;
-	c->max_local_disk_size = 16 * GiB;
-	c->nvme_queue_depth = 16;
-	c->nvme_io_uring = 1;
-	c->max_shared_fs_size = 64 * GiB;
-	c->shared_fs_refresh_ms = 2000;
 	c->hash_scheme = KVT_HASH_SHA256;
 	c->workers = 4;
 	for (int i = 0; i < 4; i++) {
 		c->tier[i].eviction = 1; /* LRU: docs/POLICIES.md */
 		c->tier[i].write = KVT_WRITE_THROUGH;
 	}
-	/* S3 is paid per request: write what has been asked for twice
-	 * (docs/POLICIES.md), and let its listing, not an LRU, decide. */
-	c->tier[KVT_CT_S3].eviction = 0;
-	c->tier[KVT_CT_S3].admit_rules = 1u << 1;
-	c->tier[KVT_CT_S3].admit_seen = 2;
-	c->s3_path_style = 1;
-	c->s3_max_parallel = 16;
-	c->s3_part_size = 8 * MiB;
-	c->s3_multipart_size = 64 * MiB;
-	c->s3_timeout_ms = 30000;
+	for (int i = 0; kvt_tier_classes[i]; i++) /* each kind's own defaults */
+		kvt_tier_classes[i]->defaults(c);
 	return c;
 }
 
@@ -312,8 +296,7 @@ static int set_tenants(kvt_config *c, const char *v)
 	return rc;
 }
 
-static int set_size(const char *v, uint64_t bare_unit, uint64_t lo,
-		    uint64_t *out)
+int kvt_config_size_min(const char *v, uint64_t bare_unit, uint64_t lo, uint64_t *out)
 {
 	uint64_t n = 0;
 	int rc = kvt_parse_size(v, bare_unit, &n);
@@ -327,55 +310,9 @@ static int set_size(const char *v, uint64_t bare_unit, uint64_t lo,
 	return 0;
 }
 
-typedef int (*setter_fn)(kvt_config *c, const char *v);
-
-static int set_chunk_size(kvt_config *c, const char *v)
-{
-	return parse_u32(v, 1, 1u << 20, &c->chunk_size);
-}
-static int set_local_cpu(kvt_config *c, const char *v)
-{
-	return parse_bool(v, &c->local_cpu);
-}
-static int set_max_local_cpu_size(kvt_config *c, const char *v)
-{
-	return set_size(v, GiB, 1 * MiB, &c->max_local_cpu_size);
-}
-static int set_dram_page_size(kvt_config *c, const char *v)
-{
-	uint64_t n = 0;
-	int rc = set_size(v, 1, 4 * KiB, &n);
-	if (rc)
-		return rc;
-	if (n > 64 * MiB || (n & (n - 1)))
-		return kvt_err(KVT_ECONFIG,
-			       "\"%s\": page size must be a power of two from 4KiB to 64MiB", v);
-	c->dram_page_size = (uint32_t)n;
-	return 0;
-}
-static int set_dram_hugepages(kvt_config *c, const char *v)
-{
-	return parse_bool(v, &c->dram_hugepages);
-}
-static int set_dram_lock_memory(kvt_config *c, const char *v)
-{
-	return parse_bool(v, &c->dram_lock_memory);
-}
-static int set_dram_prefault(kvt_config *c, const char *v)
-{
-	return parse_bool(v, &c->dram_prefault);
-}
-static int set_read_only(kvt_config *c, const char *v)
-{
-	return parse_bool(v, &c->read_only);
-}
-static int set_verify_dram_reads(kvt_config *c, const char *v)
-{
-	return parse_bool(v, &c->verify_dram_reads);
-}
 /* An absolute directory, or "file:///path" as LMCache writes it; "" or
  * "null" turns the tier off. */
-static int set_dir(const char *v, char *out, size_t len)
+static int parse_dir(const char *v, char *out, size_t len)
 {
 	const char *p = strncmp(v, "file://", 7) ? v : v + 7;
 	if (!strcasecmp(v, "null") || !strcasecmp(v, "none") || !*v) {
@@ -389,112 +326,43 @@ static int set_dir(const char *v, char *out, size_t len)
 	snprintf(out, len, "%s", p);
 	return 0;
 }
-static int set_local_disk(kvt_config *c, const char *v)
-{
-	return set_dir(v, c->local_disk, sizeof(c->local_disk));
-}
-static int set_shared_fs(kvt_config *c, const char *v)
-{
-	return set_dir(v, c->shared_fs, sizeof(c->shared_fs));
-}
-static int set_max_shared_fs_size(kvt_config *c, const char *v)
-{
-	return set_size(v, GiB, 1 * MiB, &c->max_shared_fs_size);
-}
-/* LMCache's remote_url: "s3://bucket/prefix" (other schemes are not
- * kvtier's; "" or null turns the tier off). */
-static int set_remote_url(kvt_config *c, const char *v)
-{
-	const char *b, *slash;
-	size_t bl;
 
-	if (!*v || !strcasecmp(v, "null") || !strcasecmp(v, "none")) {
-		c->s3_bucket[0] = c->s3_prefix[0] = '\0';
+int kvt_config_key_set(const kvt_config_key *k, kvt_config *c, const char *v)
+{
+	char *f = (char *)c + k->off;
+	uint32_t u;
+
+	/* A row whose field is not of its type is a bug in a table, caught
+	 * by the first use of the key (test_config sets every key). */
+	switch (k->type) {
+	case KVT_CK_BOOL:
+		if (k->len != sizeof(int))
+			break;
+		return parse_bool(v, (int *)(void *)f);
+	case KVT_CK_U32:
+		if (k->len != sizeof(uint32_t))
+			break;
+		if (parse_u32(v, (uint32_t)k->lo, (uint32_t)k->hi, &u))
+			return KVT_ECONFIG;
+		memcpy(f, &u, sizeof(u));
 		return 0;
+	case KVT_CK_SIZE:
+		if (k->len != sizeof(uint64_t))
+			break;
+		return kvt_config_size_min(v, k->hi, k->lo, (uint64_t *)(void *)f);
+	case KVT_CK_DIR:
+		return parse_dir(v, f, k->len);
+	case KVT_CK_STR:
+		if (strlen(v) >= k->len)
+			return kvt_err(KVT_ECONFIG, "longer than %zu bytes", k->len - 1);
+		snprintf(f, k->len, "%s", v);
+		return 0;
+	case KVT_CK_FN:
+		return k->set(c, v);
 	}
-	if (strncmp(v, "s3://", 5))
-		return kvt_err(KVT_ECONFIG, "\"%s\": remote_url must be s3://bucket[/prefix]", v);
-	b = v + 5;
-	slash = strchr(b, '/');
-	bl = slash ? (size_t)(slash - b) : strlen(b);
-	if (bl == 0 || bl >= sizeof(c->s3_bucket))
-		return kvt_err(KVT_ECONFIG, "\"%s\": bucket name must be 1..255 bytes", v);
-	memcpy(c->s3_bucket, b, bl);
-	c->s3_bucket[bl] = '\0';
-	snprintf(c->s3_prefix, sizeof(c->s3_prefix), "%s", slash ? slash + 1 : "");
-	return 0;
-}
-#define STR_SETTER(NAME, FIELD)                                              \
-	static int set_##NAME(kvt_config *c, const char *v)                  \
-	{                                                                    \
-		if (strlen(v) >= sizeof(c->FIELD))                           \
-			return kvt_err(KVT_ECONFIG, "longer than %zu bytes",     \
-				       sizeof(c->FIELD) - 1);                \
-		snprintf(c->FIELD, sizeof(c->FIELD), "%s", v);               \
-		return 0;                                                    \
-	}
-STR_SETTER(s3_region, s3_region)
-#undef STR_SETTER
-/* http://host[:port][/path] or https://…; "" = AWS for the region.  libcurl
- * would happily speak ftp, file or gopher to whatever this names, so any
- * other scheme is refused here, where the key can be named. */
-static int set_s3_endpoint(kvt_config *c, const char *v)
-{
-	size_t skip = !strncasecmp(v, "http://", 7) ? 7 : !strncasecmp(v, "https://", 8) ? 8 : 0;
-
-	if (*v && (!skip || !v[skip] || v[skip] == '/'))
-		return kvt_err(KVT_ECONFIG,
-			       "\"%s\": expected http://host[:port] or https://host[:port] (or empty for AWS)",
-			       v);
-	for (const char *p = v; *p; p++)
-		if (isspace((unsigned char)*p) || iscntrl((unsigned char)*p))
-			return kvt_err(KVT_ECONFIG, "\"%s\": a URL has no spaces or control characters", v);
-	if (strlen(v) >= sizeof(c->s3_endpoint))
-		return kvt_err(KVT_ECONFIG, "longer than %zu bytes", sizeof(c->s3_endpoint) - 1);
-	snprintf(c->s3_endpoint, sizeof(c->s3_endpoint), "%s", v);
-	return 0;
-}
-static int set_s3_path_style(kvt_config *c, const char *v)
-{
-	return parse_bool(v, &c->s3_path_style);
-}
-static int set_max_remote_size(kvt_config *c, const char *v)
-{
-	return set_size(v, GiB, 0, &c->max_remote_size);
-}
-static int set_s3_max_parallel(kvt_config *c, const char *v)
-{
-	return parse_u32(v, 1, 1024, &c->s3_max_parallel);
-}
-static int set_s3_part_size(kvt_config *c, const char *v)
-{
-	return set_size(v, 1, 5 * MiB, &c->s3_part_size);
-}
-static int set_s3_multipart_size(kvt_config *c, const char *v)
-{
-	return set_size(v, 1, 1 * MiB, &c->s3_multipart_size);
-}
-static int set_s3_timeout_ms(kvt_config *c, const char *v)
-{
-	return parse_u32(v, 1, 3600000, &c->s3_timeout_ms);
-}
-static int set_s3_list_timeout_ms(kvt_config *c, const char *v)
-{
-	return parse_u32(v, 0, 86400000, &c->s3_list_timeout_ms);
-}
-static int set_s3_list_max_pages(kvt_config *c, const char *v)
-{
-	return parse_u32(v, 0, 10000000, &c->s3_list_max_pages);
-}
-static int set_s3_refresh_s(kvt_config *c, const char *v)
-{
-	return parse_u32(v, 0, 86400, &c->s3_refresh_s);
+	return kvt_err(KVT_EINVAL, "%s: the key table gives a field of the wrong type", k->name);
 }
 
-static int set_shared_fs_refresh_ms(kvt_config *c, const char *v)
-{
-	return parse_u32(v, 10, 3600000, &c->shared_fs_refresh_ms);
-}
 
 /* The key every node sharing a tier must hold: hex, 16..64 bytes. */
 static int set_object_auth_key(kvt_config *c, const char *v)
@@ -512,18 +380,6 @@ static int set_object_auth_key(kvt_config *c, const char *v)
 	return 0;
 }
 
-static int set_nvme_queue_depth(kvt_config *c, const char *v)
-{
-	return parse_u32(v, 1, 4096, &c->nvme_queue_depth);
-}
-static int set_nvme_io_uring(kvt_config *c, const char *v)
-{
-	return parse_bool(v, &c->nvme_io_uring);
-}
-static int set_max_local_disk_size(kvt_config *c, const char *v)
-{
-	return set_size(v, GiB, 1 * MiB, &c->max_local_disk_size);
-}
 static int set_hash(kvt_config *c, const char *v)
 {
 	if (!strcasecmp(v, "sha256"))
@@ -534,12 +390,8 @@ static int set_hash(kvt_config *c, const char *v)
 		return kvt_err(KVT_ECONFIG, "\"%s\": hash must be sha256 or xxh3", v);
 	return 0;
 }
-static int set_workers(kvt_config *c, const char *v)
-{
-	return parse_u32(v, 1, 256, &c->workers);
-}
 
-/* --- the hierarchy: one setter per tier and knob, generated ------------- */
+/* --- the hierarchy: the same policy knobs for every tier ------------------ */
 
 static int parse_eviction(const char *v, uint32_t *out)
 {
@@ -590,6 +442,23 @@ static int parse_write(const char *v, uint32_t *out)
 	return 0;
 }
 
+static int set_eviction(struct kvt_tier_conf *t, const char *v)
+{
+	return parse_eviction(v, &t->eviction);
+}
+static int set_admission(struct kvt_tier_conf *t, const char *v)
+{
+	return parse_admission(v, t);
+}
+static int set_write(struct kvt_tier_conf *t, const char *v)
+{
+	return parse_write(v, &t->write);
+}
+static int set_background_bandwidth(struct kvt_tier_conf *t, const char *v)
+{
+	return kvt_parse_size(v, 1, &t->background_bps);
+}
+
 /* A TTL longer than a century is not a TTL but a typo, and bounding it
  * keeps created_ns + ttl far from wrapping (docs/CONFIG.md). */
 #define TTL_MAX_S (36500ull * 86400) /* 100 years of 365 days */
@@ -638,113 +507,127 @@ static int set_ttl(kvt_config *c, const char *v)
 	return kvt_parse_duration(v, &c->ttl_s);
 }
 
-#define TIER_SETTERS(NAME, IDX)                                              \
-	static int set_##NAME##_eviction(kvt_config *c, const char *v)       \
-	{                                                                    \
-		return parse_eviction(v, &c->tier[IDX].eviction);            \
-	}                                                                    \
-	static int set_##NAME##_admission(kvt_config *c, const char *v)      \
-	{                                                                    \
-		return parse_admission(v, &c->tier[IDX]);                   \
-	}                                                                    \
-	static int set_##NAME##_write(kvt_config *c, const char *v)          \
-	{                                                                    \
-		return parse_write(v, &c->tier[IDX].write);                  \
-	}                                                                    \
-	static int set_##NAME##_background_bandwidth(kvt_config *c, const char *v) \
-	{                                                                    \
-		return kvt_parse_size(v, 1, &c->tier[IDX].background_bps);   \
-	}
-TIER_SETTERS(dram, KVT_CT_DRAM)
-TIER_SETTERS(nvme, KVT_CT_NVME)
-TIER_SETTERS(shared_fs, KVT_CT_SHARED)
-TIER_SETTERS(s3, KVT_CT_S3)
-#undef TIER_SETTERS
-
-#define TIER_KEYS(NAME)                                                      \
-	{ #NAME "_eviction", set_##NAME##_eviction, "lru or s3fifo" },        \
-	{ #NAME "_admission", set_##NAME##_admission,                         \
-	  "always, never, tinylfu or seen:N" },                              \
-	{ #NAME "_write", set_##NAME##_write, "through, back or none" },      \
-	{ #NAME "_background_bandwidth", set_##NAME##_background_bandwidth,   \
-	  "bytes per second, e.g. 500MB; 0 = unlimited" }
-
-static const struct config_key {
-	const char *name;
-	setter_fn set;
-	const char *expect; /* for "unknown key" hints and docs */
-} config_keys[] = {
-	{ "chunk_size", set_chunk_size, "tokens per chunk, 1..1048576" },
-	{ "local_cpu", set_local_cpu, "true or false" },
-	{ "max_local_cpu_size", set_max_local_cpu_size, "a size; bare numbers are GiB" },
-	{ "dram_page_size", set_dram_page_size, "a power of two, 4KiB..64MiB" },
-	{ "dram_hugepages", set_dram_hugepages, "true or false" },
-	{ "dram_lock_memory", set_dram_lock_memory, "true or false" },
-	{ "dram_prefault", set_dram_prefault, "true or false" },
-	{ "verify_dram_reads", set_verify_dram_reads, "true or false" },
-	{ "read_only", set_read_only, "true or false" },
-	{ "local_disk", set_local_disk, "an absolute path or file:///path" },
-	{ "max_local_disk_size", set_max_local_disk_size, "a size; bare numbers are GiB" },
-	{ "nvme_queue_depth", set_nvme_queue_depth, "1..4096" },
-	{ "nvme_io_uring", set_nvme_io_uring, "true or false" },
-	{ "shared_fs", set_shared_fs, "an absolute path or file:///path" },
-	{ "max_shared_fs_size", set_max_shared_fs_size, "a size; bare numbers are GiB" },
-	{ "hash", set_hash, "sha256 or xxh3" },
-	{ "workers", set_workers, "1..256" },
-	{ "tenants", set_tenants, "name=hexsecret,..." },
-	{ "ttl", set_ttl, "a duration: 3600, 90s, 30m, 1.5h, 7d, 2w, at most 36500d; 0 = none" },
-	TIER_KEYS(dram),
-	TIER_KEYS(nvme),
-	TIER_KEYS(shared_fs),
-	TIER_KEYS(s3),
-	{ "shared_fs_refresh_ms", set_shared_fs_refresh_ms, "10..3600000" },
-	{ "object_auth_key", set_object_auth_key, "32..128 hex digits" },
-	{ "remote_url", set_remote_url, "s3://bucket[/prefix]" },
-	{ "max_remote_size", set_max_remote_size, "a size; bare numbers are GiB; 0 = unbounded" },
-	{ "s3_endpoint", set_s3_endpoint, "an http:// or https:// URL, e.g. http://127.0.0.1:9000" },
-	{ "s3_region", set_s3_region, "an AWS region, e.g. us-east-1" },
-	{ "s3_path_style", set_s3_path_style, "true or false" },
-	{ "s3_max_parallel", set_s3_max_parallel, "1..1024" },
-	{ "s3_part_size", set_s3_part_size, "a size of at least 5MiB" },
-	{ "s3_multipart_size", set_s3_multipart_size, "objects above this go multipart; at least 1MiB" },
-	{ "s3_timeout_ms", set_s3_timeout_ms, "1..3600000" },
-	{ "s3_refresh_s", set_s3_refresh_s, "0..86400" },
-	{ "s3_list_timeout_ms", set_s3_list_timeout_ms, "0..86400000 (0: 10 x s3_timeout_ms)" },
-	{ "s3_list_max_pages", set_s3_list_max_pages, "0..10000000 (0: 10000)" },
+/* The store's own keys; each tier kind brings its own (store/tiers.h). */
+static const kvt_config_key config_keys[] = {
+	KVT_CKEY_U32("chunk_size", chunk_size, 1, 1u << 20, "tokens per chunk, 1..1048576"),
+	KVT_CKEY_BOOL("read_only", read_only),
+	KVT_CKEY_FN("hash", set_hash, "sha256 or xxh3"),
+	KVT_CKEY_U32("workers", workers, 1, 256, "1..256"),
+	KVT_CKEY_FN("tenants", set_tenants, "name=hexsecret,..."),
+	KVT_CKEY_FN("ttl", set_ttl, "a duration: 3600, 90s, 30m, 1.5h, 7d, 2w, at most 36500d; 0 = none"),
+	KVT_CKEY_FN("object_auth_key", set_object_auth_key, "32..128 hex digits"),
 };
 #define N_KEYS (sizeof(config_keys) / sizeof(config_keys[0]))
 
+/* The knobs every tier has, as <prefix>_<knob> (dram_eviction, ...). */
+static const struct policy_knob {
+	const char *suffix;
+	int (*set)(struct kvt_tier_conf *t, const char *v);
+	const char *expect;
+} policy_knobs[] = {
+	{ "eviction", set_eviction, "lru or s3fifo" },
+	{ "admission", set_admission, "always, never, tinylfu or seen:N" },
+	{ "write", set_write, "through, back or none" },
+	{ "background_bandwidth", set_background_bandwidth,
+	  "bytes per second, e.g. 500MB; 0 = unlimited" },
+};
+#define N_KNOBS (sizeof(policy_knobs) / sizeof(policy_knobs[0]))
+
+/* What a key is: a row of the store's or a tier's table, or a tier's
+ * policy knob. */
+struct config_found {
+	const kvt_config_key *key;
+	const struct policy_knob *knob;
+	int tier; /* KVT_CT_* of the knob */
+};
+
+static int config_find(const char *name, struct config_found *f)
+{
+	memset(f, 0, sizeof(*f));
+	for (size_t i = 0; i < N_KEYS; i++)
+		if (!strcmp(config_keys[i].name, name)) {
+			f->key = &config_keys[i];
+			return 1;
+		}
+	for (int c = 0; kvt_tier_classes[c]; c++) {
+		const kvt_tier_class *cls = kvt_tier_classes[c];
+		size_t pl = strlen(cls->key_prefix);
+		for (size_t i = 0; i < cls->n_keys; i++)
+			if (!strcmp(cls->keys[i].name, name)) {
+				f->key = &cls->keys[i];
+				return 1;
+			}
+		if (strncmp(name, cls->key_prefix, pl) || name[pl] != '_')
+			continue;
+		for (size_t i = 0; i < N_KNOBS; i++)
+			if (!strcmp(name + pl + 1, policy_knobs[i].suffix)) {
+				f->knob = &policy_knobs[i];
+				f->tier = cls->kind;
+				return 1;
+			}
+	}
+	return 0;
+}
+
+static const char *config_expect(const struct config_found *f)
+{
+	return f->key ? f->key->expect : f->knob->expect;
+}
+
+static int config_apply(const struct config_found *f, kvt_config *c, const char *v)
+{
+	return f->key ? kvt_config_key_set(f->key, c, v) : f->knob->set(&c->tier[f->tier], v);
+}
+
 int kvt_config_set(kvt_config *cfg, const char *key, const char *value)
 {
+	struct config_found f;
+
 	if (!cfg || !key || !value)
 		return kvt_err(KVT_EINVAL, "config, key or value missing");
-	for (size_t i = 0; i < N_KEYS; i++)
-		if (!strcmp(config_keys[i].name, key)) {
-			int rc = config_keys[i].set(cfg, value);
-			if (rc)
-				return kvt_err_prefix(rc, "%s: ", key);
-			return 0;
-		}
-	return kvt_err(KVT_ECONFIG, "unknown key \"%s\"", key);
+	if (!config_find(key, &f))
+		return kvt_err(KVT_ECONFIG, "unknown key \"%s\"", key);
+	int rc = config_apply(&f, cfg, value);
+	return rc ? kvt_err_prefix(rc, "%s: ", key) : 0;
+}
+
+/* KVTIER_<NAME> for the key `name`, if the environment sets it. */
+static int env_one(kvt_config *cfg, const char *name)
+{
+	struct config_found f;
+	char env[96];
+	size_t j;
+
+	snprintf(env, sizeof(env), "KVTIER_%s", name);
+	for (j = 7; env[j]; j++)
+		env[j] = (char)toupper((unsigned char)env[j]);
+	const char *v = getenv(env);
+	if (!v || !config_find(name, &f))
+		return 0;
+	int rc = config_apply(&f, cfg, v);
+	return rc ? kvt_err_prefix(rc, "environment %s: ", env) : 0;
 }
 
 int kvt_config_apply_env(kvt_config *cfg)
 {
-	for (size_t i = 0; i < N_KEYS; i++) {
-		char name[64];
-		const char *v;
-		size_t j;
+	char name[64];
+	int rc;
 
-		snprintf(name, sizeof(name), "KVTIER_%s", config_keys[i].name);
-		for (j = 7; name[j]; j++)
-			name[j] = (char)toupper((unsigned char)name[j]);
-		v = getenv(name);
-		if (v) {
-			int rc = config_keys[i].set(cfg, v);
-			if (rc)
-				return kvt_err_prefix(rc, "environment %s: ", name);
+	for (int c = 0; kvt_tier_classes[c]; c++) {
+		const kvt_tier_class *cls = kvt_tier_classes[c];
+		for (size_t i = 0; i < cls->n_keys; i++)
+			if ((rc = env_one(cfg, cls->keys[i].name)))
+				return rc;
+		for (size_t i = 0; i < N_KNOBS; i++) {
+			snprintf(name, sizeof(name), "%s_%s", cls->key_prefix, policy_knobs[i].suffix);
+			if ((rc = env_one(cfg, name)))
+				return rc;
 		}
 	}
+	/* The store's keys last: KVTIER_TENANTS adds to what a file gave. */
+	for (size_t i = 0; i < N_KEYS; i++)
+		if ((rc = env_one(cfg, config_keys[i].name)))
+			return rc;
 	return 0;
 }
 
@@ -827,9 +710,9 @@ static int yaml_apply(kvt_config *c, yaml_document_t *doc, const char *name)
 	     p < root->data.mapping.pairs.top; p++) {
 		yaml_node_t *k = yaml_document_get_node(doc, p->key);
 		yaml_node_t *v = yaml_document_get_node(doc, p->value);
+		struct config_found f;
 		const char *key;
 		size_t line;
-		size_t i;
 		int rc;
 
 		if (!k || !v || k->type != YAML_SCALAR_NODE)
@@ -843,23 +726,20 @@ static int yaml_apply(kvt_config *c, yaml_document_t *doc, const char *name)
 				return rc;
 			continue;
 		}
-		for (i = 0; i < N_KEYS; i++)
-			if (!strcmp(config_keys[i].name, key))
-				break;
-		if (i == N_KEYS)
+		if (!config_find(key, &f))
 			return kvt_err(KVT_ECONFIG, "%s:%zu: unknown key \"%s\"", name,
 				       line, key);
 		if (v->type != YAML_SCALAR_NODE)
 			return kvt_err(KVT_ECONFIG, "%s:%zu: %s: expected %s, not a %s",
 				       name, v->start_mark.line + 1, key,
-				       config_keys[i].expect,
+				       config_expect(&f),
 				       v->type == YAML_MAPPING_NODE ? "mapping" : "list");
 		/* A quoted "\0" would cut the value short unseen: "/tmp/a\0/../x"
 		 * is not "/tmp/a". */
 		if (strlen((const char *)v->data.scalar.value) != v->data.scalar.length)
 			return kvt_err(KVT_ECONFIG, "%s:%zu: %s: the value holds a NUL byte",
 				       name, v->start_mark.line + 1, key);
-		if ((rc = config_keys[i].set(c, (const char *)v->data.scalar.value)))
+		if ((rc = config_apply(&f, c, (const char *)v->data.scalar.value)))
 			return kvt_err_prefix(rc, "%s:%zu: %s: ", name,
 					      v->start_mark.line + 1, key);
 	}

@@ -11,6 +11,7 @@
 #ifndef KVT_CONFIG_H
 #define KVT_CONFIG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kvtier.h"
@@ -83,6 +84,53 @@ struct kvt_config {
 
 /* kvt_parse_size and kvt_parse_duration, the one grammar of sizes and
  * durations, are public (kvtier.h). */
+
+/* --- keys, as data ---------------------------------------------------------
+ *
+ * A key is a row: its name, the field it sets and that field's grammar.
+ * config.c holds the rows that concern the store as a whole; each tier
+ * kind brings its own rows in its registry entry (store/tiers.h), so that
+ * config.c names no tier.  YAML, kvt_config_set and KVTIER_<KEY> all go
+ * through kvt_config_key_set and give the same errors. */
+enum kvt_ckey_type {
+	KVT_CK_BOOL, /* int: true/false, yes/no, on/off, 1/0 */
+	KVT_CK_U32,  /* uint32_t in lo..hi */
+	KVT_CK_SIZE, /* uint64_t: kvt_parse_size in units of `hi` bytes, >= lo */
+	KVT_CK_DIR,  /* char[len]: an absolute path or file:///path; "" or null = off */
+	KVT_CK_STR,  /* char[len] */
+	KVT_CK_FN,   /* the row's own setter */
+};
+
+typedef int (*kvt_config_setter)(kvt_config *c, const char *v);
+
+typedef struct kvt_config_key {
+	const char *name;
+	int type;          /* enum kvt_ckey_type */
+	size_t off, len;   /* the field: offsetof and sizeof in kvt_config */
+	uint64_t lo, hi;   /* U32: the range; SIZE: the minimum and the bare unit */
+	kvt_config_setter set; /* KVT_CK_FN only */
+	const char *expect;    /* what the value may be, for errors and docs */
+} kvt_config_key;
+
+#define KVT_CFG_FIELD(F) offsetof(struct kvt_config, F), sizeof(((struct kvt_config *)0)->F)
+#define KVT_CKEY_BOOL(N, F) { N, KVT_CK_BOOL, KVT_CFG_FIELD(F), 0, 0, NULL, "true or false" }
+#define KVT_CKEY_U32(N, F, LO, HI, X) { N, KVT_CK_U32, KVT_CFG_FIELD(F), LO, HI, NULL, X }
+#define KVT_CKEY_SIZE(N, F, MIN, UNIT, X) { N, KVT_CK_SIZE, KVT_CFG_FIELD(F), MIN, UNIT, NULL, X }
+#define KVT_CKEY_DIR(N, F) \
+	{ N, KVT_CK_DIR, KVT_CFG_FIELD(F), 0, 0, NULL, "an absolute path or file:///path" }
+#define KVT_CKEY_STR(N, F, X) { N, KVT_CK_STR, KVT_CFG_FIELD(F), 0, 0, NULL, X }
+#define KVT_CKEY_FN(N, FN, X) { N, KVT_CK_FN, 0, 0, 0, 0, FN, X }
+
+/* Set the field of row `k` from `v`.  0, or KVT_ECONFIG with the reason
+ * (the caller prefixes the key's name and where it came from). */
+int kvt_config_key_set(const kvt_config_key *k, kvt_config *c, const char *v);
+
+/* kvt_parse_size with a minimum ("is below the minimum of 1.00 MiB"). */
+int kvt_config_size_min(const char *v, uint64_t bare_unit, uint64_t lo, uint64_t *out);
+
+#define KVT_KiB 1024ull
+#define KVT_MiB (1024ull * KVT_KiB)
+#define KVT_GiB (1024ull * KVT_MiB)
 
 /* Find a tenant by name; NULL if absent. */
 const kvt_tenant *kvt_config_tenant(const kvt_config *cfg, const char *name);

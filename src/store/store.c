@@ -104,6 +104,15 @@ static void image_copy(const kvt_tier_rbuf *src, kvt_tier_wbuf *dst)
 /* --- open / close ------------------------------------------------------------ */
 
 
+/* Whether some tier survives the process (a durability beyond cached). */
+static int store_has_persistent(const kvt_store *st)
+{
+	for (int i = 0; i < st->n_tiers; i++)
+		if (st->cls[i]->persistent)
+			return 1;
+	return 0;
+}
+
 static int add_tier(kvt_store *st, kvt_tier *t, const kvt_tier_class *cls)
 {
 	struct tier_perf *p = &st->perf[st->n_tiers];
@@ -187,7 +196,9 @@ kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 		for (int i = 0; kvt_tier_classes[i]; i++)
 			any |= kvt_tier_classes[i]->configured(cfg);
 		if (!any) {
-			rc = kvt_err(KVT_ECONFIG, "no tier configured: %s", kvt_tier_keys_hint);
+			char hint[160];
+			rc = kvt_err(KVT_ECONFIG, "no tier configured: set %s",
+				     kvt_tier_enable_hint(hint, sizeof(hint)));
 			goto fail0;
 		}
 	}
@@ -454,8 +465,7 @@ static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 
 	if (durability < KVT_DUR_CACHED || durability > KVT_DUR_POWER_SAFE)
 		return kvt_err(KVT_EINVAL, "durability %d unknown", durability);
-	if (durability > KVT_DUR_CACHED && !st->cfg.local_disk[0] &&
-	    !st->cfg.shared_fs[0] && !st->cfg.s3_bucket[0])
+	if (durability > KVT_DUR_CACHED && !store_has_persistent(st))
 		return kvt_err(KVT_ENOTSUP,
 			       "%s asked but the store has no disk tier",
 			       durability == KVT_DUR_POWER_SAFE ? "power-safe" : "crash-safe");

@@ -3,6 +3,11 @@
  */
 #include "store/tiers.h"
 
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
 #include "common/err.h"
 #include "tier/dram.h"
 #include "tier/fsdir.h"
@@ -10,7 +15,9 @@
 #include "tier/s3.h"
 #include "tier/speeds.h"
 
-const char kvt_tier_keys_hint[] = "set local_cpu: true, local_disk, shared_fs or remote_url";
+#define KiB KVT_KiB
+#define MiB KVT_MiB
+#define GiB KVT_GiB
 
 static int always(const kvt_config *c) { (void)c; return 1; }
 static uint32_t grain_byte(const kvt_config *c) { (void)c; return 1; }
@@ -43,9 +50,47 @@ static int dram_open_cfg(const kvt_config *c, kvt_tier **out)
 	return rc;
 }
 
+static int dram_set_page_size(kvt_config *c, const char *v)
+{
+	uint64_t n = 0;
+	int rc = kvt_config_size_min(v, 1, 4 * KiB, &n);
+	if (rc)
+		return rc;
+	if (n > 64 * MiB || (n & (n - 1)))
+		return kvt_err(KVT_ECONFIG,
+			       "\"%s\": page size must be a power of two from 4KiB to 64MiB", v);
+	c->dram_page_size = (uint32_t)n;
+	return 0;
+}
+
+static const kvt_config_key dram_keys[] = {
+	KVT_CKEY_BOOL("local_cpu", local_cpu),
+	KVT_CKEY_SIZE("max_local_cpu_size", max_local_cpu_size, 1 * MiB, GiB,
+		      "a size; bare numbers are GiB"),
+	KVT_CKEY_FN("dram_page_size", dram_set_page_size, "a power of two, 4KiB..64MiB"),
+	KVT_CKEY_BOOL("dram_hugepages", dram_hugepages),
+	KVT_CKEY_BOOL("dram_lock_memory", dram_lock_memory),
+	KVT_CKEY_BOOL("dram_prefault", dram_prefault),
+	KVT_CKEY_BOOL("verify_dram_reads", verify_dram_reads),
+};
+
+static void dram_defaults(kvt_config *c)
+{
+	c->local_cpu = 1;
+	c->max_local_cpu_size = 1 * GiB;
+	c->dram_page_size = 64 * KiB;
+	c->dram_hugepages = 1;
+	c->dram_lock_memory = 1;
+	c->dram_prefault = 1;
+}
+
 static const kvt_tier_class dram_class = {
-	"dram", KVT_CT_DRAM, dram_configured, dram_open_cfg, dram_verify,
-	KVT_SPEED_DRAM_GBPS, KVT_SPEED_DRAM_LAT_US, dram_grain,
+	.name = "dram", .kind = KVT_CT_DRAM, .configured = dram_configured,
+	.open = dram_open_cfg, .verify = dram_verify,
+	.gbps = KVT_SPEED_DRAM_GBPS, .lat_us = KVT_SPEED_DRAM_LAT_US, .round = dram_grain,
+	.persistent = 0, .key_prefix = "dram", .enable_hint = "local_cpu: true",
+	.keys = dram_keys, .n_keys = sizeof(dram_keys) / sizeof(dram_keys[0]),
+	.defaults = dram_defaults,
 };
 
 /* --- local NVMe ---------------------------------------------------------------- */
@@ -68,9 +113,28 @@ static int nvme_open_cfg(const kvt_config *c, kvt_tier **out)
 	return rc;
 }
 
+static const kvt_config_key nvme_keys[] = {
+	KVT_CKEY_DIR("local_disk", local_disk),
+	KVT_CKEY_SIZE("max_local_disk_size", max_local_disk_size, 1 * MiB, GiB,
+		      "a size; bare numbers are GiB"),
+	KVT_CKEY_U32("nvme_queue_depth", nvme_queue_depth, 1, 4096, "1..4096"),
+	KVT_CKEY_BOOL("nvme_io_uring", nvme_io_uring),
+};
+
+static void nvme_defaults(kvt_config *c)
+{
+	c->max_local_disk_size = 16 * GiB;
+	c->nvme_queue_depth = 16;
+	c->nvme_io_uring = 1;
+}
+
 static const kvt_tier_class nvme_class = {
-	"nvme", KVT_CT_NVME, nvme_configured, nvme_open_cfg, always,
-	KVT_SPEED_NVME_GBPS, KVT_SPEED_NVME_LAT_US, grain_block,
+	.name = "nvme", .kind = KVT_CT_NVME, .configured = nvme_configured,
+	.open = nvme_open_cfg, .verify = always,
+	.gbps = KVT_SPEED_NVME_GBPS, .lat_us = KVT_SPEED_NVME_LAT_US, .round = grain_block,
+	.persistent = 1, .key_prefix = "nvme", .enable_hint = "local_disk",
+	.keys = nvme_keys, .n_keys = sizeof(nvme_keys) / sizeof(nvme_keys[0]),
+	.defaults = nvme_defaults,
 };
 
 /* --- a shared file system ------------------------------------------------------- */
@@ -94,9 +158,26 @@ static int fsdir_open_cfg(const kvt_config *c, kvt_tier **out)
 	return rc;
 }
 
+static const kvt_config_key fsdir_keys[] = {
+	KVT_CKEY_DIR("shared_fs", shared_fs),
+	KVT_CKEY_SIZE("max_shared_fs_size", max_shared_fs_size, 1 * MiB, GiB,
+		      "a size; bare numbers are GiB"),
+	KVT_CKEY_U32("shared_fs_refresh_ms", shared_fs_refresh_ms, 10, 3600000, "10..3600000"),
+};
+
+static void fsdir_defaults(kvt_config *c)
+{
+	c->max_shared_fs_size = 64 * GiB;
+	c->shared_fs_refresh_ms = 2000;
+}
+
 static const kvt_tier_class fsdir_class = {
-	"fsdir", KVT_CT_SHARED, fsdir_configured, fsdir_open_cfg, always,
-	KVT_SPEED_FS_GBPS, KVT_SPEED_FS_LAT_US, grain_byte,
+	.name = "fsdir", .kind = KVT_CT_SHARED, .configured = fsdir_configured,
+	.open = fsdir_open_cfg, .verify = always,
+	.gbps = KVT_SPEED_FS_GBPS, .lat_us = KVT_SPEED_FS_LAT_US, .round = grain_byte,
+	.persistent = 1, .key_prefix = "shared_fs", .enable_hint = "shared_fs",
+	.keys = fsdir_keys, .n_keys = sizeof(fsdir_keys) / sizeof(fsdir_keys[0]),
+	.defaults = fsdir_defaults,
 };
 
 /* --- S3 ------------------------------------------------------------------------- */
@@ -129,11 +210,107 @@ static int s3_open_cfg(const kvt_config *c, kvt_tier **out)
 	return rc;
 }
 
+/* LMCache's remote_url: "s3://bucket/prefix" (other schemes are not
+ * kvtier's; "" or null turns the tier off). */
+static int s3_set_remote_url(kvt_config *c, const char *v)
+{
+	const char *b, *slash;
+	size_t bl;
+
+	if (!*v || !strcasecmp(v, "null") || !strcasecmp(v, "none")) {
+		c->s3_bucket[0] = c->s3_prefix[0] = '\0';
+		return 0;
+	}
+	if (strncmp(v, "s3://", 5))
+		return kvt_err(KVT_ECONFIG, "\"%s\": remote_url must be s3://bucket[/prefix]", v);
+	b = v + 5;
+	slash = strchr(b, '/');
+	bl = slash ? (size_t)(slash - b) : strlen(b);
+	if (bl == 0 || bl >= sizeof(c->s3_bucket))
+		return kvt_err(KVT_ECONFIG, "\"%s\": bucket name must be 1..255 bytes", v);
+	memcpy(c->s3_bucket, b, bl);
+	c->s3_bucket[bl] = '\0';
+	snprintf(c->s3_prefix, sizeof(c->s3_prefix), "%s", slash ? slash + 1 : "");
+	return 0;
+}
+
+/* http://host[:port][/path] or https://…; "" = AWS for the region.  libcurl
+ * would happily speak ftp, file or gopher to whatever this names, so any
+ * other scheme is refused here, where the key can be named. */
+static int s3_set_endpoint(kvt_config *c, const char *v)
+{
+	size_t skip = !strncasecmp(v, "http://", 7) ? 7 : !strncasecmp(v, "https://", 8) ? 8 : 0;
+
+	if (*v && (!skip || !v[skip] || v[skip] == '/'))
+		return kvt_err(KVT_ECONFIG,
+			       "\"%s\": expected http://host[:port] or https://host[:port] (or empty for AWS)",
+			       v);
+	for (const char *p = v; *p; p++)
+		if (isspace((unsigned char)*p) || iscntrl((unsigned char)*p))
+			return kvt_err(KVT_ECONFIG, "\"%s\": a URL has no spaces or control characters", v);
+	if (strlen(v) >= sizeof(c->s3_endpoint))
+		return kvt_err(KVT_ECONFIG, "longer than %zu bytes", sizeof(c->s3_endpoint) - 1);
+	snprintf(c->s3_endpoint, sizeof(c->s3_endpoint), "%s", v);
+	return 0;
+}
+
+static const kvt_config_key s3_keys[] = {
+	KVT_CKEY_FN("remote_url", s3_set_remote_url, "s3://bucket[/prefix]"),
+	KVT_CKEY_SIZE("max_remote_size", max_remote_size, 0, GiB,
+		      "a size; bare numbers are GiB; 0 = unbounded"),
+	KVT_CKEY_FN("s3_endpoint", s3_set_endpoint,
+		    "an http:// or https:// URL, e.g. http://127.0.0.1:9000"),
+	KVT_CKEY_STR("s3_region", s3_region, "an AWS region, e.g. us-east-1"),
+	KVT_CKEY_BOOL("s3_path_style", s3_path_style),
+	KVT_CKEY_U32("s3_max_parallel", s3_max_parallel, 1, 1024, "1..1024"),
+	KVT_CKEY_SIZE("s3_part_size", s3_part_size, 5 * MiB, 1, "a size of at least 5MiB"),
+	KVT_CKEY_SIZE("s3_multipart_size", s3_multipart_size, 1 * MiB, 1,
+		      "objects above this go multipart; at least 1MiB"),
+	KVT_CKEY_U32("s3_timeout_ms", s3_timeout_ms, 1, 3600000, "1..3600000"),
+	KVT_CKEY_U32("s3_refresh_s", s3_refresh_s, 0, 86400, "0..86400"),
+	KVT_CKEY_U32("s3_list_timeout_ms", s3_list_timeout_ms, 0, 86400000,
+		     "0..86400000 (0: 10 x s3_timeout_ms)"),
+	KVT_CKEY_U32("s3_list_max_pages", s3_list_max_pages, 0, 10000000, "0..10000000 (0: 10000)"),
+};
+
+static void s3_defaults(kvt_config *c)
+{
+	/* S3 is paid per request: write what has been asked for twice
+	 * (docs/POLICIES.md), and let its listing, not an LRU, decide. */
+	c->tier[KVT_CT_S3].eviction = 0;
+	c->tier[KVT_CT_S3].admit_rules = 1u << 1;
+	c->tier[KVT_CT_S3].admit_seen = 2;
+	c->s3_path_style = 1;
+	c->s3_max_parallel = 16;
+	c->s3_part_size = 8 * MiB;
+	c->s3_multipart_size = 64 * MiB;
+	c->s3_timeout_ms = 30000;
+}
+
 static const kvt_tier_class s3_class = {
-	"s3", KVT_CT_S3, s3_configured, s3_open_cfg, always,
-	KVT_SPEED_S3_GBPS, KVT_SPEED_S3_LAT_US, grain_byte,
+	.name = "s3", .kind = KVT_CT_S3, .configured = s3_configured,
+	.open = s3_open_cfg, .verify = always,
+	.gbps = KVT_SPEED_S3_GBPS, .lat_us = KVT_SPEED_S3_LAT_US, .round = grain_byte,
+	.persistent = 1, .key_prefix = "s3", .enable_hint = "remote_url",
+	.keys = s3_keys, .n_keys = sizeof(s3_keys) / sizeof(s3_keys[0]),
+	.defaults = s3_defaults,
 };
 
 const kvt_tier_class *const kvt_tier_classes[] = {
 	&dram_class, &nvme_class, &fsdir_class, &s3_class, NULL,
 };
+
+const char *kvt_tier_enable_hint(char *buf, size_t len)
+{
+	size_t n = 0;
+
+	while (kvt_tier_classes[n])
+		n++;
+	buf[0] = '\0';
+	for (size_t i = 0; i < n; i++) {
+		size_t at = strlen(buf);
+		snprintf(buf + at, len - at, "%s%s", i == 0 ? "" : i + 1 < n ? ", " : " or ",
+			 kvt_tier_classes[i]->enable_hint);
+	}
+	return buf;
+}

@@ -5,9 +5,10 @@
  * how to open it from that configuration, whether its reads are verified
  * (a medium that can tear or rot), its planning speeds until reads are
  * measured (tier/speeds.h, shared with the planner), and the size its
- * policy rounds objects to.  The store walks the table and names no tier;
- * a new kind of tier is its own file plus one row here (and its keys in
- * config.c).
+ * policy rounds objects to, and its configuration keys with their
+ * defaults.  The store and config.c walk the table and name no tier; a new
+ * kind of tier is its own module, its fields in struct kvt_config, and one
+ * entry in tiers.c.
  */
 #ifndef KVT_TIERS_H
 #define KVT_TIERS_H
@@ -27,13 +28,20 @@ typedef struct kvt_tier_class {
 	int (*verify)(const kvt_config *cfg);
 	double gbps, lat_us; /* planning speeds */
 	uint32_t (*round)(const kvt_config *cfg); /* policy's object grain */
+	int persistent;     /* survives the process: durability beyond
+			     * KVT_DUR_CACHED can be given by it */
+	const char *key_prefix; /* its policy knobs: <prefix>_eviction, ... */
+	const char *enable_hint; /* the key that turns it on, for errors */
+	const kvt_config_key *keys; /* its own configuration keys */
+	size_t n_keys;
+	void (*defaults)(kvt_config *cfg); /* its fields in kvt_config_new */
 } kvt_tier_class;
 
 /* The kinds, fastest first, NULL-terminated. */
 extern const kvt_tier_class *const kvt_tier_classes[];
 
-/* "set local_cpu: true, local_disk, shared_fs or remote_url": what a
- * configuration with no tier is told to set. */
-extern const char kvt_tier_keys_hint[];
+/* "local_cpu: true, local_disk, shared_fs or remote_url": what a
+ * configuration with no tier is told to set, from the table.  Returns buf. */
+const char *kvt_tier_enable_hint(char *buf, size_t len);
 
 #endif
