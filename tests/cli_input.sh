@@ -184,5 +184,15 @@ else
 	expect_fail "truncated payload" "file is 20000 bytes, header says 20480 (truncated: 480 bytes short)" "$kvtier" inspect "$work/short.kvt"
 fi
 
+# --- options: one parser (getopt_long), one message for each mistake ------
+expect_fail "an unknown option is named" 'kvtier put: unknown option "--frobnicate"' "$kvtier" put --frobnicate x
+expect_fail "an option without its value" 'kvtier get: option "--key" needs a value' "$kvtier" get --key
+expect_fail "a common option without its value" 'option "--config" needs a value' "$kvtier" stat --config
+expect_fail "a second positional argument" 'unexpected argument "b"' "$kvtier" put --key 00 a b
+expect_fail "gc takes no positional argument" 'unexpected argument "extra"' "$kvtier" gc --dir "$work" extra
+seq 0 127 >"$work/opt-tokens.txt"
+expect "--opt=value is accepted" "$kvtier" hash --model=tiny --block-size=64 "$work/opt-tokens.txt"
+[ "$(wc -l <"$work/out")" -eq 2 ] && ok "--block-size=64 keys two blocks" || bad "hash --block-size=64: $(cat "$work/out")"
+
 echo "cli_input: $fails failure(s)"
 [ "$fails" -eq 0 ]

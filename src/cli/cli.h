@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <getopt.h>
 #include <jansson.h>
 
 #include "kvtier.h"
@@ -39,6 +40,22 @@ typedef struct cli_common {
 /* If argv[*i] is a common option, consume it (and its value) and return 1;
  * return -1 on a missing value; 0 if it is not one of ours. */
 int cli_common_arg(cli_common *c, int argc, char **argv, int *i);
+
+/* Options are parsed with getopt_long.  A subcommand gives its own rows
+ * (a table ending in a zeroed row; ids below CLI_OPT_COMMON, e.g. 'o' or
+ * 0x100 and up) and a function that takes each with its value: it returns
+ * -1 to go on, or the command's exit status (2 after printing why a value
+ * is wrong).  cli_getopt adds the common options (when `c` is not NULL)
+ * and --help/-h, prints "kvtier CMD: unknown option" or "option needs a
+ * value" with the usage, and returns -1 with *first_arg the index of the
+ * first positional argument (getopt_long moves them after the options),
+ * or the exit status (0 after --help).  `shorts` is getopt's string of
+ * the subcommand's short options ("o:"; NULL for none); -h is added. */
+#define CLI_OPT_COMMON 0x1000
+typedef int (*cli_opt_fn)(void *arg, int id, const char *val);
+int cli_getopt(const char *cmd, int argc, char **argv, const char *shorts,
+	       const struct option *own, cli_common *c, cli_opt_fn fn, void *arg,
+	       void (*usage)(FILE *f), int *first_arg);
 
 /* The help lines for those options. */
 extern const char cli_common_help[];

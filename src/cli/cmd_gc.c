@@ -26,48 +26,66 @@ static void gc_usage(FILE *f)
 		"  --json              one JSON object on stdout\n");
 }
 
+enum { O_JSON = 0x100, O_DRY, O_DIR, O_BUDGET, O_TTL, O_GRACE };
+
+struct gc_args {
+	kvt_gc_opts o;
+	const char *dir;
+	int json;
+};
+
+static int gc_opt(void *arg, int id, const char *v)
+{
+	struct gc_args *g = arg;
+	uint64_t s;
+
+	switch (id) {
+	case O_JSON: g->json = 1; break;
+	case O_DRY: g->o.dry_run = 1; break;
+	case O_DIR: g->dir = v; break;
+	case O_BUDGET:
+		if (cli_parse_size("gc", "--budget", v, 0, INT64_MAX, &g->o.budget))
+			return 2;
+		break;
+	case O_TTL:
+	case O_GRACE:
+		/* The configuration's ttl grammar, bounded at 100 years. */
+		if (cli_parse_duration("gc", id == O_TTL ? "--ttl" : "--tmp-grace", v, &s))
+			return 2;
+		*(id == O_TTL ? &g->o.ttl_s : &g->o.tmp_grace_s) = (int64_t)s;
+		break;
+	}
+	return -1;
+}
+
 int cmd_gc(int argc, char **argv)
 {
+	static const struct option opts[] = {
+		{ "json", no_argument, NULL, O_JSON },
+		{ "dry-run", no_argument, NULL, O_DRY },
+		{ "dir", required_argument, NULL, O_DIR },
+		{ "budget", required_argument, NULL, O_BUDGET },
+		{ "ttl", required_argument, NULL, O_TTL },
+		{ "tmp-grace", required_argument, NULL, O_GRACE },
+		{ 0 },
+	};
+	struct gc_args g = { 0 };
 	kvt_gc_opts o;
 	kvt_gc_result r;
-	const char *dir = NULL;
-	int json = 0, i, rc;
+	const char *dir;
+	int json, first, rc;
 
-	memset(&o, 0, sizeof(o));
-	for (i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			gc_usage(stdout);
-			return 0;
-		} else if (!strcmp(a, "--json")) {
-			json = 1;
-		} else if (!strcmp(a, "--dry-run")) {
-			o.dry_run = 1;
-		} else if (!strcmp(a, "--dir") && v) {
-			dir = v;
-			i++;
-		} else if (!strcmp(a, "--budget") && v) {
-			if (cli_parse_size("gc", a, v, 0, UINT64_MAX, &o.budget))
-				return 2;
-			i++;
-		} else if ((!strcmp(a, "--ttl") || !strcmp(a, "--tmp-grace")) && v) {
-			uint64_t s;
-			/* The configuration's ttl grammar, bounded at 100 years. */
-			if (cli_parse_duration("gc", a, v, &s))
-				return 2;
-			if (!strcmp(a, "--ttl"))
-				o.ttl_s = (int64_t)s;
-			else
-				o.tmp_grace_s = (int64_t)s;
-			i++;
-		} else {
-			fprintf(stderr, "kvtier gc: unknown or incomplete option \"%s\"\n\n", a);
-			gc_usage(stderr);
-			return 2;
-		}
+	rc = cli_getopt("gc", argc, argv, NULL, opts, NULL, gc_opt, &g, gc_usage, &first);
+	if (rc >= 0)
+		return rc;
+	if (first < argc) {
+		fprintf(stderr, "kvtier gc: unexpected argument \"%s\"\n\n", argv[first]);
+		gc_usage(stderr);
+		return 2;
 	}
+	o = g.o;
+	dir = g.dir;
+	json = g.json;
 	if (!dir) {
 		fprintf(stderr, "kvtier gc: --dir PATH is needed\n\n");
 		gc_usage(stderr);

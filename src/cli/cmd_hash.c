@@ -25,48 +25,62 @@ static void usage(FILE *f)
 		cli_common_help);
 }
 
+enum { O_SCHEME = 0x100, O_SEED, O_SALT, O_LORA, O_BLOCK, O_MODELS };
+
+struct hash_args {
+	const char *scheme, *seed;
+	kvt_extra_keys x;
+	uint32_t bs;
+};
+
+static int hash_opt(void *arg, int id, const char *v)
+{
+	struct hash_args *h = arg;
+
+	switch (id) {
+	case O_SCHEME: h->scheme = v; break;
+	case O_SEED: h->seed = v; break;
+	case O_SALT: h->x.cache_salt = v; break;
+	case O_LORA: h->x.lora = v; break;
+	case O_BLOCK:
+		if (cli_parse_u32("hash", "--block-size", v, 1, 1u << 20, &h->bs))
+			return 2;
+		break;
+	case O_MODELS:
+		cli_models_print(stdout);
+		return 0;
+	}
+	return -1;
+}
+
 int cmd_hash(int argc, char **argv)
 {
+	static const struct option opts[] = {
+		{ "scheme", required_argument, NULL, O_SCHEME },
+		{ "seed", required_argument, NULL, O_SEED },
+		{ "salt", required_argument, NULL, O_SALT },
+		{ "lora", required_argument, NULL, O_LORA },
+		{ "block-size", required_argument, NULL, O_BLOCK },
+		{ "models", no_argument, NULL, O_MODELS },
+		{ 0 },
+	};
 	cli_common c = { 0 };
-	const char *scheme = "sha256", *seed = "0", *path = "-";
-	kvt_extra_keys x = { 0 };
-	uint32_t bs = 0;
+	struct hash_args ha = { .scheme = "sha256", .seed = "0" };
 	uint32_t *tokens = NULL;
 	size_t n = 0;
-	int rc = 1;
+	int rc, first;
 
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		int r = cli_common_arg(&c, argc, argv, &i);
-		if (r < 0)
-			return 2;
-		if (r)
-			continue;
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			usage(stdout);
-			return 0;
-		} else if (!strcmp(a, "--models")) {
-			cli_models_print(stdout);
-			return 0;
-		} else if (i + 1 < argc && !strcmp(a, "--scheme")) {
-			scheme = argv[++i];
-		} else if (i + 1 < argc && !strcmp(a, "--seed")) {
-			seed = argv[++i];
-		} else if (i + 1 < argc && !strcmp(a, "--salt")) {
-			x.cache_salt = argv[++i];
-		} else if (i + 1 < argc && !strcmp(a, "--lora")) {
-			x.lora = argv[++i];
-		} else if (i + 1 < argc && !strcmp(a, "--block-size")) {
-			if (cli_parse_u32("hash", a, argv[++i], 1, 1u << 20, &bs))
-				return 2;
-		} else if (a[0] == '-' && a[1]) {
-			fprintf(stderr, "kvtier hash: unknown or incomplete option \"%s\"\n", a);
-			usage(stderr);
-			return 2;
-		} else {
-			path = a;
-		}
+	rc = cli_getopt("hash", argc, argv, NULL, opts, &c, hash_opt, &ha, usage, &first);
+	if (rc >= 0)
+		return rc;
+	if (argc - first > 1) {
+		fprintf(stderr, "kvtier hash: one token file at most, not \"%s\" too\n", argv[first + 1]);
+		return 2;
 	}
+	const char *scheme = ha.scheme, *seed = ha.seed, *path = first < argc ? argv[first] : "-";
+	kvt_extra_keys x = ha.x;
+	uint32_t bs = ha.bs;
+	rc = 1;
 	if (strcmp(scheme, "sha256") && strcmp(scheme, "xxh3") &&
 	    strcmp(scheme, "sha256_cbor")) {
 		fprintf(stderr, "kvtier hash: --scheme \"%s\": expected sha256, xxh3 or sha256_cbor\n",

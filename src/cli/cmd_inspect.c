@@ -102,52 +102,40 @@ static const char inspect_help[] =
 	"33 bytes.  Exits 1 if any file is not a valid kvtier object, naming what is\n"
 	"wrong.\n";
 
+static void inspect_usage(FILE *f)
+{
+	fputs(inspect_help, f);
+}
+
+static int inspect_opt(void *arg, int id, const char *v)
+{
+	(void)id; /* --json, the only option of its own */
+	(void)v;
+	*(int *)arg = 1;
+	return -1;
+}
+
 int cmd_inspect(int argc, char **argv)
 {
+	static const struct option opts[] = { { "json", no_argument, NULL, 0x100 }, { 0 } };
 	cli_common cc;
 	kvt_config *cfg = NULL;
-	int json = 0, bad = 0, files = 0;
-	char **paths = calloc((size_t)argc, sizeof(*paths));
+	int json = 0, bad = 0, first;
 
-	if (!paths)
-		return 1;
 	memset(&cc, 0, sizeof(cc));
-	for (int i = 1; i < argc; i++) {
-		int r = cli_common_arg(&cc, argc, argv, &i);
-		if (r < 0) {
-			free(paths);
-			return 2;
-		}
-		if (r)
-			continue;
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			fputs(inspect_help, stdout);
-			free(paths);
-			return 0;
-		} else if (!strcmp(argv[i], "--json")) {
-			json = 1;
-		} else if (argv[i][0] == '-' && argv[i][1]) {
-			fprintf(stderr, "kvtier inspect: unknown option \"%s\"\n\n%s", argv[i],
-				inspect_help);
-			free(paths);
-			return 2;
-		} else {
-			paths[files++] = argv[i];
-		}
-	}
-	if (!files) {
-		fputs(inspect_help, stderr);
-		free(paths);
+	int rc = cli_getopt("inspect", argc, argv, NULL, opts, &cc, inspect_opt, &json,
+			    inspect_usage, &first);
+	if (rc >= 0)
+		return rc;
+	if (first == argc) {
+		inspect_usage(stderr);
 		return 2;
 	}
 	/* Only the key is taken from the configuration: no store is opened. */
-	if (cli_config(&cc, &cfg)) {
-		free(paths);
+	if (cli_config(&cc, &cfg))
 		return 2;
-	}
-	for (int i = 0; i < files; i++)
-		bad |= inspect_one(paths[i], json, cfg);
+	for (int i = first; i < argc; i++)
+		bad |= inspect_one(argv[i], json, cfg);
 	kvt_config_free(cfg);
-	free(paths);
 	return bad;
 }

@@ -24,55 +24,67 @@ typedef struct store_args {
 	const char *tier;    /* verify --tier NAME */
 } store_args;
 
+enum { O_TOKENS = 0x100, O_KEY, O_DURABILITY, O_JSON, O_REPAIR, O_TIER };
+static const struct option store_opts[] = {
+	{ "tokens", required_argument, NULL, O_TOKENS },
+	{ "key", required_argument, NULL, O_KEY },
+	{ "out", required_argument, NULL, 'o' },
+	{ "durability", required_argument, NULL, O_DURABILITY },
+	{ "json", no_argument, NULL, O_JSON },
+	{ "repair", no_argument, NULL, O_REPAIR },
+	{ "tier", required_argument, NULL, O_TIER },
+	{ 0 },
+};
+
+struct store_parse {
+	const char *cmd;
+	store_args *a;
+};
+
+static int store_opt(void *arg, int id, const char *v)
+{
+	const struct store_parse *p = arg;
+	store_args *a = p->a;
+
+	switch (id) {
+	case O_TOKENS: a->tokens = v; break;
+	case O_KEY: a->key = v; break;
+	case 'o': a->out = v; break;
+	case O_JSON: a->json = 1; break;
+	case O_REPAIR: a->repair = 1; break;
+	case O_TIER: a->tier = v; break;
+	case O_DURABILITY:
+		if (!strcmp(v, "cached"))
+			a->durability = KVT_DUR_CACHED;
+		else if (!strcmp(v, "crash-safe"))
+			a->durability = KVT_DUR_CRASH_SAFE;
+		else if (!strcmp(v, "power-safe"))
+			a->durability = KVT_DUR_POWER_SAFE;
+		else {
+			fprintf(stderr, "kvtier %s: --durability \"%s\": expected cached, crash-safe or power-safe\n",
+				p->cmd, v);
+			return 2;
+		}
+		break;
+	}
+	return -1;
+}
+
 static int parse(const char *cmd, int argc, char **argv, store_args *a,
 		 void (*usage)(FILE *))
 {
+	struct store_parse p = { cmd, a };
+	int first, rc;
+
 	memset(a, 0, sizeof(*a));
-	for (int i = 1; i < argc; i++) {
-		const char *s = argv[i];
-		int r = cli_common_arg(&a->c, argc, argv, &i);
-		if (r < 0)
-			return 2;
-		if (r)
-			continue;
-		if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
-			usage(stdout);
-			return 0;
-		} else if (i + 1 < argc && !strcmp(s, "--tokens")) {
-			a->tokens = argv[++i];
-		} else if (i + 1 < argc && !strcmp(s, "--key")) {
-			a->key = argv[++i];
-		} else if (i + 1 < argc && (!strcmp(s, "-o") || !strcmp(s, "--out"))) {
-			a->out = argv[++i];
-		} else if (i + 1 < argc && !strcmp(s, "--durability")) {
-			const char *v = argv[++i];
-			if (!strcmp(v, "cached"))
-				a->durability = KVT_DUR_CACHED;
-			else if (!strcmp(v, "crash-safe"))
-				a->durability = KVT_DUR_CRASH_SAFE;
-			else if (!strcmp(v, "power-safe"))
-				a->durability = KVT_DUR_POWER_SAFE;
-			else {
-				fprintf(stderr, "kvtier %s: --durability \"%s\": expected cached, crash-safe or power-safe\n",
-					cmd, v);
-				return 2;
-			}
-		} else if (!strcmp(s, "--json")) {
-			a->json = 1;
-		} else if (!strcmp(s, "--repair")) {
-			a->repair = 1;
-		} else if (i + 1 < argc && !strcmp(s, "--tier")) {
-			a->tier = argv[++i];
-		} else if (s[0] == '-' && s[1]) {
-			fprintf(stderr, "kvtier %s: unknown or incomplete option \"%s\"\n", cmd, s);
-			usage(stderr);
-			return 2;
-		} else if (!a->file) {
-			a->file = s;
-		} else {
-			fprintf(stderr, "kvtier %s: unexpected argument \"%s\"\n", cmd, s);
-			return 2;
-		}
+	rc = cli_getopt(cmd, argc, argv, "o:", store_opts, &a->c, store_opt, &p, usage, &first);
+	if (rc >= 0)
+		return rc;
+	if (first < argc)
+		a->file = argv[first++];
+	if (first < argc) {
+		fprintf(stderr, "kvtier %s: unexpected argument \"%s\"\n", cmd, argv[first]);
+		return 2;
 	}
 	return -1; /* go on */
 }

@@ -3,6 +3,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -50,57 +51,126 @@ const char cli_common_help[] =
 	"  --tenant NAME        tenant configured in the store (default: none)\n"
 	"  --chunk-tokens N     tokens per chunk (default: the config's chunk_size)\n";
 
+/* The common options, as getopt_long rows. */
+enum { O_CONFIG = CLI_OPT_COMMON, O_SET, O_DIR, O_MODEL, O_TENANT, O_CHUNK, O_HELP };
+static const struct option common_opts[] = {
+	{ "config", required_argument, NULL, O_CONFIG },
+	{ "set", required_argument, NULL, O_SET },
+	{ "dir", required_argument, NULL, O_DIR },
+	{ "model", required_argument, NULL, O_MODEL },
+	{ "tenant", required_argument, NULL, O_TENANT },
+	{ "chunk-tokens", required_argument, NULL, O_CHUNK },
+};
+#define N_COMMON (sizeof(common_opts) / sizeof(common_opts[0]))
+
+/* One common option `id` with its value: 0, or -1 after saying why. */
+static int common_opt(cli_common *c, int id, const char *v)
+{
+	switch (id) {
+	case O_CONFIG:
+		c->config = v;
+		return 0;
+	case O_MODEL:
+		c->model = v;
+		return 0;
+	case O_TENANT:
+		c->tenant = v;
+		return 0;
+	case O_CHUNK:
+		return cli_parse_u32("", "--chunk-tokens", v, 1, 1u << 20, &c->chunk);
+	}
+	if (c->n_sets == (int)(sizeof(c->sets) / sizeof(c->sets[0]))) {
+		fprintf(stderr, "kvtier: too many --set/--dir options\n");
+		return -1;
+	}
+	if (id == O_SET) {
+		c->sets[c->n_sets++] = v;
+		return 0;
+	}
+	/* --dir: a directory named on the command line is relative to where
+	 * the command runs; the configuration wants it absolute (a daemon's
+	 * working directory is not the user's). */
+	char cwd[PATH_MAX] = "";
+	if (v[0] != '/' && !getcwd(cwd, sizeof(cwd))) {
+		fprintf(stderr, "kvtier: --dir %s: cannot resolve: %s\n", v, strerror(errno));
+		return -1;
+	}
+	if (snprintf(c->dir_set, sizeof(c->dir_set), "local_disk=%s%s%s", cwd, cwd[0] ? "/" : "",
+		     v) >= (int)sizeof(c->dir_set)) {
+		fprintf(stderr, "kvtier: --dir %s: path too long\n", v);
+		return -1;
+	}
+	c->sets[c->n_sets++] = c->dir_set;
+	return 0;
+}
+
 int cli_common_arg(cli_common *c, int argc, char **argv, int *i)
 {
 	const char *a = argv[*i];
-	const char **slot = NULL;
+	for (size_t k = 0; k < N_COMMON; k++) {
+		if (strncmp(a, "--", 2) || strcmp(a + 2, common_opts[k].name))
+			continue;
+		if (*i + 1 >= argc) {
+			fprintf(stderr, "kvtier: %s needs a value\n", a);
+			return -1;
+		}
+		(*i)++;
+		return common_opt(c, common_opts[k].val, argv[*i]) ? -1 : 1;
+	}
+	return 0;
+}
 
-	if (!strcmp(a, "--config"))
-		slot = &c->config;
-	else if (!strcmp(a, "--model"))
-		slot = &c->model;
-	else if (!strcmp(a, "--tenant"))
-		slot = &c->tenant;
-	else if (strcmp(a, "--chunk-tokens") && strcmp(a, "--set") &&
-		 strcmp(a, "--dir"))
-		return 0;
-	if (*i + 1 >= argc) {
-		fprintf(stderr, "kvtier: %s needs a value\n", a);
-		return -1;
+int cli_getopt(const char *cmd, int argc, char **argv, const char *shorts,
+	       const struct option *own, cli_common *c, cli_opt_fn fn, void *arg,
+	       void (*usage)(FILE *f), int *first_arg)
+{
+	struct option opts[96];
+	char optstring[32];
+	size_t n = 0;
+
+	snprintf(optstring, sizeof(optstring), ":h%s", shorts ? shorts : "");
+
+	for (; own && own[n].name; n++) {
+		if (n + N_COMMON + 2 > sizeof(opts) / sizeof(opts[0]))
+			abort(); /* a table this long is a bug in the command */
+		opts[n] = own[n];
 	}
-	(*i)++;
-	if (slot) {
-		*slot = argv[*i];
-	} else if (!strcmp(a, "--chunk-tokens")) {
-		if (cli_parse_u32("", a, argv[*i], 1, 1u << 20, &c->chunk))
-			return -1;
-	} else {
-		if (c->n_sets == (int)(sizeof(c->sets) / sizeof(c->sets[0]))) {
-			fprintf(stderr, "kvtier: too many --set/--dir options\n");
-			return -1;
+	if (c)
+		for (size_t k = 0; k < N_COMMON; k++)
+			opts[n++] = common_opts[k];
+	opts[n++] = (struct option){ "help", no_argument, NULL, O_HELP };
+	opts[n] = (struct option){ 0 };
+
+	opterr = 0; /* our own messages, naming the command */
+	optind = 0; /* a fresh scan */
+	for (;;) {
+		int prev = optind ? optind : 1;
+		int id = getopt_long(argc, argv, optstring, opts, NULL);
+		if (id == -1)
+			break;
+		const char *seen = prev < argc ? argv[prev] : "";
+		if (id == O_HELP || id == 'h') {
+			usage(stdout);
+			return 0;
 		}
-		if (!strcmp(a, "--dir")) {
-			/* A directory named on the command line is relative to
-			 * where the command runs; the configuration wants it
-			 * absolute (a daemon's working directory is not the
-			 * user's). */
-			char cwd[PATH_MAX] = "";
-			if (argv[*i][0] != '/' && !getcwd(cwd, sizeof(cwd))) {
-				fprintf(stderr, "kvtier: --dir %s: cannot resolve: %s\n",
-					argv[*i], strerror(errno));
-				return -1;
-			}
-			if (snprintf(c->dir_set, sizeof(c->dir_set), "local_disk=%s%s%s", cwd,
-				     cwd[0] ? "/" : "", argv[*i]) >= (int)sizeof(c->dir_set)) {
-				fprintf(stderr, "kvtier: --dir %s: path too long\n", argv[*i]);
-				return -1;
-			}
-			c->sets[c->n_sets++] = c->dir_set;
-		} else {
-			c->sets[c->n_sets++] = argv[*i];
+		if (id == '?' || id == ':') {
+			fprintf(stderr, id == ':' ? "kvtier %s: option \"%s\" needs a value\n"
+						  : "kvtier %s: unknown option \"%s\"\n",
+				cmd, seen);
+			usage(stderr);
+			return 2;
 		}
+		if (id >= CLI_OPT_COMMON && id < O_HELP) {
+			if (common_opt(c, id, optarg))
+				return 2;
+			continue;
+		}
+		int rc = fn ? fn(arg, id, optarg) : 2;
+		if (rc >= 0)
+			return rc;
 	}
-	return 1;
+	*first_arg = optind;
+	return -1;
 }
 
 int cli_fail(const char *cmd, const char *what, int rc)

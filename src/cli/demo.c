@@ -109,6 +109,16 @@ static int lookup(demo *d, const kvt_key *k, size_t n, double *usec)
 	return hit;
 }
 
+static void demo_usage(FILE *f)
+{
+	fprintf(f, "usage: kvtier demo [options]\n\n"
+		   "Store a prompt's KV chunks, let a second prompt evict part of them,\n"
+		   "find the first prompt's cached prefix again and reload it, printing\n"
+		   "what happened and the bandwidth.  Runs on an embedded configuration\n"
+		   "(a 256 MiB DRAM tier) unless --config is given.\n%s",
+		cli_common_help);
+}
+
 int cmd_demo(int argc, char **argv)
 {
 	enum { SYS = 4096, A_TOK = 16384, B_TOK = 12288 };
@@ -124,24 +134,14 @@ int cmd_demo(int argc, char **argv)
 	int rc = 1, hit;
 	char sz[32];
 
-	for (int i = 1; i < argc; i++) {
-		int r = cli_common_arg(&c, argc, argv, &i);
-		if (r < 0)
-			return 2;
-		if (r)
-			continue;
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			printf("usage: kvtier demo [options]\n\n"
-			       "Store a prompt's KV chunks, let a second prompt evict part of them,\n"
-			       "find the first prompt's cached prefix again and reload it, printing\n"
-			       "what happened and the bandwidth.  Runs on an embedded configuration\n"
-			       "(a 256 MiB DRAM tier) unless --config is given.\n%s",
-			       cli_common_help);
-			return 0;
-		}
-		fprintf(stderr, "kvtier demo: unknown option \"%s\"\n", argv[i]);
+	int first;
+	if ((rc = cli_getopt("demo", argc, argv, NULL, NULL, &c, NULL, NULL, demo_usage, &first)) >= 0)
+		return rc;
+	if (first < argc) {
+		fprintf(stderr, "kvtier demo: unexpected argument \"%s\"\n", argv[first]);
 		return 2;
 	}
+	rc = 1;
 	if (cli_desc(&c, &desc))
 		return 1;
 	if (c.config) {
