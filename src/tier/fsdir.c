@@ -28,8 +28,8 @@
  * With an authentication key each file ends with a 32-byte HMAC-SHA-256
  * tag (format/auth.h), outside the image, so the object format is
  * unchanged.  Large images move through O_DIRECT where the file system
- * takes it; buffers are pooled because faulting in a fresh 32 MiB buffer
- * costs about as much as reading it.
+ * takes it; buffers come from a kvt_abuf_pool (common/abuf.h) because
+ * faulting in a fresh 32 MiB buffer costs about as much as reading it.
  */
 #include "tier/fsdir_int.h"
 
@@ -41,7 +41,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -56,61 +55,6 @@
 static void fsdir_reap(fsdir *t, struct kvt_findex_ent *victims)
 {
 	kvt_findex_reap(victims, t->io, t->root, "fsdir");
-}
-
-/* --- buffers --------------------------------------------------------------- */
-
-/* A buffer of at least `need` bytes rounded up to whole blocks (O_DIRECT
- * moves whole blocks), 4 KiB aligned; *cap gets its size.  The pool's best
- * fit if one is there, else a new one (2 MiB aligned and advised for huge
- * pages when large, as the DRAM arena is).  NULL if memory is short. */
-static void *fsdir_buf_get(fsdir *t, uint64_t need, size_t *cap)
-{
-	size_t want = (size_t)((need + FSDIR_ALIGN - 1) &
-			       ~(uint64_t)(FSDIR_ALIGN - 1));
-	void *p = NULL;
-	int i, best = -1;
-
-	pthread_mutex_lock(&t->pool_mu);
-	for (i = 0; i < t->npool; i++)
-		if (t->pool[i].cap >= want && t->pool[i].cap <= 2 * want &&
-		    (best < 0 || t->pool[i].cap < t->pool[best].cap))
-			best = i;
-	if (best >= 0) {
-		p = t->pool[best].p;
-		*cap = t->pool[best].cap;
-		t->pool_bytes -= *cap;
-		t->pool[best] = t->pool[--t->npool];
-	}
-	pthread_mutex_unlock(&t->pool_mu);
-	if (p)
-		return p;
-	if (want >= FSDIR_HUGE) {
-		want = (want + FSDIR_HUGE - 1) & ~(size_t)(FSDIR_HUGE - 1);
-		if (posix_memalign(&p, FSDIR_HUGE, want))
-			return NULL;
-		(void)madvise(p, want, MADV_HUGEPAGE);
-	} else if (posix_memalign(&p, FSDIR_ALIGN, want)) {
-		return NULL;
-	}
-	*cap = want;
-	return p;
-}
-
-/* Give a buffer back: kept if the pool has room, else freed. */
-static void fsdir_buf_put(fsdir *t, void *p, size_t cap)
-{
-	if (!p)
-		return;
-	pthread_mutex_lock(&t->pool_mu);
-	if (t->npool < FSDIR_POOL_SLOTS && t->pool_bytes + cap <= FSDIR_POOL_BYTES) {
-		t->pool[t->npool].p = p;
-		t->pool[t->npool++].cap = cap;
-		t->pool_bytes += cap;
-		p = NULL;
-	}
-	pthread_mutex_unlock(&t->pool_mu);
-	free(p);
 }
 
 /* --- writes --------------------------------------------------------------- */
@@ -208,7 +152,7 @@ static int fsdir_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len,
 		return rc;
 
 	w = calloc(1, sizeof(*w));
-	if (!w || !(buf = fsdir_buf_get(t, len, &w->cap))) {
+	if (!w || !(buf = kvt_abuf_get(&t->bufs, len, &w->cap))) {
 		free(w);
 		kvt_findex_unreserve(&t->ix, len);
 		return kvt_err(KVT_ENOMEM, "fsdir: no memory for a %llu-byte buffer",
@@ -228,7 +172,7 @@ static int fsdir_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len,
 static void fsdir_wbuf_free(fsdir *t, fsdir_wbuf *w)
 {
 	kvt_findex_unreserve(&t->ix, w->flen);
-	fsdir_buf_put(t, w->iov.iov_base, w->cap);
+	kvt_abuf_put(&t->bufs, w->iov.iov_base, w->cap);
 	free(w);
 }
 
@@ -485,7 +429,7 @@ static int fsdir_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 		goto bad;
 	}
 	r = calloc(1, sizeof(*r));
-	if (!r || !(buf = fsdir_buf_get(t, size, &cap))) {
+	if (!r || !(buf = kvt_abuf_get(&t->bufs, size, &cap))) {
 		t->io->close(t->io, fd);
 		free(r);
 		return kvt_err(KVT_ENOMEM, "fsdir: no memory to read %s", path);
@@ -499,7 +443,7 @@ static int fsdir_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 	if (rc) {
 		/* A failing medium (this node's view of it), not a bad object:
 		 * report, keep the entry. */
-		fsdir_buf_put(t, buf, cap);
+		kvt_abuf_put(&t->bufs, buf, cap);
 		free(r);
 		return kvt_err(rc, "fsdir: pread %s: %s", path, kvt_strerror(rc));
 	}
@@ -518,7 +462,7 @@ static int fsdir_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 		}
 		if (rc) {
 			/* OpenSSL failed, not the object: keep it. */
-			fsdir_buf_put(t, buf, cap);
+			kvt_abuf_put(&t->bufs, buf, cap);
 			free(r);
 			return rc;
 		}
@@ -554,7 +498,7 @@ static int fsdir_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 	return 0;
 
 bad:
-	fsdir_buf_put(t, buf, cap);
+	kvt_abuf_put(&t->bufs, buf, cap);
 	free(r);
 	fsdir_note_bad(t, key, gen, path, &st, proven == FSDIR_BAD, why);
 	return kvt_err(KVT_ECORRUPT, "fsdir: %s: %s", path, why);
@@ -567,7 +511,7 @@ static void fsdir_release(kvt_tier *tt, kvt_tier_rbuf *rr)
 
 	if (!r)
 		return;
-	fsdir_buf_put(t, r->iov.iov_base, r->cap);
+	kvt_abuf_put(&t->bufs, r->iov.iov_base, r->cap);
 	free(r);
 	atomic_fetch_sub(&t->borrowed, 1);
 }
@@ -662,15 +606,13 @@ static void fsdir_free(fsdir *t)
 	kvt_findex_fini(&t->ix);
 	free(t->root);
 	free(t->leaves);
-	while (t->npool > 0)
-		free(t->pool[--t->npool].p);
+	kvt_abuf_fini(&t->bufs);
 	if (t->auth_key) {
 		OPENSSL_cleanse(t->auth_key, t->auth_klen);
 		free(t->auth_key);
 	}
 	pthread_mutex_destroy(&t->rmu);
 	pthread_mutex_destroy(&t->scan_mu);
-	pthread_mutex_destroy(&t->pool_mu);
 	pthread_cond_destroy(&t->rcv);
 	free(t);
 }
@@ -716,7 +658,7 @@ int fsdir_check(fsdir *t, const char *path, const kvt_key *key, int full,
 {
 	kvt_io *io = t->io;
 	kvt_obj_hdr h;
-	size_t want;
+	size_t want, cap = 0;
 	uint8_t *buf = NULL;
 	int fd, rc, direct;
 
@@ -744,8 +686,7 @@ int fsdir_check(fsdir *t, const char *path, const kvt_key *key, int full,
 		direct = 0;
 	}
 	want = full ? (size_t)st->st_size : KVT_OBJ_HEADER_BYTES;
-	if (posix_memalign((void **)&buf, FSDIR_ALIGN,
-			   (want + FSDIR_ALIGN - 1) & ~(size_t)(FSDIR_ALIGN - 1))) {
+	if (!(buf = kvt_abuf_get(&t->bufs, want, &cap))) {
 		rc = kvt_err(KVT_ENOMEM, "fsdir: no memory to read %s", path);
 		goto out;
 	}
@@ -778,7 +719,7 @@ int fsdir_check(fsdir *t, const char *path, const kvt_key *key, int full,
 		}
 	}
 out:
-	free(buf);
+	kvt_abuf_put(&t->bufs, buf, cap);
 	io->close(io, fd);
 	return rc;
 }
@@ -845,11 +786,11 @@ static int fsdir_sync_init(fsdir *t)
 		return -1;
 	if (pthread_mutex_init(&t->scan_mu, NULL))
 		goto f2;
-	if (pthread_mutex_init(&t->pool_mu, NULL))
+	if (kvt_abuf_init(&t->bufs, FSDIR_ALIGN, FSDIR_POOL_SLOTS, FSDIR_POOL_BYTES))
 		goto f3;
 	if (!kvt_cond_init_mono(&t->rcv))
 		return 0;
-	pthread_mutex_destroy(&t->pool_mu);
+	kvt_abuf_fini(&t->bufs);
 f3:
 	pthread_mutex_destroy(&t->scan_mu);
 f2:

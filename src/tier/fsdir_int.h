@@ -17,6 +17,7 @@
 #include <sys/uio.h>
 #include <time.h>
 
+#include "common/abuf.h"
 #include "tier/fanout.h"
 #include "tier/findex.h"
 #include "tier/fsdir.h"
@@ -36,12 +37,11 @@
 /* Images at least this long go through O_DIRECT where it is supported:
  * below it the page cache costs less than the alignment dance. */
 #define FSDIR_DIRECT_MIN (1u << 20)
-/* Image buffers kept for reuse after put and release: a fresh 32 MiB
- * buffer costs 8192 page faults and zeroing, about as long as reading it
- * from a fast file system. */
+/* Image buffers kept for reuse after put and release (common/abuf.h): a
+ * fresh 32 MiB buffer costs 8192 page faults and zeroing, about as long as
+ * reading it from a fast file system. */
 #define FSDIR_POOL_SLOTS 8
 #define FSDIR_POOL_BYTES (256ull << 20)
-#define FSDIR_HUGE (2u << 20)
 #define FSDIR_REFRESH_MS 2000
 #define FSDIR_REFRESH_DIRS 4096u
 
@@ -64,10 +64,7 @@ typedef struct fsdir {
 	size_t auth_klen;
 	atomic_uint_fast64_t borrowed;
 
-	pthread_mutex_t pool_mu; /* guards the buffer pool */
-	struct { void *p; size_t cap; } pool[FSDIR_POOL_SLOTS];
-	int npool;
-	uint64_t pool_bytes;
+	kvt_abuf_pool bufs; /* image buffers, FSDIR_ALIGN-aligned */
 
 	/* Background refresh (see fsdir.h).  `rmu` guards stop and the
 	 * thread's wait; `scan_mu` serialises refresh slices (thread and

@@ -29,6 +29,9 @@
  * across a system call; files of evicted entries are unlinked after it is
  * dropped).  Capacity counts each file's length rounded up to the alignment,
  * plus the writes in flight.
+ *
+ * Every put and get moves the image through one aligned buffer from the
+ * tier's kvt_abuf_pool (common/abuf.h: why they are cached, and how many).
  */
 #include "tier/nvme.h"
 #include "tier/fanout.h"
@@ -44,11 +47,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "common/abuf.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "format/object.h"
@@ -63,28 +66,16 @@
 #define NV_TMP_TRIES 4
 /* Temporaries older than this (seconds) are left over from a crash. */
 #define NV_TMP_GRACE_S (15 * 60)
-/* The I/O buffer pool (see "buffers" below). */
-#define NV_POOL_MIN (1ull << 20)        /* smaller images use posix_memalign */
-#define NV_POOL_GRAIN (2ull << 20)      /* sizes are whole 2 MiB huge pages */
-#define NV_POOL_SPARE 4u                /* free buffers kept: qd + this */
-#define NV_POOL_MAX_CACHED (1ull << 30) /* and at most this many bytes */
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
+/* The I/O buffers (common/abuf.h): every request in flight has one, and
+ * a few more are kept for the next; at most this many bytes idle. */
+#define NV_BUF_SPARE 4u
+#define NV_BUF_MAX_CACHED (1ull << 30)
 
 /* The index entry: len is the exact image, charge that rounded up to the
  * alignment, which is what capacity counts. */
 typedef struct kvt_findex_ent nv_ent;
 
 typedef struct nv_req nv_req;
-
-/* One pooled I/O buffer: `size` bytes at `base`, 2 MiB aligned. */
-typedef struct nv_pbuf {
-	struct nv_pbuf *next;
-	uint8_t *base;
-	size_t size;
-} nv_pbuf;
 
 /* One submission: a slice of a request's buffer. */
 typedef struct nv_seg {
@@ -119,10 +110,7 @@ typedef struct nvme {
 	uint32_t inflight;
 	int reaping;
 
-	pthread_mutex_t pool_mu; /* guards the free buffers below */
-	nv_pbuf *pool;           /* free buffers, any order */
-	uint32_t pool_n;
-	uint64_t pool_bytes;
+	kvt_abuf_pool bufs; /* aligned I/O buffers, align-aligned */
 
 	struct kvt_findex ix; /* the index, capacity and counters */
 } nvme;
@@ -131,158 +119,20 @@ typedef struct nv_wbuf {
 	kvt_tier_wbuf w;
 	struct iovec iov;
 	uint64_t disk; /* reserved bytes */
-	uint8_t *buf;  /* aligned, disk bytes long */
-	nv_pbuf *pb;   /* buf's pool buffer, NULL if posix_memalign'd */
+	uint8_t *buf;  /* aligned, at least disk bytes long */
+	size_t cap;    /* of buf */
 } nv_wbuf;
 
 typedef struct nv_rbuf {
 	kvt_tier_rbuf r;
 	struct iovec iov;
-	nv_pbuf *pb; /* as in nv_wbuf */
+	size_t cap;   /* of iov_base */
 	uint64_t gen; /* the index entry it was read through */
 } nv_rbuf;
 
 static uint64_t nv_round(const nvme *t, uint64_t n)
 {
 	return (n + t->align - 1) & ~(uint64_t)(t->align - 1);
-}
-
-/* --- buffers --------------------------------------------------------------- */
-
-/*
- * Every put and get needs an aligned buffer as large as the image (14-32
- * MiB for real chunks).  posix_memalign/free of that much memory is an
- * mmap/munmap per operation (above glibc's mmap threshold): every 4 KiB
- * page is faulted in again on first touch, and the mmap lock is contended
- * across the store's workers; that cost more than the disk write itself.
- * So images of NV_POOL_MIN bytes and more take their buffer from a per-tier
- * pool: mmap'd once, 2 MiB aligned with MADV_HUGEPAGE (fewer faults and
- * cheaper page pinning for O_DIRECT), populated up front, and reused.
- * Sizes are rounded up to NV_POOL_GRAIN; a request takes the smallest free
- * buffer that fits, else maps a new one.  The free list is bounded (qd +
- * NV_POOL_SPARE buffers, NV_POOL_MAX_CACHED bytes): a buffer returned past
- * either bound unmaps the smallest free buffers, so the pool converges on
- * the largest images in use and idles at a bounded size.  Buffers are
- * reused with stale contents: writers fill the whole image and zero the
- * pad, readers only look at what was read.  If mmap fails the buffer comes
- * from posix_memalign as before.
- */
-
-static void nv_pbuf_unmap(nv_pbuf *pb)
-{
-	munmap(pb->base, pb->size);
-	free(pb);
-}
-
-static nv_pbuf *nv_pbuf_map(size_t size)
-{
-	nv_pbuf *pb = malloc(sizeof(*pb));
-	uint8_t *m, *a;
-	size_t head;
-
-	if (!pb)
-		return NULL;
-	/* Over-map by one grain and trim, so the buffer is 2 MiB aligned
-	 * (huge pages; also any direct-I/O alignment up to NV_MAX_ALIGN). */
-	m = mmap(NULL, size + NV_POOL_GRAIN, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (m == MAP_FAILED) {
-		free(pb);
-		return NULL;
-	}
-	a = (uint8_t *)(((uintptr_t)m + NV_POOL_GRAIN - 1) &
-			~(uintptr_t)(NV_POOL_GRAIN - 1));
-	head = (size_t)(a - m);
-	if (head)
-		munmap(m, head);
-	if (NV_POOL_GRAIN - head)
-		munmap(a + size, NV_POOL_GRAIN - head);
-	/* Both advisory: without THP we get 4 KiB pages, without
-	 * MADV_POPULATE_WRITE (Linux < 5.14) the first use faults them in. */
-	madvise(a, size, MADV_HUGEPAGE);
-	madvise(a, size, MADV_POPULATE_WRITE);
-	pb->next = NULL;
-	pb->base = a;
-	pb->size = size;
-	return pb;
-}
-
-/* Unmap the smallest free buffers while the free list exceeds its bounds;
- * returns them chained by `next` (caller holds pool_mu, unmaps after). */
-static nv_pbuf *nv_pool_trim(nvme *t)
-{
-	nv_pbuf *out = NULL;
-
-	while (t->pool && (t->pool_n > t->qd + NV_POOL_SPARE ||
-			   t->pool_bytes > NV_POOL_MAX_CACHED)) {
-		nv_pbuf **p, **min = &t->pool, *v;
-		for (p = &t->pool; *p; p = &(*p)->next)
-			if ((*p)->size < (*min)->size)
-				min = p;
-		v = *min;
-		*min = v->next;
-		t->pool_n--;
-		t->pool_bytes -= v->size;
-		v->next = out;
-		out = v;
-	}
-	return out;
-}
-
-/* An aligned buffer of at least `n` bytes, or NULL; *pb says where it came
- * from, for nv_buf_put. */
-static uint8_t *nv_buf_get(nvme *t, uint64_t n, nv_pbuf **pb)
-{
-	void *buf = NULL;
-
-	*pb = NULL;
-	if (n >= NV_POOL_MIN && n <= NV_POOL_MAX_CACHED) {
-		size_t size = (size_t)((n + NV_POOL_GRAIN - 1) &
-				       ~(NV_POOL_GRAIN - 1));
-		nv_pbuf **p, **best = NULL;
-
-		pthread_mutex_lock(&t->pool_mu);
-		for (p = &t->pool; *p; p = &(*p)->next)
-			if ((*p)->size >= size &&
-			    (!best || (*p)->size < (*best)->size))
-				best = p;
-		if (best) {
-			*pb = *best;
-			*best = (*pb)->next;
-			t->pool_n--;
-			t->pool_bytes -= (*pb)->size;
-		}
-		pthread_mutex_unlock(&t->pool_mu);
-		if (!*pb)
-			*pb = nv_pbuf_map(size);
-		if (*pb)
-			return (*pb)->base;
-	}
-	if (posix_memalign(&buf, t->align, (size_t)n))
-		return NULL;
-	return buf;
-}
-
-static void nv_buf_put(nvme *t, uint8_t *buf, nv_pbuf *pb)
-{
-	nv_pbuf *extra;
-
-	if (!pb) {
-		free(buf);
-		return;
-	}
-	pthread_mutex_lock(&t->pool_mu);
-	pb->next = t->pool;
-	t->pool = pb;
-	t->pool_n++;
-	t->pool_bytes += pb->size;
-	extra = nv_pool_trim(t);
-	pthread_mutex_unlock(&t->pool_mu);
-	while (extra) {
-		pb = extra;
-		extra = pb->next;
-		nv_pbuf_unmap(pb);
-	}
 }
 
 /* --- index ----------------------------------------------------------------- */
@@ -481,7 +331,7 @@ static int nv_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len,
 
 	w = calloc(1, sizeof(*w));
 	if (w)
-		buf = nv_buf_get(t, disk, &w->pb);
+		buf = kvt_abuf_get(&t->bufs, disk, &w->cap);
 	if (!buf) {
 		free(w);
 		kvt_findex_unreserve(&t->ix, disk);
@@ -504,7 +354,7 @@ static int nv_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len,
 static void nv_wbuf_free(nvme *t, nv_wbuf *w)
 {
 	kvt_findex_unreserve(&t->ix, w->disk);
-	nv_buf_put(t, w->buf, w->pb);
+	kvt_abuf_put(&t->bufs, w->buf, w->cap);
 	free(w);
 }
 
@@ -782,7 +632,7 @@ static int nv_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 	r = calloc(1, sizeof(*r));
 	h = malloc(sizeof(*h));
 	if (r && h)
-		buf = nv_buf_get(t, want, &r->pb);
+		buf = kvt_abuf_get(&t->bufs, want, &r->cap);
 	if (!buf) {
 		t->io->close(t->io, fd);
 		free(r);
@@ -795,7 +645,7 @@ static int nv_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 		/* The medium failed this read, which proves nothing about
 		 * the file: keep it, listed nowhere; the store reads the
 		 * chunk from the tier below. */
-		nv_buf_put(t, buf, r->pb);
+		kvt_abuf_put(&t->bufs, buf, r->cap);
 		free(r);
 		free(h);
 		return kvt_err(rc, "nvme: %s %s: %s",
@@ -836,7 +686,7 @@ static int nv_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 
 bad:
 	if (buf)
-		nv_buf_put(t, buf, r->pb);
+		kvt_abuf_put(&t->bufs, buf, r->cap);
 	free(r);
 	free(h);
 	nv_drop(t, key, gen, path, why);
@@ -849,7 +699,7 @@ static void nv_release(kvt_tier *tt, kvt_tier_rbuf *rr)
 
 	if (!r)
 		return;
-	nv_buf_put((nvme *)tt, r->iov.iov_base, r->pb);
+	kvt_abuf_put(&((nvme *)tt)->bufs, r->iov.iov_base, r->cap);
 	free(r);
 	atomic_fetch_sub(&((nvme *)tt)->borrowed, 1);
 }
@@ -937,15 +787,10 @@ static void nv_free(nvme *t)
 	kvt_findex_fini(&t->ix);
 	if (t->uring)
 		io_uring_queue_exit(&t->ring);
-	while (t->pool) {
-		nv_pbuf *pb = t->pool;
-		t->pool = pb->next;
-		nv_pbuf_unmap(pb);
-	}
+	kvt_abuf_fini(&t->bufs);
 	free(t->root);
 	pthread_cond_destroy(&t->ring_cv);
 	pthread_mutex_destroy(&t->ring_mu);
-	pthread_mutex_destroy(&t->pool_mu);
 	free(t);
 }
 
@@ -1193,7 +1038,6 @@ int kvt_nvme_open(const kvt_nvme_opts *o, kvt_tier **out)
 		return kvt_err(KVT_ENOMEM, "nvme: no memory");
 	}
 	pthread_mutex_init(&t->ring_mu, NULL);
-	pthread_mutex_init(&t->pool_mu, NULL);
 	pthread_cond_init(&t->ring_cv, NULL);
 	memcpy(t->root, o->path, len);
 	t->root[len] = '\0';
@@ -1229,6 +1073,12 @@ int kvt_nvme_open(const kvt_nvme_opts *o, kvt_tier **out)
 	t->seg_bytes &= ~(t->align - 1);
 	if (!t->seg_bytes)
 		t->seg_bytes = t->align;
+	rc = kvt_abuf_init(&t->bufs, t->align, t->qd + NV_BUF_SPARE,
+			   NV_BUF_MAX_CACHED);
+	if (rc) {
+		kvt_err_prefix(rc, "nvme: ");
+		goto fail;
+	}
 	if (o->use_io_uring)
 		nv_ring_init(t);
 	rc = t->read_only ? 0 : kvt_fanout_clean_tmp(t->io, t->root, NV_TMP_GRACE_S);
