@@ -433,10 +433,16 @@ static int f_mkdir(kvt_io *io, const char *p, mode_t m)
 static int f_readdir(kvt_io *io, const char *p, kvt_io_dirent_fn fn, void *a)
 { return REAL(io)->readdir(REAL(io), p, fn, a); }
 static int f_touch(kvt_io *io, const char *p) { return REAL(io)->touch(REAL(io), p); }
+static int f_ftruncate(kvt_io *io, int fd, off_t len)
+{ return REAL(io)->ftruncate(REAL(io), fd, len); }
+static int f_statx(kvt_io *io, int fd, unsigned int mask, struct statx *sx)
+{ return REAL(io)->statx(REAL(io), fd, mask, sx); }
 
+/* No ring_done: the tier keeps its data on pread/pwrite through the table. */
 #define FAULT_IO_INIT                                                       \
 	{ f_open, f_close, f_pread, f_pwrite, f_fsync, f_fstat, f_stat,     \
-	  f_link, f_rename, f_unlink, f_mkdir, f_readdir, f_touch, NULL }
+	  f_link, f_rename, f_unlink, f_mkdir, f_readdir, f_touch, NULL,    \
+	  f_ftruncate, f_statx, NULL, NULL }
 
 static void test_faults(void)
 {

@@ -17,9 +17,9 @@
  *     brought back from the real file system, so the model covers the loss
  *     of created names (the worst case for losing data) and not the return
  *     of removed ones;
- *   - the ftruncate the tier makes directly (it is not in kvt_io) is seen
- *     through fstat at fsync time: a size change not yet fsynced may come
- *     back to the padded length the write left.
+ *   - the tier's ftruncate (cutting the pad of its last O_DIRECT block)
+ *     counts as a write: a size change not yet fsynced may come back to
+ *     the padded length the write left.
  *
  * Each round opens the tier through the table, arms it to "lose power"
  * after K operations (K drawn per round), and puts chunks at a random mix of
@@ -407,6 +407,28 @@ static int pl_fsync(kvt_io *io, int fd)
 		ino->synced_size = (uint64_t)st.st_size;
 	}
 	return rc;
+}
+
+static int pl_ftruncate(kvt_io *io, int fd, off_t len)
+{
+	pl_io *p = PL(io);
+	int rc;
+
+	if (pl_lost(p))
+		return -EIO;
+	/* The tier cuts right after its write, so the inode is dirty and
+	 * its written range (up to the padded length) already recorded. */
+	rc = p->real->ftruncate(p->real, fd, len);
+	return rc;
+}
+
+static int pl_statx(kvt_io *io, int fd, unsigned int mask, struct statx *sx)
+{
+	pl_io *p = PL(io);
+
+	if (pl_lost(p))
+		return -EIO;
+	return p->real->statx(p->real, fd, mask, sx);
 }
 
 static int pl_fstat(kvt_io *io, int fd, struct stat *st)
@@ -953,7 +975,7 @@ int main(void)
 	static pl_io p = {
 		{ pl_open, pl_close, pl_pread, pl_pwrite, pl_fsync, pl_fstat,
 		  pl_stat, pl_link, pl_rename, pl_unlink, pl_mkdir, pl_readdir,
-		  pl_touch, NULL },
+		  pl_touch, NULL, pl_ftruncate, pl_statx },
 	};
 	const char *env = getenv("KVT_TEST_SEED");
 	uint64_t seed, round, c, present = 0;

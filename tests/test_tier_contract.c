@@ -42,7 +42,11 @@
  *     error, nothing half-written becomes visible (nor after a reopen, with
  *     junk in tmp/), and once the fault is gone the next put succeeds.  A
  *     pread EIO is reported (not data, not a miss), removes nothing and is
- *     not taken for proof that the object is damaged
+ *     not taken for proof that the object is damaged.  NVMe also: the same
+ *     on the ftruncate that cuts a padded last block, on its io_uring
+ *     write and read completions (the table's ring_done; torn: a short
+ *     completion the tier must finish), and on the statx of its open (it
+ *     opens on the default alignment and loses nothing)
  *
  * What a tier does not have, it says in its capabilities, and the summary
  * line names the clauses that did not apply.  A deviation of the library
@@ -111,6 +115,9 @@ enum {
 	TC_SHARED = 1 << 3, /* other nodes write the same medium */
 	TC_S3 = 1 << 4,     /* an S3 bucket under a prefix */
 	TC_PERSISTS = 1 << 5, /* a reopen finds what was put */
+	TC_NVME_IO = 1 << 6,  /* the NVMe data path: io_uring completions
+			       * through ring_done, O_DIRECT pads cut with
+			       * ftruncate, statx at open (clause 7) */
 };
 
 typedef struct tc_open_args {
@@ -164,7 +171,8 @@ static int open_s3(const tc_open_args *a, kvt_tier **out)
 
 static const tc_tier tiers[] = {
 	{ "dram", open_dram, TC_EVICTS, KVT_DUR_CACHED },
-	{ "nvme", open_nvme, TC_MEDIUM | TC_FILES | TC_EVICTS | TC_PERSISTS,
+	{ "nvme", open_nvme,
+	  TC_MEDIUM | TC_FILES | TC_EVICTS | TC_PERSISTS | TC_NVME_IO,
 	  KVT_DUR_CRASH_SAFE },
 	{ "fsdir", open_fsdir,
 	  TC_MEDIUM | TC_FILES | TC_EVICTS | TC_SHARED | TC_PERSISTS,
@@ -217,7 +225,7 @@ static kvt_tier *tc_open(const tc_tier *T, const char *where, uint64_t cap)
 
 /* --- images ------------------------------------------------------------------ */
 
-static kvt_ns ns, ns_big;
+static kvt_ns ns, ns_big, ns_odd; /* ns_odd: not a whole number of blocks */
 static uint8_t *scratch; /* room for the largest payload or image */
 
 #define ROOMY (64ull << 20) /* a capacity no clause fills */
@@ -576,8 +584,13 @@ static int tc_damage(const tc_tier *T, kvt_tier *t, const char *where,
 
 /* --- a kvt_io table that counts and fails on a countdown ------------------- */
 
-enum { OP_PWRITE, OP_FSYNC, OP_LINK, OP_PREAD, OP_NONE };
-static const char *const op_names[] = { "pwrite", "fsync", "link", "pread", "none" };
+/* OP_RWRITE and OP_RREAD: completions of the NVMe tier's io_uring, which
+ * pass through the table's ring_done (common/io.h). */
+enum { OP_PWRITE, OP_FSYNC, OP_LINK, OP_PREAD, OP_FTRUNCATE, OP_STATX,
+       OP_RWRITE, OP_RREAD, OP_NONE };
+static const char *const op_names[] = { "pwrite", "fsync", "link", "pread",
+					"ftruncate", "statx", "io_uring write",
+					"io_uring read", "none" };
 
 typedef struct tc_io {
 	kvt_io io; /* first */
@@ -715,6 +728,54 @@ static int tio_touch(kvt_io *io, const char *p)
 	return TREAL(io)->touch(TREAL(io), p);
 }
 
+static int tio_ftruncate(kvt_io *io, int fd, off_t len)
+{
+	int rc;
+
+	TIO(io)->calls++;
+	TIO(io)->mutations++;
+	if ((rc = tc_io_fault(io, OP_FTRUNCATE)))
+		return rc;
+	return TREAL(io)->ftruncate(TREAL(io), fd, len);
+}
+static int tio_statx(kvt_io *io, int fd, unsigned int mask, struct statx *sx)
+{
+	int rc;
+
+	TIO(io)->calls++;
+	if ((rc = tc_io_fault(io, OP_STATX)))
+		return rc;
+	return TREAL(io)->statx(TREAL(io), fd, mask, sx);
+}
+static ssize_t tio_preadv(kvt_io *io, int fd, const struct iovec *v, int n,
+			  off_t off)
+{
+	int rc;
+
+	TIO(io)->calls++;
+	if ((rc = tc_io_fault(io, OP_PREAD)))
+		return rc;
+	return TREAL(io)->preadv(TREAL(io), fd, v, n, off);
+}
+/* The kernel moved the data (or not); the table decides what the tier is
+ * told: a fault, or for a torn one half the count, kept aligned. */
+static ssize_t tio_ring_done(kvt_io *io, int fd, int write, void *buf,
+			     size_t len, off_t off, ssize_t res)
+{
+	tc_io *f = TIO(io);
+	int op = write ? OP_RWRITE : OP_RREAD, rc;
+
+	f->calls++;
+	f->mutations += write;
+	if ((rc = tc_io_fault(io, op)))
+		return rc;
+	if (f->torn && f->op == op && f->seen == f->at && res > 1) {
+		f->fired++;
+		return res >= 8192 ? (res / 2) & ~(ssize_t)4095 : res / 2;
+	}
+	return TREAL(io)->ring_done(TREAL(io), fd, write, buf, len, off, res);
+}
+
 static tc_io tc_io_make(void)
 {
 	tc_io f = { .real = kvt_io_posix(), .op = OP_NONE };
@@ -723,7 +784,9 @@ static tc_io tc_io_make(void)
 			 .pwrite = tio_pwrite, .fsync = tio_fsync, .fstat = tio_fstat,
 			 .stat = tio_stat, .link = tio_link, .rename = tio_rename,
 			 .unlink = tio_unlink, .mkdir = tio_mkdir,
-			 .readdir = tio_readdir, .touch = tio_touch };
+			 .readdir = tio_readdir, .touch = tio_touch,
+			 .ftruncate = tio_ftruncate, .statx = tio_statx,
+			 .preadv = tio_preadv, .ring_done = tio_ring_done };
 	return f;
 }
 
@@ -1400,9 +1463,13 @@ static void clause_read_only(const tc_tier *T)
 
 /* --- clause 7: faults on a countdown --------------------------------------------- */
 
+enum { SZ_SMALL, SZ_BIG, SZ_ODD };
+
 typedef struct fault_case {
 	int op, err, persistent, torn;
-	int big; /* images of 2 MiB: O_DIRECT where the file system has it */
+	int size; /* SZ_BIG: 2 MiB images, O_DIRECT where the file system has
+		   * it; SZ_ODD: a padded last block, cut by ftruncate */
+	int ring; /* NVMe's data on io_uring, faults at its completions */
 } fault_case;
 
 static const fault_case fault_cases[] = {
@@ -1418,6 +1485,21 @@ static const fault_case fault_cases[] = {
 	{ OP_PWRITE, 0, 0, 1 },
 	{ OP_PWRITE, -EIO, 0, 1, 1 }, { OP_PWRITE, 0, 0, 1, 1 },
 	{ OP_PWRITE, -ENOSPC, 1, 0, 1 }, { OP_FSYNC, -EIO, 0, 0, 1 },
+	/* NVMe: the cut of the pad, with data on pread/pwrite and on the
+	 * ring. */
+	{ OP_FTRUNCATE, -ENOSPC, 0, 0, SZ_ODD }, { OP_FTRUNCATE, -ENOSPC, 1, 0, SZ_ODD },
+	{ OP_FTRUNCATE, -EIO, 0, 0, SZ_ODD },    { OP_FTRUNCATE, -EIO, 1, 0, SZ_ODD },
+	{ OP_FTRUNCATE, -EIO, 0, 0, SZ_ODD, 1 }, { OP_FTRUNCATE, -ENOSPC, 1, 0, SZ_ODD, 1 },
+	/* NVMe: io_uring write completions.  Torn: the completion claims
+	 * half, and the writer must finish the image itself. */
+	{ OP_RWRITE, -ENOSPC, 0, 0, 0, 1 }, { OP_RWRITE, -ENOSPC, 1, 0, 0, 1 },
+	{ OP_RWRITE, -EIO, 0, 0, 0, 1 },    { OP_RWRITE, -EIO, 1, 0, 0, 1 },
+	{ OP_RWRITE, -EIO, 0, 0, SZ_BIG, 1 }, { OP_RWRITE, -ENOSPC, 1, 0, SZ_BIG, 1 },
+	{ OP_RWRITE, -EIO, 0, 0, SZ_ODD, 1 },
+	{ OP_RWRITE, 0, 0, 1, 0, 1 },       { OP_RWRITE, 0, 0, 1, SZ_BIG, 1 },
+	/* The other calls on the ring path, where they stay the table's. */
+	{ OP_FSYNC, -ENOSPC, 1, 0, SZ_BIG, 1 },
+	{ OP_LINK, -EIO, 0, 0, SZ_ODD, 1 },
 };
 #define N_FAULTS (int)(sizeof(fault_cases) / sizeof(fault_cases[0]))
 #define C7_BASE 2
@@ -1448,10 +1530,36 @@ static void tc_plant_tmp(const char *where, const kvt_key *half, const kvt_key *
 	}
 }
 
+/* Whether the NVMe tier `t` took the path a case needs: io_uring (`ring`),
+ * O_DIRECT with pads to cut (`cut`).  A machine without them says so and
+ * the case does not apply. */
+static int tc_nvme_path_ok(const tc_tier *T, kvt_tier *t, int ring, int cut,
+			   int idx)
+{
+	int uring = 0, direct = 0;
+
+	if (!(T->caps & TC_NVME_IO))
+		return 1;
+	kvt_nvme_info(t, &uring, &direct, NULL);
+	if (ring && !uring) {
+		fprintf(stderr, "%s: fault case %d: no io_uring here; not applicable\n",
+			T->name, idx);
+		return 0;
+	}
+	if (cut && !direct) {
+		fprintf(stderr, "%s: fault case %d: no O_DIRECT here, so no pad to cut; "
+			"not applicable\n", T->name, idx);
+		return 0;
+	}
+	TC(!ring || uring);
+	return 1;
+}
+
 static void fault_run(const tc_tier *T, int idx)
 {
 	const fault_case *fc = &fault_cases[idx];
-	const kvt_ns *fns = fc->big ? &ns_big : &ns;
+	const kvt_ns *fns = fc->size == SZ_BIG ? &ns_big
+			    : fc->size == SZ_ODD ? &ns_odd : &ns;
 	enum { N = C7_BASE + C7_PUTS + 1 };
 	char tag[32], tmp[1000];
 	const char *where;
@@ -1465,10 +1573,18 @@ static void fault_run(const tc_tier *T, int idx)
 	snprintf(tag, sizeof(tag), "c7-%d", idx);
 	where = tc_where(T, tag);
 	snprintf(tmp, sizeof(tmp), "%s/tmp", where);
-	/* Plain pread/pwrite, so the fault table sees the data too. */
-	t = tc_open_io(T, where, ROOMY, &f.io, 1);
+	/* Only NVMe has a ring and pads to cut. */
+	if ((fc->ring || fc->op == OP_FTRUNCATE) && !(T->caps & TC_NVME_IO))
+		return;
+	/* Either way every byte passes through the table: pread/pwrite, or
+	 * the ring's completions through ring_done. */
+	t = tc_open_io(T, where, ROOMY, &f.io, !fc->ring);
 	if (!t)
 		return;
+	if (!tc_nvme_path_ok(T, t, fc->ring, fc->op == OP_FTRUNCATE, idx)) {
+		t->ops->close(t);
+		return;
+	}
 	for (int i = 0; i < N; i++)
 		k[i] = tc_key(7, (uint64_t)(idx * 100 + i));
 	for (int i = 0; i < C7_BASE; i++) {
@@ -1486,11 +1602,12 @@ static void fault_run(const tc_tier *T, int idx)
 		if (hit && fc->err) {
 			/* Reported as what the medium said, never success. */
 			if (rc != fc->err)
-				fprintf(stderr, "%s: %s %s%s%s%s: put %d returned %s (%s)\n",
+				fprintf(stderr, "%s: %s %s%s%s%s%s: put %d returned %s (%s)\n",
 					T->name, op_names[fc->op], kvt_strerror(fc->err),
 					fc->persistent ? " persistent" : "",
-					fc->torn ? " torn" : "", fc->big ? " big" : "", i,
-					kvt_strerror(rc), kvt_errmsg());
+					fc->torn ? " torn" : "",
+					fc->size == SZ_BIG ? " big" : fc->size == SZ_ODD ? " odd" : "",
+					fc->ring ? " ring" : "", i, kvt_strerror(rc), kvt_errmsg());
 			TC_EQ(rc, fc->err);
 		} else {
 			TC_EQ(rc, 0);
@@ -1563,20 +1680,41 @@ static void fault_run(const tc_tier *T, int idx)
  * whole.  An I/O error proves nothing about the object, so if the tier
  * lists the file as bad it must not list it as proven damaged (a repair
  * would then move a good chunk into the quarantine). */
-static void fault_read_run(const tc_tier *T)
+static void fault_read_run(const tc_tier *T, int ring)
 {
-	const char *where = tc_where(T, "c7-read");
+	const char *where = tc_where(T, ring ? "c7-read-ring" : "c7-read");
 	tc_io f = tc_io_make();
-	kvt_tier *t = tc_open_io(T, where, ROOMY, &f.io, 1);
+	kvt_tier *t;
 	kvt_key k0 = tc_key(7, 9000), k1 = tc_key(7, 9001);
 	kvt_tier_rbuf *r;
-	int rc, proven = 0;
+	int rc, proven = 0, op = ring ? OP_RREAD : OP_PREAD;
 
+	if (ring && !(T->caps & TC_NVME_IO))
+		return;
+	t = tc_open_io(T, where, ROOMY, &f.io, !ring);
 	if (!t)
 		return;
+	if (!tc_nvme_path_ok(T, t, ring, 0, -1)) {
+		t->ops->close(t);
+		return;
+	}
 	TC_EQ(tc_put(t, T, &ns, &k0, 7900), 0);
 	TC_EQ(tc_put(t, T, &ns, &k1, 7901), 0);
-	tc_io_arm(&f, OP_PREAD, -EIO, 1, 0, 0);
+	if (ring) {
+		/* A short completion: the reader fetches the rest itself. */
+		tc_io_arm(&f, op, 0, 1, 0, 1);
+		TC_EQ(tc_get_is(t, &ns, &k1, 7901), 0);
+		TC_EQ(f.fired, 1);
+		/* EIO on every completion: each get says so, none removes. */
+		tc_io_arm(&f, op, -EIO, 1, 1, 0);
+		TC_EQ(tc_get_is(t, &ns, &k1, 7901), -EIO);
+		TC_EQ(tc_get_is(t, &ns, &k1, 7901), -EIO);
+		TC(f.fired >= 2);
+		TC_EQ(t->ops->exists(t, &k1), 1);
+		f.op = OP_NONE;
+		TC_EQ(tc_get_is(t, &ns, &k1, 7901), 0);
+	}
+	tc_io_arm(&f, op, -EIO, 1, 0, 0);
 	rc = t->ops->get(t, &k0, &r);
 	TC_EQ(f.fired, 1);
 	TC_EQ(rc, -EIO);
@@ -1605,11 +1743,62 @@ static void fault_read_run(const tc_tier *T)
 	t->ops->close(t);
 }
 
+/* statx at open (NVMe asks the direct-I/O alignment) failing once, or on
+ * every call: the tier opens anyway on the default alignment, and every
+ * put it acknowledges comes back whole, also after a restart through the
+ * same table. */
+static void fault_statx_run(const tc_tier *T, int err, int persistent)
+{
+	const kvt_ns *sizes[3] = { &ns, &ns_odd, &ns_big };
+	char tag[32];
+	const char *where;
+	tc_io f = tc_io_make();
+	kvt_tier *t;
+	kvt_key k[3];
+	uint32_t align = 0;
+	int direct = 0;
+
+	snprintf(tag, sizeof(tag), "c7-statx-%d%d", -err, persistent);
+	where = tc_where(T, tag);
+	tc_io_arm(&f, OP_STATX, err, 1, persistent, 0);
+	t = tc_open_io(T, where, ROOMY, &f.io, 0);
+	if (!t)
+		return;
+	kvt_nvme_info(t, NULL, &direct, &align);
+	if (!direct) { /* statx is asked only of an O_DIRECT probe */
+		t->ops->close(t);
+		return;
+	}
+	TC_EQ(f.fired, 1);
+	TC_EQ(align, 4096);
+	for (int i = 0; i < 3; i++) {
+		k[i] = tc_key(7, 9100 + (uint64_t)i);
+		TC_EQ(tt_put_image(t, sizes[i], &k[i], 7100 + (uint64_t)i, scratch,
+				   KVT_DUR_POWER_SAFE), 0);
+		TC_EQ(tc_get_is(t, sizes[i], &k[i], 7100 + (uint64_t)i), 0);
+	}
+	t->ops->close(t);
+	t = tc_open_io(T, where, ROOMY, &f.io, 0);
+	if (!t)
+		return;
+	TC_EQ(f.fired, persistent ? 2 : 1);
+	for (int i = 0; i < 3; i++)
+		TC_EQ(tc_get_is(t, sizes[i], &k[i], 7100 + (uint64_t)i), 0);
+	TC_EQ(tc_count(t), 3);
+	t->ops->close(t);
+}
+
 static void clause_faults(const tc_tier *T)
 {
 	for (int i = 0; i < N_FAULTS; i++)
 		fault_run(T, i);
-	fault_read_run(T);
+	fault_read_run(T, 0);
+	fault_read_run(T, 1);
+	if (T->caps & TC_NVME_IO) {
+		fault_statx_run(T, -EIO, 0);
+		fault_statx_run(T, -EIO, 1);
+		fault_statx_run(T, -ENOSPC, 1);
+	}
 }
 
 /* --- the legs ----------------------------------------------------------------- */
@@ -1689,6 +1878,7 @@ int main(int argc, char **argv)
 	}
 	tt_ns_make(&ns, 2, 2, 64, 64, KVT_DTYPE_BF16, 0, 42);       /* 68 KiB */
 	tt_ns_make(&ns_big, 2, 8, 128, 256, KVT_DTYPE_BF16, 0, 43); /* 2 MiB + 4 KiB */
+	tt_ns_make(&ns_odd, 2, 1, 60, 64, KVT_DTYPE_BF16, 0, 44);   /* 34 KiB */
 	scratch = malloc(tt_img_len(&ns_big));
 	if (!scratch)
 		return 1;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 /* How many times in a row a write may accept nothing before we call the
@@ -213,6 +214,54 @@ static int posix_touch(kvt_io *io, const char *path)
 	return rc;
 }
 
+static int posix_ftruncate(kvt_io *io, int fd, off_t len)
+{
+	int saved = errno, rc;
+
+	(void)io;
+	do
+		rc = ftruncate(fd, len);
+	while (rc < 0 && errno == EINTR);
+	if (rc < 0)
+		rc = -errno;
+	errno = saved;
+	return rc;
+}
+
+static int posix_statx(kvt_io *io, int fd, unsigned int mask, struct statx *sx)
+{
+	int saved = errno;
+	int rc = statx(fd, "", AT_EMPTY_PATH, mask, sx) < 0 ? -errno : 0;
+
+	(void)io;
+	errno = saved;
+	return rc;
+}
+
+static ssize_t posix_preadv(kvt_io *io, int fd, const struct iovec *iov,
+			    int n, off_t off)
+{
+	int saved = errno;
+	ssize_t r;
+
+	(void)io;
+	do
+		r = preadv(fd, iov, n, off);
+	while (r < 0 && errno == EINTR);
+	if (r < 0)
+		r = -errno;
+	errno = saved;
+	return r;
+}
+
+/* The kernel's word is final: the real table changes nothing. */
+static ssize_t posix_ring_done(kvt_io *io, int fd, int write, void *buf,
+			       size_t len, off_t off, ssize_t res)
+{
+	(void)io, (void)fd, (void)write, (void)buf, (void)len, (void)off;
+	return res;
+}
+
 static kvt_io kvt_io_posix_table = {
 	.open = posix_open,
 	.close = posix_close,
@@ -228,6 +277,10 @@ static kvt_io kvt_io_posix_table = {
 	.readdir = posix_readdir,
 	.touch = posix_touch,
 	.priv = NULL,
+	.ftruncate = posix_ftruncate,
+	.statx = posix_statx,
+	.preadv = posix_preadv,
+	.ring_done = posix_ring_done,
 };
 
 kvt_io *kvt_io_posix(void)
@@ -277,6 +330,38 @@ int kvt_io_pread_all(kvt_io *io, int fd, void *buf, size_t len, off_t off)
 		len -= (size_t)n;
 	}
 	return 0;
+}
+
+int kvt_io_ftruncate(kvt_io *io, int fd, off_t len)
+{
+	return io->ftruncate ? io->ftruncate(io, fd, len) : -ENOSYS;
+}
+
+int kvt_io_statx(kvt_io *io, int fd, unsigned int mask, struct statx *sx)
+{
+	return io->statx ? io->statx(io, fd, mask, sx) : -ENOSYS;
+}
+
+ssize_t kvt_io_preadv(kvt_io *io, int fd, const struct iovec *iov, int n,
+		      off_t off)
+{
+	ssize_t done = 0;
+	int i;
+
+	if (io->preadv)
+		return io->preadv(io, fd, iov, n, off);
+	/* One segment at a time, stopping where a read comes back short:
+	 * what preadv(2) would have returned. */
+	for (i = 0; i < n; i++) {
+		ssize_t r = io->pread(io, fd, iov[i].iov_base, iov[i].iov_len,
+				      off + done);
+		if (r < 0)
+			return r; /* an error wins over what came before it */
+		done += r;
+		if ((size_t)r < iov[i].iov_len)
+			break;
+	}
+	return done;
 }
 
 int kvt_io_fsync_parent(kvt_io *io, const char *path)

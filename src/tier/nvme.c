@@ -247,6 +247,12 @@ static int nv_xfer(nvme *t, int fd, int write, uint8_t *buf, uint64_t len,
 		for (i = 0; i < q.n && !rc; i++) {
 			nv_seg *s = &segs[i];
 			uint64_t want = s->len;
+			/* The table's word on each completion (io.h). */
+			ssize_t res = t->io->ring_done(t->io, fd, write, buf + s->off,
+						       s->len, (off_t)s->off, s->res);
+			if (res > (ssize_t)s->len)
+				res = -EIO; /* claims more than was asked */
+			s->res = (int)res;
 			if (s->res < 0) {
 				rc = s->res;
 				break;
@@ -395,8 +401,8 @@ static int nv_write_tmp(nvme *t, nv_wbuf *w, int durability,
 	call = t->uring ? "io_uring write" : "pwrite";
 	rc = nv_xfer(t, fd, 1, w->buf, t->direct ? w->disk : w->w.len, 0, NULL);
 	if (!rc && t->direct && w->disk != w->w.len) {
-		call = "ftruncate"; /* not in kvt_io: see docs/NVME.md */
-		rc = ftruncate(fd, (off_t)w->w.len) ? -errno : 0;
+		call = "ftruncate";
+		rc = kvt_io_ftruncate(io, fd, (off_t)w->w.len);
 	}
 	if (!rc && durability == KVT_DUR_POWER_SAFE) {
 		call = "fsync";
@@ -559,9 +565,9 @@ static int nv_get_into(kvt_tier *tt, const kvt_key *key,
 			v[n - 1].iov_len = (size_t)nv_round(t, v[n - 1].iov_len);
 		for (int i = 0; i < n && got < size;) {
 			int cnt = n - i < IOV_MAX ? n - i : IOV_MAX;
-			ssize_t r = preadv(fd, v + i, cnt, (off_t)got);
+			ssize_t r = kvt_io_preadv(t->io, fd, v + i, cnt, (off_t)got);
 			if (r < 0) {
-				rc = -errno;
+				rc = (int)r;
 				break;
 			}
 			if (r == 0)
@@ -855,7 +861,9 @@ static int nv_probe(nvme *t)
 	t->direct = 1;
 	t->align = NV_DEFAULT_ALIGN;
 	memset(&sx, 0, sizeof(sx));
-	if (!statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) &&
+	/* A failed statx leaves the default, which every device we know of
+	 * accepts; a wrong larger guess would only cost space. */
+	if (!kvt_io_statx(t->io, fd, STATX_DIOALIGN, &sx) &&
 	    (sx.stx_mask & STATX_DIOALIGN) && sx.stx_dio_offset_align) {
 		uint32_t a = sx.stx_dio_offset_align > sx.stx_dio_mem_align
 				     ? sx.stx_dio_offset_align
@@ -1079,7 +1087,9 @@ int kvt_nvme_open(const kvt_nvme_opts *o, kvt_tier **out)
 		kvt_err_prefix(rc, "nvme: ");
 		goto fail;
 	}
-	if (o->use_io_uring)
+	/* A table that cannot see ring transfers keeps the data on
+	 * pread/pwrite, through it (io.h). */
+	if (o->use_io_uring && kvt_io_ring_ok(t->io))
 		nv_ring_init(t);
 	rc = t->read_only ? 0 : kvt_fanout_clean_tmp(t->io, t->root, NV_TMP_GRACE_S);
 	if (rc) {

@@ -43,10 +43,10 @@ typedef struct kvt_nvme_opts {
 				* the directory is not writable (a
 				* read-only mount). */
 	kvt_io *io;            /* NULL = kvt_io_posix(); must outlive the tier.
-				* Used for every file call; the data of
-				* io_uring transfers goes to the ring instead
-				* (so fault tables apply to the data only in
-				* the pread/pwrite mode). */
+				* Used for every file call; every io_uring
+				* completion passes through its ring_done,
+				* and a table without one keeps the data on
+				* pread/pwrite through it (common/io.h). */
 } kvt_nvme_opts;
 
 /* Open (or create) the tier at o->path and rebuild its index from the first
