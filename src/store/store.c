@@ -183,6 +183,11 @@ static int hier_setup(kvt_store *st)
 
 kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 {
+	return store_open_io(cfg, NULL, err);
+}
+
+kvt_store *store_open_io(const kvt_config *cfg, kvt_io *io, int *err)
+{
 	kvt_store *st;
 	int rc = 0;
 
@@ -219,7 +224,7 @@ kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 		kvt_tier *t;
 		if (!cls->configured(cfg))
 			continue;
-		if ((rc = cls->open(&st->cfg, &t)))
+		if ((rc = cls->open(&st->cfg, io, &t)))
 			goto fail;
 		add_tier(st, t, cls);
 	}

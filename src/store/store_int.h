@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "common/io.h"
 #include "format/object.h"
 #include "kvtier.h"
 #include "store/config.h"
@@ -154,5 +155,10 @@ void store_ref_free(kvt_ref *ref);
  * KVT_ECANCELED once the store is closing (the caller keeps the job). */
 void *store_worker_main(void *arg);
 int store_job_submit(kvt_store *st, struct job *j, int prio);
+
+/* kvt_store_open with the file tiers (NVMe, shared directory) calling
+ * through `io` instead of POSIX: how a test drives a whole store over a
+ * table that fails on a countdown.  `io` must outlive the store. */
+kvt_store *store_open_io(const kvt_config *cfg, kvt_io *io, int *err);
 
 #endif

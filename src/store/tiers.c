@@ -29,7 +29,7 @@ static int dram_configured(const kvt_config *c) { return c->local_cpu; }
 static int dram_verify(const kvt_config *c) { return c->verify_dram_reads; }
 static uint32_t dram_grain(const kvt_config *c) { return c->dram_page_size; }
 
-static int dram_open_cfg(const kvt_config *c, kvt_tier **out)
+static int dram_open_cfg(const kvt_config *c, kvt_io *io, kvt_tier **out)
 {
 	kvt_dram_opts o = {
 		.capacity = c->max_local_cpu_size,
@@ -41,6 +41,7 @@ static int dram_open_cfg(const kvt_config *c, kvt_tier **out)
 	};
 	int rc;
 
+	(void)io; /* memory: no files */
 	if (c->max_local_cpu_size < (uint64_t)c->dram_page_size * 2)
 		return kvt_err(KVT_ECONFIG,
 			       "max_local_cpu_size %llu is smaller than two %u-byte pages",
@@ -97,7 +98,7 @@ static const kvt_tier_class dram_class = {
 
 static int nvme_configured(const kvt_config *c) { return c->local_disk[0] != '\0'; }
 
-static int nvme_open_cfg(const kvt_config *c, kvt_tier **out)
+static int nvme_open_cfg(const kvt_config *c, kvt_io *io, kvt_tier **out)
 {
 	kvt_nvme_opts o = {
 		.path = c->local_disk,
@@ -105,6 +106,7 @@ static int nvme_open_cfg(const kvt_config *c, kvt_tier **out)
 		.queue_depth = c->nvme_queue_depth,
 		.use_io_uring = c->nvme_io_uring,
 		.read_only = c->read_only,
+		.io = io,
 	};
 	int rc = kvt_nvme_open(&o, out);
 
@@ -141,7 +143,7 @@ static const kvt_tier_class nvme_class = {
 
 static int fsdir_configured(const kvt_config *c) { return c->shared_fs[0] != '\0'; }
 
-static int fsdir_open_cfg(const kvt_config *c, kvt_tier **out)
+static int fsdir_open_cfg(const kvt_config *c, kvt_io *io, kvt_tier **out)
 {
 	kvt_fsdir_opts o = {
 		.path = c->shared_fs,
@@ -150,6 +152,7 @@ static int fsdir_open_cfg(const kvt_config *c, kvt_tier **out)
 		.auth_key = c->object_auth_key_len ? c->object_auth_key : NULL,
 		.auth_key_len = c->object_auth_key_len,
 		.read_only = c->read_only,
+		.io = io,
 	};
 	int rc = kvt_fsdir_open(&o, out);
 
@@ -184,7 +187,7 @@ static const kvt_tier_class fsdir_class = {
 
 static int s3_configured(const kvt_config *c) { return c->s3_bucket[0] != '\0'; }
 
-static int s3_open_cfg(const kvt_config *c, kvt_tier **out)
+static int s3_open_cfg(const kvt_config *c, kvt_io *io, kvt_tier **out)
 {
 	kvt_s3_opts o = {
 		.endpoint = c->s3_endpoint[0] ? c->s3_endpoint : NULL,
@@ -203,7 +206,10 @@ static int s3_open_cfg(const kvt_config *c, kvt_tier **out)
 		.hmac_key = c->object_auth_key_len ? c->object_auth_key : NULL,
 		.hmac_key_len = c->object_auth_key_len,
 	};
-	int rc = kvt_s3_open(&o, out);
+	int rc;
+
+	(void)io; /* HTTP, not files: test_s3_faults' proxy faults it */
+	rc = kvt_s3_open(&o, out);
 
 	if (rc)
 		kvt_err_prefix(rc, "S3 tier s3://%s/%s: ", c->s3_bucket, c->s3_prefix);

@@ -13,6 +13,7 @@
 #ifndef KVT_TIERS_H
 #define KVT_TIERS_H
 
+#include "common/io.h"
 #include "store/config.h"
 #include "tier/tier.h"
 
@@ -21,9 +22,10 @@ typedef struct kvt_tier_class {
 	int kind;           /* KVT_CT_*: which per-tier policy keys apply */
 	/* 1 if `cfg` configures this tier. */
 	int (*configured)(const kvt_config *cfg);
-	/* Open it; on failure a negative code, kvt_errmsg() prefixed with
-	 * what the tier is ("local disk tier /path: "). */
-	int (*open)(const kvt_config *cfg, kvt_tier **out);
+	/* Open it, the file tiers calling through `io` (NULL: POSIX; tests
+	 * pass a faulting table); on failure a negative code, kvt_errmsg()
+	 * prefixed with what the tier is ("local disk tier /path: "). */
+	int (*open)(const kvt_config *cfg, kvt_io *io, kvt_tier **out);
 	/* Reads are verified: always for a medium, on request for memory. */
 	int (*verify)(const kvt_config *cfg);
 	double gbps, lat_us; /* planning speeds */
