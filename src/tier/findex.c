@@ -303,6 +303,44 @@ void kvt_findex_bad_put(struct kvt_findex *ix, const struct kvt_findex_bad *b)
 	pthread_mutex_unlock(&ix->mu);
 }
 
+/* Names tried before giving up: a clash means another writer of this key
+ * in this process drew the same counter, which cannot repeat for long. */
+#define FINDEX_TMP_TRIES 4
+
+int kvt_findex_tmp_open(kvt_io *io, const char *root, const kvt_key *key,
+			int *direct, const char *tier, char tmp[PATH_MAX])
+{
+	char hex[KVT_FANOUT_HEX + 1];
+	int fd = -ENOENT, rc, i;
+
+	kvt_fanout_hex(key, hex);
+	for (i = 0; i < FINDEX_TMP_TRIES; i++) {
+		kvt_fanout_tmp_path(root, hex, tmp);
+		fd = io->open(io, tmp, O_WRONLY | O_CREAT | O_EXCL |
+			      (*direct ? O_DIRECT : 0), 0644);
+		if (fd == -EINVAL && *direct) {
+			/* Some file systems create the file and then refuse
+			 * O_DIRECT: drop it, write this one buffered. */
+			io->unlink(io, tmp);
+			*direct = 0;
+			continue;
+		}
+		if (fd == -ENOENT) {
+			/* Someone removed tmp/: recreate it, but never the
+			 * root (a vanished root is an unmounted device; see
+			 * kvt_fanout_mktmp). */
+			if ((rc = kvt_fanout_mktmp(io, root, tier)))
+				return rc;
+			continue;
+		}
+		if (fd != -EEXIST) /* EEXIST: a name clash; take another */
+			break;
+	}
+	if (fd < 0)
+		return kvt_err(fd, "%s: open %s: %s", tier, tmp, kvt_strerror(fd));
+	return fd;
+}
+
 int kvt_findex_publish(struct kvt_findex *ix, kvt_io *io, const char *root,
 		       const char *tmp, const char *fin, int durability,
 		       int retries, int replace_unproven, const char *tier)

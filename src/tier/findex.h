@@ -27,6 +27,7 @@
 
 #include <pthread.h>
 #include <stddef.h>
+#include <limits.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -117,6 +118,16 @@ void kvt_findex_unreserve(struct kvt_findex *ix, uint64_t charge);
  * already gone is what we wanted anyway. */
 void kvt_findex_reap(struct kvt_findex_ent *victims, kvt_io *io,
 		     const char *root, const char *tier);
+
+/* The first step of publication: create a fresh temporary for `key`
+ * under <root>/tmp (O_WRONLY | O_CREAT | O_EXCL, and O_DIRECT if *direct),
+ * its name in `tmp`.  A name clash takes another name; a tmp/ removed
+ * behind our back (a clean-up script) is made again, never the root; a
+ * file system that creates the file and then refuses O_DIRECT gets it
+ * dropped and a buffered one instead, *direct cleared.  The descriptor, or
+ * a negated errno with its message. */
+int kvt_findex_tmp_open(kvt_io *io, const char *root, const kvt_key *key,
+			int *direct, const char *tier, char tmp[PATH_MAX]);
 
 /* Publish the written temporary `tmp` as `fin` (kvt_fanout_link with
  * `retries`) and remove the temporary whatever happened.  A name held by a

@@ -192,8 +192,7 @@ static int fsdir_write_tmp(fsdir *t, fsdir_wbuf *w, int durability,
 	uint8_t *buf = w->iov.iov_base;
 	uint64_t flen = w->w.len + t->taglen, bulk;
 	int direct = t->direct && flen >= FSDIR_DIRECT_MIN;
-	int fd = -ENOENT, fd2 = -1, rc, i;
-	char hex[KVT_FANOUT_HEX + 1];
+	int fd, fd2 = -1, rc, i;
 
 	if (t->taglen) {
 		rc = kvt_obj_auth_sign(&w->iov, 1, t->auth_key, t->auth_klen,
@@ -201,30 +200,9 @@ static int fsdir_write_tmp(fsdir *t, fsdir_wbuf *w, int durability,
 		if (rc)
 			return rc;
 	}
-	kvt_fanout_hex(&w->w.key, hex);
-	for (i = 0; i < FSDIR_TMP_TRIES; i++) {
-		kvt_fanout_tmp_path(t->root, hex, tmp);
-		fd = io->open(io, tmp, O_WRONLY | O_CREAT | O_EXCL |
-			      (direct ? O_DIRECT : 0), 0644);
-		if (fd == -EINVAL && direct) {
-			/* Some file systems create the file and then refuse
-			 * O_DIRECT: drop it, write this one buffered. */
-			io->unlink(io, tmp);
-			direct = 0;
-			continue;
-		}
-		if (fd == -ENOENT) {
-			/* Someone removed tmp/ (a clean-up script): recreate
-			 * it, but never the root (see kvt_fanout_mktmp). */
-			if ((rc = kvt_fanout_mktmp(io, t->root, "fsdir")))
-				return rc;
-			continue;
-		}
-		if (fd != -EEXIST) /* EEXIST: a name clash; take another */
-			break;
-	}
+	fd = kvt_findex_tmp_open(io, t->root, &w->w.key, &direct, "fsdir", tmp);
 	if (fd < 0)
-		return kvt_err(fd, "fsdir: open %s: %s", tmp, kvt_strerror(fd));
+		return fd;
 
 	/* O_DIRECT moves whole blocks: the bulk goes direct, the unaligned
 	 * tail (< 4 KiB: the tag, a short last layer) through a second,

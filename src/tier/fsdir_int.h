@@ -33,7 +33,6 @@
 /* Longest name below the root: "/tmp/" + 64 hex + "." + pid + "." + 20
  * digits + ".tmp", with room to spare. */
 #define FSDIR_NAME_MAX 128u
-#define FSDIR_TMP_TRIES 4
 /* Images at least this long go through O_DIRECT where it is supported:
  * below it the page cache costs less than the alignment dance. */
 #define FSDIR_DIRECT_MIN (1u << 20)

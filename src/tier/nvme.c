@@ -63,7 +63,6 @@
 #define NV_DEFAULT_ALIGN 4096u
 #define NV_MAX_ALIGN (1u << 16)
 #define NV_NAME_MAX 128u /* "/tmp/" + 64 hex + pid + counter + ".tmp" */
-#define NV_TMP_TRIES 4
 /* Temporaries older than this (seconds) are left over from a crash. */
 #define NV_TMP_GRACE_S (15 * 60)
 /* The I/O buffers (common/abuf.h): every request in flight has one, and
@@ -377,30 +376,17 @@ static int nv_write_tmp(nvme *t, nv_wbuf *w, int durability,
 			char tmp[PATH_MAX])
 {
 	kvt_io *io = t->io;
-	char hex[KVT_FANOUT_HEX + 1];
 	const char *call;
-	int fd = -ENOENT, rc, i;
+	int direct = t->direct, fd, rc, i;
 
-	kvt_fanout_hex(&w->w.key, hex);
-	for (i = 0; i < NV_TMP_TRIES; i++) {
-		kvt_fanout_tmp_path(t->root, hex, tmp);
-		fd = nv_open_file(t, tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
-		if (fd == -ENOENT) {
-			/* tmp/ removed by someone: recreate it (never the
-			 * root: a vanished root is an unmounted device). */
-			if ((rc = kvt_fanout_mktmp(io, t->root, "nvme")))
-				return rc;
-			continue;
-		}
-		if (fd != -EEXIST)
-			break;
-	}
+	fd = kvt_findex_tmp_open(io, t->root, &w->w.key, &direct, "nvme", tmp);
 	if (fd < 0)
-		return kvt_err(fd, "nvme: open %s: %s", tmp, kvt_strerror(fd));
+		return fd;
 
+	/* O_DIRECT writes whole blocks: the padded image, cut afterwards. */
 	call = t->uring ? "io_uring write" : "pwrite";
-	rc = nv_xfer(t, fd, 1, w->buf, t->direct ? w->disk : w->w.len, 0, NULL);
-	if (!rc && t->direct && w->disk != w->w.len) {
+	rc = nv_xfer(t, fd, 1, w->buf, direct ? w->disk : w->w.len, 0, NULL);
+	if (!rc && direct && w->disk != w->w.len) {
 		call = "ftruncate";
 		rc = kvt_io_ftruncate(io, fd, (off_t)w->w.len);
 	}
