@@ -52,6 +52,19 @@
  * - Thread safety: a kvt_store may be used by any number of threads at once.
  *   A kvt_ns is immutable after kvt_ns_init and may be shared freely.  A
  *   kvt_ref and a kvt_op belong to the thread that holds them until released.
+ *   A kvt_config is not locked: one thread builds it, then any number may
+ *   read it (kvt_store_open, kvt_config_ns).
+ * - Pointers: a NULL store, namespace, key or output pointer is KVT_EINVAL,
+ *   unless the call says the pointer may be NULL.  A namespace must have
+ *   been filled by kvt_ns_init or kvt_config_ns (else KVT_EINVAL).
+ * - Errors: each call lists the codes it returns for its own reasons; any
+ *   call that allocates may also return KVT_ENOMEM.  Where a call reads or
+ *   writes a medium before it returns, that medium's failure comes back as
+ *   a negated errno (-EIO, -ENOSPC, -EROFS, -EDQUOT).
+ * - Callbacks (kvt_store_iterate, kvt_store_verify) run on the calling
+ *   thread with no lock of the store held (the tier's list is copied
+ *   first): they may call any kvtier function on the same store except
+ *   kvt_store_close.
  *
  * CAVEATS
  *
@@ -242,7 +255,9 @@ typedef struct kvt_extra_keys {
 
 /* Key of a chunk: H(ns digest, parent, tokens, extra keys).  `parent` is the
  * previous chunk's key, or NULL for the first chunk.  `extra` may be NULL.
- * `tokens` must hold exactly ns->layout.chunk_tokens ids. */
+ * `tokens` must hold exactly ns->layout.chunk_tokens ids.  0, or KVT_EINVAL
+ * (a NULL pointer, another token count, an uninitialised namespace).  Pure
+ * and thread-safe, as every key function below. */
 KVT_API int kvt_key_chunk(const kvt_ns *ns, const kvt_key *parent,
 		  const uint32_t *tokens, size_t n_tokens,
 		  const kvt_extra_keys *extra, kvt_key *out);
@@ -250,7 +265,8 @@ KVT_API int kvt_key_chunk(const kvt_ns *ns, const kvt_key *parent,
 /* Keys of every whole chunk of a prompt.  Writes at most `max_keys` keys and
  * returns how many whole chunks the prompt has (the partial tail is not
  * keyed: it is recomputed).  `extra` applies to every chunk (cache salt to
- * the first only); may be NULL. */
+ * the first only); may be NULL.  `keys` may be NULL when max_keys is 0 (to
+ * count).  KVT_EINVAL for a NULL namespace or tokens. */
 KVT_API int kvt_key_chain(const kvt_ns *ns, const uint32_t *tokens, size_t n_tokens,
 		  const kvt_extra_keys *extra, kvt_key *keys, size_t max_keys);
 
@@ -293,11 +309,15 @@ typedef struct kvt_config kvt_config;
 
 /* A configuration with every default (a DRAM tier of 1 GiB, 64 KiB pages,
  * 256-token chunks, SHA-256 keys, no tenants but the default one).  Caller
- * owns the result; free it with kvt_config_free. */
+ * owns the result; free it with kvt_config_free.  NULL only if out of
+ * memory. */
 KVT_API kvt_config *kvt_config_new(void);
 
-/* Parse a YAML file.  On failure returns NULL, and *err (if not NULL) gets
- * the code; kvt_errmsg() names the file, line and what was expected. */
+/* Parse a YAML file (a mapping of the keys of docs/CONFIG.md, each once).
+ * On failure returns NULL, and *err (may be NULL) gets the code: KVT_ECONFIG
+ * (a bad value, an unknown or repeated key, not a mapping) or a negated
+ * errno of the file; kvt_errmsg() names the file, line and what was
+ * expected. */
 KVT_API kvt_config *kvt_config_load(const char *path, int *err);
 
 /* Same, from a string; `name` is used in error messages. */
@@ -305,13 +325,18 @@ KVT_API kvt_config *kvt_config_parse(const char *yaml, size_t len, const char *n
 			     int *err);
 
 /* Set one key as it would appear in the YAML file ("max_local_cpu_size",
- * "8GiB").  0, or KVT_ECONFIG with the reason in kvt_errmsg(). */
+ * "8GiB").  0, KVT_EINVAL (a NULL pointer), or KVT_ECONFIG (unknown key, bad
+ * value) with the key and the reason in kvt_errmsg(); on failure the key
+ * keeps its value. */
 KVT_API int kvt_config_set(kvt_config *cfg, const char *key, const char *value);
 
-/* Apply KVTIER_<KEY> environment variables (KVTIER_MAX_LOCAL_CPU_SIZE=...).
- * Returns 0 or the first error. */
+/* Apply KVTIER_<KEY> environment variables (KVTIER_MAX_LOCAL_CPU_SIZE=...),
+ * every key kvt_config_set knows.  Returns 0 or the first KVT_ECONFIG, with
+ * the variable's name in kvt_errmsg().  Reads the environment: not to be
+ * called while another thread calls setenv. */
 KVT_API int kvt_config_apply_env(kvt_config *cfg);
 
+/* Free a configuration, wiping its secrets first; NULL is a no-op. */
 KVT_API void kvt_config_free(kvt_config *cfg);
 
 /* The grammar of every size in a configuration, and of tools' size options:
@@ -442,17 +467,28 @@ KVT_API int kvt_shared_gc(const char *dir, const kvt_gc_opts *o, kvt_gc_result *
 
 typedef struct kvt_store kvt_store;
 
-/* Open a store.  The configuration is copied; the caller may free it at once.
- * On failure returns NULL and *err gets the code. */
+/* Open a store: every tier the configuration names, fastest first, each
+ * one's index rebuilt from its medium (a disk tier lists its directory, an
+ * S3 tier its prefix; see docs/TIERS.md).  The configuration is copied; the
+ * caller may free it at once.  On failure returns NULL and *err (may be
+ * NULL) gets the code, kvt_errmsg() naming the tier and why: KVT_EINVAL (no
+ * configuration), KVT_ECONFIG (no tier configured, a capacity below two
+ * pages), a negated errno of a tier's directory or arena (-EACCES,
+ * -ENOMEM for an arena that cannot be reserved), or an S3 endpoint's
+ * failure.  A disk tier that refuses writes opens read-only by itself. */
 KVT_API kvt_store *kvt_store_open(const kvt_config *cfg, int *err);
 
-/* Wait for in-flight asynchronous operations, then free everything.  Every
- * kvt_ref must have been released and every kvt_op freed before. */
+/* Wait for in-flight asynchronous operations and queued background copies,
+ * then free everything.  Every kvt_ref must have been released and every
+ * kvt_op freed before; no other thread may be inside a call on `st`.  NULL
+ * is a no-op. */
 KVT_API void kvt_store_close(kvt_store *st);
 
 /* Resolve a namespace description against the store (tenant secret, chunk
- * size).  KVT_ETENANT if the tenant is not configured; KVT_ELAYOUT if the
- * layout is invalid. */
+ * size).  0, KVT_EINVAL (a NULL pointer, no model id, an unknown hash
+ * scheme, a rank outside its size, strings too long), KVT_ETENANT (the
+ * tenant is not configured) or KVT_ELAYOUT (see kvt_layout_check), with the
+ * reason in kvt_errmsg().  Pure: touches no tier. */
 KVT_API int kvt_ns_init(kvt_store *st, const kvt_ns_desc *desc, kvt_ns *ns);
 
 /* How durable a put must be before it returns.  The DRAM tier only gives
@@ -474,37 +510,58 @@ enum kvt_durability {
 };
 
 /* Store a chunk.  `payload` is the layer-major KV of one chunk and must be
- * exactly kvt_layout_payload_bytes(&ns->layout) long.  Returns 0, KVT_EEXIST
- * (the key is already stored; nothing changed), KVT_ELAYOUT (wrong length),
- * KVT_ETOOBIG or KVT_EFULL.  The payload is copied; the checksums are
- * computed in the same pass. */
+ * exactly kvt_layout_payload_bytes(&ns->layout) long.  The payload is
+ * copied before the call returns; the checksums are computed in the same
+ * pass.  Returns 0, or:
+ *   KVT_EEXIST    the key is already stored; nothing changed (first wins)
+ *   KVT_ELAYOUT   `len` is not the namespace's chunk size
+ *   KVT_EINVAL    a NULL pointer, an unknown durability
+ *   KVT_ENOTSUP   a durability beyond KVT_DUR_CACHED and no disk tier
+ *   KVT_ETOOBIG   larger than any tier could ever hold
+ *   KVT_EFULL     no tier accepted it: full of pinned or borrowed chunks,
+ *                 or every tier refused it (admission, writes off)
+ *   -EROFS        the store is open read-only
+ *   -EIO, -ENOSPC with KVT_DUR_CRASH_SAFE or more: a tier the durability
+ *                 needs failed; kvt_errmsg() names it
+ * With KVT_DUR_CACHED, failures of the copies below are not returned; see
+ * enum kvt_durability. */
 KVT_API int kvt_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	    const void *payload, size_t len, int durability);
 
 /* Same, from one buffer per layer (`layers[i]` holds
  * kvt_layout_layer_bytes() bytes), as a connector that saves layer by layer
- * has them. */
+ * has them.  Same results; KVT_ELAYOUT if n_layers is not the namespace's,
+ * KVT_EINVAL if a layer pointer is NULL. */
 KVT_API int kvt_put_layers(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		   const void *const *layers, uint32_t n_layers, int durability);
 
-/* Copy a chunk's payload into `buf` (capacity `cap`).  *len gets the payload
- * length.  KVT_ENOTFOUND, or KVT_ESMALL (then *len says what is needed).  A
- * copy that fails verification is never handed out: it is dropped from its
- * tier, counted (kvt_tier_stats.corrupt) and logged, and the search goes on
- * in the tiers below; if none holds a good copy the result is KVT_ENOTFOUND,
- * a miss like any other. */
+/* Copy a chunk's payload into `buf` (capacity `cap`).  *len (may be NULL)
+ * gets the payload length.  The fastest tier holding the key serves it; a
+ * hit below the first tier is promoted in the background.  Returns 0,
+ * KVT_ENOTFOUND (no tier holds a good copy, or the chunk is older than the
+ * TTL), KVT_ESMALL (`buf` NULL or `cap` short; *len says what is needed).
+ * A copy that fails verification is never handed out: it is no longer
+ * served by its tier, counted (kvt_tier_stats.corrupt) and logged, and the
+ * search goes on in the tiers below; a tier that fails to read is counted
+ * (read_errors) and passed over the same way.  Either ends as a miss like
+ * any other. */
 KVT_API int kvt_get(kvt_store *st, const kvt_ns *ns, const kvt_key *key, void *buf,
 	    size_t cap, size_t *len);
 
-/* Copy one layer of a chunk, verifying that layer's checksum alone. */
+/* Copy one layer of a chunk into `buf`, verifying that layer's checksum
+ * alone.  As kvt_get; KVT_EINVAL for a layer past the chunk's, KVT_ESMALL
+ * if `cap` is below kvt_layout_layer_bytes(). */
 KVT_API int kvt_get_layer(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		  uint32_t layer, void *buf, size_t cap);
 
-/* 1 if present in any tier, 0 if not, or a negative code. */
+/* 1 if present in any tier, 0 if not, or KVT_EINVAL.  From memory (each
+ * tier's index); may count a chunk past its TTL until a put replaces it. */
 KVT_API int kvt_exists(kvt_store *st, const kvt_ns *ns, const kvt_key *key);
 
-/* Remove a chunk from every tier.  0 or KVT_ENOTFOUND.  A reader holding a
- * kvt_ref keeps its view until it releases it. */
+/* Remove a chunk from every tier.  0, KVT_ENOTFOUND (no tier held it),
+ * -EROFS (read-only store), or the first tier's failure to remove it (a
+ * negated errno: the chunk may still be served from there).  A reader
+ * holding a kvt_ref keeps its view until it releases it. */
 KVT_API int kvt_delete(kvt_store *st, const kvt_ns *ns, const kvt_key *key);
 
 /* --- zero-copy reads ----------------------------------------------------- */
@@ -512,18 +569,24 @@ KVT_API int kvt_delete(kvt_store *st, const kvt_ns *ns, const kvt_key *key);
 typedef struct kvt_ref kvt_ref;
 
 /* Borrow a chunk without copying it.  The returned reference pins the chunk:
- * it is neither evicted nor reused until kvt_release. */
+ * it is neither evicted nor reused until kvt_release, and its memory stays
+ * valid until then even if the chunk is deleted.  0 with *ref set, or as
+ * kvt_get (KVT_ENOTFOUND, ...). */
 KVT_API int kvt_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	       kvt_ref **ref);
 
 /* The payload as a list of memory segments, in order.  *iov points into the
- * reference and is valid until kvt_release; the memory is read-only. */
+ * reference and is valid until kvt_release; the memory is read-only.  0 or
+ * KVT_EINVAL (a NULL pointer).  kvt_ref_len: the payload's bytes (0 for
+ * NULL). */
 KVT_API int kvt_ref_iov(const kvt_ref *ref, const struct iovec **iov, int *n_iov);
 KVT_API uint64_t kvt_ref_len(const kvt_ref *ref);
 
-/* Verify the borrowed payload's checksums.  0 or KVT_ECORRUPT. */
+/* Verify the borrowed payload's checksums (every layer).  0, KVT_ECORRUPT
+ * (with the layer in kvt_errmsg()), or KVT_EINVAL. */
 KVT_API int kvt_ref_verify(const kvt_ref *ref);
 
+/* Give a reference back; NULL is a no-op.  Any thread may release it. */
 KVT_API void kvt_release(kvt_ref *ref);
 
 /* --- lookup -------------------------------------------------------------- */
@@ -535,7 +598,11 @@ typedef struct kvt_lookup_result {
 } kvt_lookup_result;
 
 /* Longest run of leading keys present in some tier.  Answers from memory,
- * never waits on I/O.  Returns n_hit (>= 0) or a negative code. */
+ * never waits on I/O, changes nothing (no promotion, no recency).  `res`
+ * may be NULL; res->tier, if not NULL, gets n_hit entries.  Returns n_hit
+ * (>= 0) or KVT_EINVAL.  A chunk past its TTL may still count (see
+ * CAVEATS); a tier whose endpoint does not answer answers from its last
+ * listing. */
 KVT_API int kvt_lookup(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
 	       size_t n_keys, kvt_lookup_result *res);
 
@@ -543,7 +610,8 @@ KVT_API int kvt_lookup(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
  * far as every rank's shard is present.  keys[r] is rank r's chain (in that
  * rank's namespace, ns[r]), each n_keys long.  Returns the common prefix
  * length; res->tier[i] (if given) is the slowest tier any rank's shard i
- * sits in, the one that bounds its load time. */
+ * sits in, the one that bounds its load time.  KVT_EINVAL for no ranks or
+ * a NULL chain.  From memory, like kvt_lookup. */
 KVT_API int kvt_lookup_ranks(kvt_store *st, const kvt_ns *ns, size_t n_ranks,
 		     const kvt_key *const *keys, size_t n_keys,
 		     kvt_lookup_result *res);
@@ -552,28 +620,32 @@ KVT_API int kvt_lookup_ranks(kvt_store *st, const kvt_ns *ns, size_t n_ranks,
  * recomputing: the prefix that saves the most time, given that recomputing
  * one chunk takes `recompute_s` seconds and loading from each tier takes
  * the latency and bandwidth the store has measured on its reads (planning
- * defaults until it has).  The engine loads that many and recomputes the
- * rest. */
+ * defaults until it has: the same table the planner uses).  The engine
+ * loads that many and recomputes the rest.  Returns the count (0..n_hit)
+ * or KVT_EINVAL.  Reads only measured figures; never waits. */
 KVT_API int kvt_lookup_worth(kvt_store *st, const kvt_ns *ns,
 		     const kvt_lookup_result *res, double recompute_s);
 
 /* Hash a prompt's tokens and look the chain up in one call.  `keys`, if not
- * NULL, receives the chain (max_keys entries).  Returns the number of leading
- * whole chunks present. */
+ * NULL, receives the chain (at most max_keys entries); `extra` and `res` may
+ * be NULL.  Returns the number of leading whole chunks present, or
+ * KVT_EINVAL.  The partial last chunk is never keyed. */
 KVT_API int kvt_lookup_tokens(kvt_store *st, const kvt_ns *ns, const uint32_t *tokens,
 		      size_t n_tokens, const kvt_extra_keys *extra,
 		      kvt_key *keys, size_t max_keys, kvt_lookup_result *res);
 
 /* --- batch forms --------------------------------------------------------- */
 
-/* Store n chunks; results[i] gets each one's code.  Returns the number that
- * were stored (KVT_EEXIST counts as stored: the key is present). */
+/* Store n chunks; results[i] (may be NULL) gets each one's kvt_put code.
+ * Returns the number that were stored (KVT_EEXIST counts as stored: the
+ * key is present), or KVT_EINVAL for NULL arrays. */
 KVT_API int kvt_put_batch(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
 		  const void *const *payloads, size_t n, int durability,
 		  int *results);
 
-/* Fetch n chunks, each into bufs[i] of capacity cap; results[i] gets each
- * one's code.  Returns the number fetched. */
+/* Fetch n chunks, each into bufs[i] of capacity cap; results[i] (may be
+ * NULL) gets each one's kvt_get code.  Returns the number fetched, or
+ * KVT_EINVAL for NULL arrays. */
 KVT_API int kvt_get_batch(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
 		  void *const *bufs, size_t cap, size_t n, int *results);
 
@@ -583,7 +655,11 @@ typedef struct kvt_op kvt_op;
 
 /* Submit a get or a put to the store's worker pool and return at once.  The
  * buffers must stay valid (and, for a get, untouched) until the op completes.
- * The op is owned by the caller: free it with kvt_op_free once complete. */
+ * The op is owned by the caller: free it with kvt_op_free once complete.
+ * The call returns 0 with *op set, KVT_EINVAL (a NULL pointer, an
+ * uninitialised namespace), or KVT_ECANCELED (the store is closing); the
+ * op's own result (kvt_op_wait) is what kvt_get or kvt_put would return,
+ * with kvt_op_errmsg() keeping the detail. */
 KVT_API int kvt_get_async(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		  void *buf, size_t cap, kvt_op **op);
 KVT_API int kvt_put_async(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
@@ -594,15 +670,19 @@ KVT_API int kvt_put_async(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
  * The op completes when every chunk found is in the first tier, when the
  * prefix ends (a chunk in no tier), or at `deadline_ms` from now, whichever
  * comes first; its result is the number of leading chunks now in the first
- * tier (a partial hit: the engine recomputes the rest).  `keys` is copied. */
+ * tier (a partial hit: the engine recomputes the rest).  `keys` is copied.
+ * A negative deadline is "now": only what is already in the first tier
+ * counts.  Submission errors as kvt_get_async. */
 KVT_API int kvt_prefetch(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
 		 size_t n_keys, int deadline_ms, kvt_op **op);
 
-/* KVT_EAGAIN while in flight; otherwise the op's result code. */
+/* KVT_EAGAIN while in flight; otherwise the op's result code (KVT_EINVAL
+ * for NULL).  Never blocks. */
 KVT_API int kvt_op_poll(kvt_op *op);
 
-/* Wait up to timeout_ms (-1: forever).  KVT_ETIMEDOUT if still in flight,
- * else the op's result code. */
+/* Wait up to timeout_ms (-1: forever; measured on CLOCK_MONOTONIC).
+ * KVT_ETIMEDOUT if still in flight (the op goes on), else the op's result
+ * code. */
 KVT_API int kvt_op_wait(kvt_op *op, int timeout_ms);
 
 /* The detail of a completed op's failure (what kvt_errmsg() said in the
@@ -610,15 +690,18 @@ KVT_API int kvt_op_wait(kvt_op *op, int timeout_ms);
  * op: valid until kvt_op_free. */
 KVT_API const char *kvt_op_errmsg(kvt_op *op);
 
-/* Bytes transferred by a completed op. */
+/* Bytes transferred by a completed op (0 while in flight, for NULL). */
 KVT_API uint64_t kvt_op_bytes(const kvt_op *op);
 
-/* Free a completed op.  Freeing an op still in flight waits for it first. */
+/* Free an op.  Freeing an op still in flight waits for it first; NULL is a
+ * no-op. */
 KVT_API void kvt_op_free(kvt_op *op);
 
 /* Pin (`pin` nonzero) or unpin a chunk in every tier that holds it: a
  * pinned chunk is never chosen for eviction (a shared system prompt).  Pins
- * nest.  KVT_ENOTFOUND if no tier holds it. */
+ * nest.  0, KVT_ENOTFOUND if no tier holds it, KVT_ENOTSUP if a tier that
+ * holds it has no eviction policy to pin in (S3's listing decides there).
+ * In memory only: pins do not survive the process. */
 KVT_API int kvt_pin(kvt_store *st, const kvt_ns *ns, const kvt_key *key, int pin);
 
 /* --- statistics ---------------------------------------------------------- */
@@ -670,15 +753,18 @@ KVT_API int kvt_store_flush(kvt_store *st, int timeout_ms);
 KVT_API int kvt_locate(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	       uint32_t *mask);
 
-/* Number of tiers of the store. */
+/* Number of tiers of the store (0 for NULL). */
 KVT_API int kvt_store_tiers(const kvt_store *st);
 
-/* Fill `out` for tier `tier` (0 = fastest).  0 or KVT_EINVAL. */
+/* Fill `out` for tier `tier` (0 = fastest).  0 or KVT_EINVAL (a tier
+ * index out of range).  A snapshot: counters are read without stopping
+ * the store, so two of them may be from instants a few operations apart. */
 KVT_API int kvt_store_stats(kvt_store *st, int tier, kvt_tier_stats *out);
 
 /* Call `fn` for each chunk of tier `tier` with its key and payload length.
  * A nonzero return from `fn` stops the walk and is returned.  Chunks put or
- * evicted during the walk may or may not be seen. */
+ * evicted during the walk may or may not be seen.  KVT_EINVAL for a NULL
+ * `fn` or a tier out of range.  `fn` may call into the store (CONVENTIONS). */
 KVT_API int kvt_store_iterate(kvt_store *st, int tier,
 		      int (*fn)(void *arg, const kvt_key *key, uint64_t len),
 		      void *arg);
@@ -704,8 +790,9 @@ typedef struct kvt_verify_result {
  * (<dir>/quarantine/<hex>.<time>.kvt, with a .why file beside it); a
  * shared tier leaves what it merely cannot verify, since another node may
  * read it.  Chunks put or evicted meanwhile may or may not be seen.
- * Returns 0 or a negative code (-EROFS: `drop` on a read-only store); the
- * tally is in *res. */
+ * Returns 0 or a negative code (-EROFS: `drop` on a read-only store;
+ * KVT_EINVAL: a tier out of range, `res` NULL); the tally is in *res.
+ * `bad_fn` may call into the store (CONVENTIONS). */
 KVT_API int kvt_store_verify(kvt_store *st, int tier, int drop,
 		     void (*bad_fn)(void *arg, const kvt_key *key, int err,
 				    const char *why),
