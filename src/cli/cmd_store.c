@@ -129,6 +129,21 @@ static int keys_of(const char *cmd, const store_args *a, const kvt_ns *ns,
 	return 2;
 }
 
+/* Open the store and compute the keys the command works on: 0, or the
+ * command's exit status with the store closed. */
+static int open_keys(const char *cmd, store_args *a, kvt_store **st, kvt_ns *ns, kvt_key **keys,
+		     size_t *n)
+{
+	int rc;
+	if (cli_open(&a->c, st, ns))
+		return 1;
+	if ((rc = keys_of(cmd, a, ns, keys, n))) {
+		kvt_store_close(*st);
+		return rc;
+	}
+	return 0;
+}
+
 static void put_usage(FILE *f)
 {
 	fprintf(f, "usage: kvtier put (--key HEX | --tokens FILE) [options] PAYLOAD_FILE\n\n"
@@ -206,12 +221,8 @@ int cmd_put(int argc, char **argv)
 		put_usage(stderr);
 		return 2;
 	}
-	if (cli_open(&a.c, &st, &ns))
-		return 1;
-	if ((rc = keys_of("put", &a, &ns, &keys, &n))) {
-		kvt_store_close(st);
+	if ((rc = open_keys("put", &a, &st, &ns, &keys, &n)))
 		return rc;
-	}
 	per = kvt_layout_payload_bytes(&ns.layout);
 	/* The payload is what n chunks hold: one byte more says "too long"
 	 * without reading /dev/zero until memory runs out. */
@@ -290,12 +301,8 @@ int cmd_get(int argc, char **argv)
 		return 2;
 	}
 	a.c.read_only = 1;
-	if (cli_open(&a.c, &st, &ns))
-		return 1;
-	if ((rc = keys_of("get", &a, &ns, &keys, &n))) {
-		kvt_store_close(st);
+	if ((rc = open_keys("get", &a, &st, &ns, &keys, &n)))
 		return rc;
-	}
 	per = kvt_layout_payload_bytes(&ns.layout);
 	buf = malloc(per);
 	out = strcmp(a.out, "-") ? fopen(a.out, "wb") : stdout;
@@ -377,12 +384,8 @@ int cmd_lookup(int argc, char **argv)
 		return 2;
 	}
 	a.c.read_only = 1;
-	if (cli_open(&a.c, &st, &ns))
-		return 1;
-	if ((rc = keys_of("lookup", &a, &ns, &keys, &n))) {
-		kvt_store_close(st);
+	if ((rc = open_keys("lookup", &a, &st, &ns, &keys, &n)))
 		return rc;
-	}
 	tiers = calloc(n + 1, 1);
 	res.tier = tiers;
 	rc = kvt_lookup(st, &ns, keys, n, &res);
