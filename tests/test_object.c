@@ -567,6 +567,101 @@ static void test_segments(void)
 	}
 }
 
+/*
+ * Images as this version writes them, pinned by the XXH3-64 of the whole
+ * image (header, layer checksums and payload): a change to how the encoder
+ * copies and checksums must leave every byte as it was, or objects already
+ * stored would stop decoding.  The layer lengths straddle XXH3's cases: at
+ * most 240 bytes (short inputs), a stripe of 64, a block of 1024, one past
+ * each, and layers of many blocks.  Everything but the lengths is fixed
+ * (key, namespace, created_ns, payload bytes written byte by byte, so the
+ * image is the same on any host).  The values were taken from the encoder
+ * that copied and hashed with libxxhash's streaming API.
+ */
+static const struct {
+	uint32_t layer_bytes;
+	uint64_t image_xxh3;
+} golden[] = {
+	{ 1, 0x018cad27ddf9bd63ull },
+	{ 64, 0x851042c5fe6da21aull },
+	{ 200, 0xa805976bb99f7869ull },
+	{ 240, 0x5ec0e157989101feull },
+	{ 241, 0x3677aca241660dd5ull },
+	{ 256, 0x7c74587ac0f01a2full },
+	{ 1000, 0x8e8c378d757abeb0ull },
+	{ 1023, 0xd8a0240dbb4002e9ull },
+	{ 1024, 0x6165f83d7adcf75eull },
+	{ 1025, 0x94a37f05fde1b824ull },
+	{ 1087, 0x989fe89965df4f79ull },
+	{ 1088, 0x1a26673ddd1005c3ull },
+	{ 1089, 0xe227ec24b4aa4039ull },
+	{ 4096, 0x0abc7556a4d50c2bull },
+	{ 65536, 0x0011b88dcf76bc65ull },
+	{ 135169, 0xe1ff1d5c54db91c3ull },
+	{ 1048576, 0x547b544931545f3cull },
+};
+
+static void golden_image(uint32_t layer_bytes, const size_t *sizes, size_t n_sizes,
+			 uint64_t *image_hash)
+{
+	kvt_layout l = {
+		.num_layers = 3, .num_kv_heads = 1, .head_dim = 1,
+		.dtype = KVT_DTYPE_FP8_E4M3, .kv_planes = 1,
+		.scale_bytes = layer_bytes - 1, .block_size = 1, .chunk_tokens = 1,
+	};
+	const void *layers[3];
+	kvt_ns ns;
+	kvt_key key;
+	kvt_obj_hdr h;
+	struct segs s;
+	uint8_t *payload, *img;
+	size_t len;
+	uint64_t x = 0x243F6A8885A308D3ull;
+
+	make_ns(&ns, &l, 9);
+	make_key(&key, 9);
+	CHECK_EQ(kvt_obj_hdr_init(&h, &ns, &key), 0);
+	h.created_ns = 1764547200000000000ull; /* 2025-12-01T00:00:00Z */
+	payload = malloc(h.payload_len);
+	for (uint64_t i = 0; i < h.payload_len; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		payload[i] = (uint8_t)(x >> 24);
+	}
+	for (uint32_t i = 0; i < 3; i++)
+		layers[i] = payload + h.layers[i].offset;
+	len = KVT_OBJ_HEADER_BYTES + h.payload_len;
+	segs_make(&s, len, sizes, n_sizes);
+	CHECK_EQ(kvt_obj_write_iov(&h, layers, s.iov, s.n), 0);
+	img = malloc(len);
+	segs_gather(&s, img, len);
+	*image_hash = kvt_obj_layer_csum(img, len);
+	free(img);
+	segs_free(&s);
+	free(payload);
+}
+
+static void test_golden_images(void)
+{
+	static const size_t whole[] = { 8u << 20 }, mixed[] = { 4095, 1, 70, 65536, 3 };
+
+	for (size_t i = 0; i < sizeof(golden) / sizeof(golden[0]); i++) {
+		uint64_t a, b;
+
+		golden_image(golden[i].layer_bytes, whole, 1, &a);
+		golden_image(golden[i].layer_bytes, mixed, 5, &b);
+		CHECK(a == golden[i].image_xxh3);
+		CHECK(b == golden[i].image_xxh3);
+		if (a != golden[i].image_xxh3 || b != golden[i].image_xxh3)
+			fprintf(stderr, "  ... golden image of %u-byte layers: 0x%016llx "
+				"(one segment), 0x%016llx (mixed), want 0x%016llx\n",
+				golden[i].layer_bytes, (unsigned long long)a,
+				(unsigned long long)b,
+				(unsigned long long)golden[i].image_xxh3);
+	}
+}
+
 static void test_iov_errors(void)
 {
 	struct image im;
@@ -663,6 +758,7 @@ int main(void)
 	test_payload_limit();
 	test_truncations();
 	test_segments();
+	test_golden_images();
 	test_iov_errors();
 	test_expect();
 	TEST_DONE();
