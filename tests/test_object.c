@@ -440,7 +440,12 @@ static void segs_make(struct segs *s, size_t len, const size_t *sizes,
 			cap *= 2;
 			s->iov = realloc(s->iov, cap * sizeof(*s->iov));
 		}
-		s->iov[s->n].iov_base = z ? malloc(z) : NULL;
+		/* 64-byte aligned, as arena pages are, so that the streaming
+		 * stores of a big image are taken where a layer starts
+		 * aligned (and the plain ones where it does not). */
+		s->iov[s->n].iov_base = NULL;
+		if (z && posix_memalign(&s->iov[s->n].iov_base, 64, z))
+			s->iov[s->n].iov_base = NULL;
 		s->iov[s->n].iov_len = z;
 		if (z)
 			memset(s->iov[s->n].iov_base, 0xEE, z);
@@ -662,6 +667,85 @@ static void test_golden_images(void)
 	}
 }
 
+/*
+ * The copy-and-checksum passes against libxxhash's XXH3-64 at every layer
+ * length up to a few blocks and around larger boundaries, over segments
+ * that cut stripes anywhere: the checksums written, a verified read back,
+ * and a verify without copying.
+ */
+static void check_pass_length(uint32_t layer_bytes, const size_t *sizes,
+			      size_t n_sizes)
+{
+	kvt_layout l = {
+		.num_layers = 2, .num_kv_heads = 1, .head_dim = 1,
+		.dtype = KVT_DTYPE_INT8, .kv_planes = 1,
+		.scale_bytes = layer_bytes - 1, .block_size = 1, .chunk_tokens = 1,
+	};
+	const void *layers[2];
+	kvt_ns ns;
+	kvt_key key;
+	kvt_obj_hdr h;
+	struct segs s;
+	uint8_t *payload, *out;
+	int failures = test_failures;
+
+	make_ns(&ns, &l, 3);
+	make_key(&key, 3);
+	CHECK_EQ(kvt_obj_hdr_init(&h, &ns, &key), 0);
+	payload = malloc(h.payload_len);
+	out = malloc(h.payload_len);
+	test_fill(payload, h.payload_len, layer_bytes);
+	layers[0] = payload;
+	layers[1] = payload + layer_bytes;
+	segs_make(&s, KVT_OBJ_HEADER_BYTES + h.payload_len, sizes, n_sizes);
+	CHECK_EQ(kvt_obj_write_iov(&h, layers, s.iov, s.n), 0);
+	for (int i = 0; i < 2; i++)
+		CHECK(h.layers[i].csum ==
+		      kvt_obj_layer_csum(payload + i * layer_bytes, layer_bytes));
+	memset(out, 0, h.payload_len);
+	CHECK_EQ(kvt_obj_read_iov(&h, s.iov, s.n, out, h.payload_len, 1), 0);
+	CHECK(memcmp(out, payload, h.payload_len) == 0);
+	CHECK_EQ(kvt_obj_verify_iov(&h, s.iov, s.n), 0);
+	CHECK_EQ(kvt_obj_read_layer_iov(&h, s.iov, s.n, 1, out, layer_bytes), 0);
+	CHECK(memcmp(out, payload + layer_bytes, layer_bytes) == 0);
+	/* The last byte of a layer is in the final stripe, the first in the
+	 * main loop (or the short path): both must count. */
+	*segs_at(&s, KVT_OBJ_HEADER_BYTES + 2 * (size_t)layer_bytes - 1) ^= 1;
+	CHECK_EQ(kvt_obj_verify_iov(&h, s.iov, s.n), KVT_ECORRUPT);
+	CHECK(msg_has("layer 1"));
+	*segs_at(&s, KVT_OBJ_HEADER_BYTES + 2 * (size_t)layer_bytes - 1) ^= 1;
+	*segs_at(&s, KVT_OBJ_HEADER_BYTES + layer_bytes) ^= 0x80;
+	CHECK_EQ(kvt_obj_read_iov(&h, s.iov, s.n, out, h.payload_len, 1), KVT_ECORRUPT);
+	CHECK(msg_has("layer 1"));
+	segs_free(&s);
+	free(out);
+	free(payload);
+	if (test_failures != failures)
+		fprintf(stderr, "  ... with layers of %u bytes, segments of %zu first\n",
+			layer_bytes, sizes[0]);
+}
+
+static void test_pass_lengths(void)
+{
+	static const size_t whole[] = { 16384 }, huge[] = { 4u << 20 }, stripe[] = { 64 }, cut[] = { 63 },
+			    mixed[] = { 4095, 1, 70, 65536, 3, 200, 0, 129 };
+	static const uint32_t big[] = { 4095, 4096, 4097, 16383, 16384, 16385,
+					65535, 65536, 65537, 1048576 + 63 };
+
+	for (uint32_t n = 1; n <= 2200; n++) {
+		check_pass_length(n, whole, 1);
+		check_pass_length(n, mixed, 8);
+		if (n % 7 == 0 || (n > 230 && n < 260) || n % 1024 < 3 || n % 1024 > 1020) {
+			check_pass_length(n, stripe, 1);
+			check_pass_length(n, cut, 1);
+		}
+	}
+	for (size_t i = 0; i < sizeof(big) / sizeof(big[0]); i++) {
+		check_pass_length(big[i], huge, 1);
+		check_pass_length(big[i], mixed, 8);
+	}
+}
+
 static void test_iov_errors(void)
 {
 	struct image im;
@@ -759,6 +843,13 @@ int main(void)
 	test_truncations();
 	test_segments();
 	test_golden_images();
+	test_pass_lengths();
+	/* Again with the portable stripes where the CPU would use AVX2. */
+	kvt_obj_force_portable(1);
+	test_segments();
+	test_golden_images();
+	test_pass_lengths();
+	kvt_obj_force_portable(0);
 	test_iov_errors();
 	test_expect();
 	TEST_DONE();

@@ -39,11 +39,13 @@
  * bytes (given the same fields), and no hidden data can ride along.
  *
  * Copies between a caller's linear buffer and an image spread over segments
- * (DRAM pages) hash in the same pass: each piece is copied, then hashed while
- * it is still in L1/L2.  The destination is what gets hashed, so a stored
- * image always matches its checksums even if a caller scribbles on its source
- * buffer during a put, and a verified read vouches for the bytes the caller
- * actually received.
+ * (DRAM pages) checksum in the same pass, 64 bytes at a time: each stripe is
+ * loaded once into registers, stored to the destination and folded into the
+ * XXH3 accumulators from those same registers (see "Copy and checksum in
+ * one pass" below).  What is hashed is exactly what was stored, so a stored
+ * image always matches its checksums even if a caller scribbles on its
+ * source buffer during a put, and a verified read vouches for the bytes the
+ * caller actually received.
  */
 #include "format/object.h"
 #include "common/hex.h"
@@ -54,7 +56,6 @@
 #include <string.h>
 #include <time.h>
 
-#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack, no malloc */
 #include <xxhash.h>
 
 #include "common/err.h"
@@ -62,9 +63,9 @@
 /*
  * The x86-64 build of libxxhash exports *_dispatch variants that pick
  * SSE2/AVX2/AVX-512 at run time.  Measured with 0.8.1 on EPYC, the plain
- * XXH3_64bits_update runs at 10–14 GB/s and the dispatched one at 40+, which
- * is what lets a copy-and-hash pass keep up with memcpy (0.57× of memcpy
- * without, 0.9× with).  They are weak references because the static
+ * XXH3_64bits runs at 10–14 GB/s and the dispatched one at 40+ (the header
+ * checksum and whole-buffer decodes use it; copies have their own pass,
+ * below).  They are weak references because the static
  * libxxhash.a of some distributions (Debian's) lacks them: then they are NULL
  * and the portable functions serve, giving the same hashes, slower.
  * KVT_NO_XXH_DISPATCH forces the portable path.
@@ -74,22 +75,10 @@
 #if __has_include(<xxh_x86dispatch.h>)
 #define XXH_DISPATCH_DISABLE_REPLACE
 #include <xxh_x86dispatch.h>
-#pragma weak XXH3_64bits_update_dispatch
 #pragma weak XXH3_64bits_dispatch
 #define KVT_XXH_DISPATCH 1
 #endif
 #endif
-
-static inline void hash_update(XXH3_state_t *st, const void *p, size_t n)
-{
-#ifdef KVT_XXH_DISPATCH
-	if (XXH3_64bits_update_dispatch) {
-		XXH3_64bits_update_dispatch(st, p, n);
-		return;
-	}
-#endif
-	XXH3_64bits_update(st, p, n);
-}
 
 static inline uint64_t hash_oneshot(const void *p, size_t n)
 {
@@ -98,13 +87,6 @@ static inline uint64_t hash_oneshot(const void *p, size_t n)
 		return XXH3_64bits_dispatch(p, n);
 #endif
 	return XXH3_64bits(p, n);
-}
-
-static inline void hash_reset(XXH3_state_t *st)
-{
-	/* A stack state must start zeroed before a reset (xxhash.h). */
-	memset(st, 0, sizeof(*st));
-	XXH3_64bits_reset(st);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -136,14 +118,6 @@ enum {
 _Static_assert(HDR_TABLE_MAX <= HDR_CSUM, "layer table overlaps the header checksum");
 _Static_assert(HDR_CSUM + 8 == KVT_OBJ_HEADER_BYTES, "checksum is the header's last 8 bytes");
 _Static_assert(sizeof(KVT_OBJ_MAGIC) - 1 == 8, "magic is 8 bytes");
-
-/*
- * Pieces copied then hashed while hot.  32 KiB of source plus 32 KiB of
- * destination stay in L2 (and mostly L1) between the memcpy and the hash;
- * measured on EPYC, 16–64 KiB are within noise of each other, 4 KiB is
- * markedly slower (per-call overhead), 256 KiB starts to spill.
- */
-#define PIECE_BYTES (32u * 1024u)
 
 static inline void put16(uint8_t *p, uint16_t v)
 {
@@ -540,46 +514,369 @@ static uint64_t segs_total(const struct iovec *iov, int n)
 	return t;
 }
 
-enum pass_mode {
-	PASS_TO_SEGS,   /* lin -> segments, hash the segments */
-	PASS_FROM_SEGS, /* segments -> lin, hash lin */
-	PASS_HASH_ONLY, /* hash the segments */
+/* ------------------------------------------------------------------------ */
+/* Copy and checksum in one pass                                             */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A copy that then hashes what it copied reads every byte twice, and even
+ * with the second read in L1 the two passes add up: on a core whose memcpy
+ * runs at 11 GB/s and whose hash runs at 40–50 from L1, copy-then-hash in
+ * 32 KiB pieces measured 0.57–0.80× of memcpy.  Here each 64-byte stripe is
+ * loaded into registers once, stored, and folded into XXH3's accumulators
+ * from the same registers, so the multiply-adds run in the shadow of the
+ * memory traffic: one pass, the speed of the copy.  libxxhash stays the
+ * reference and computes every other checksum here, but its API hashes
+ * bytes already in memory and cannot share the copy's loads: copying 16 KiB
+ * into an L1 buffer, hashing that with the library and streaming it out
+ * measured 0.70–0.99× of memcpy, this pass 1.1–1.2×.
+ *
+ * The pass computes XXH3-64 with seed 0, bit for bit what XXH3_64bits()
+ * returns, for inputs over 240 bytes (XXH3's "long" algorithm; shorter ones
+ * are copied through a stack buffer and hashed with the library).  The long
+ * algorithm, as the XXH3 specification gives it for the default 192-byte
+ * secret:
+ *
+ *   - eight 64-bit accumulators start at fixed primes;
+ *   - the input is read in stripes of 64 bytes, lanes of 8; stripe n of a
+ *     block uses the secret at byte 8n, and for each lane i,
+ *     k = data[i] ^ secret[i]; acc[i ^ 1] += data[i];
+ *     acc[i] += (k & 0xffffffff) * (k >> 32);
+ *   - a block is 16 stripes (1024 bytes); after each, every accumulator is
+ *     scrambled: acc ^= acc >> 47; acc ^= secret[128 + 8i]; acc *= PRIME32_1;
+ *   - the main loop takes the first (len - 1) / 64 stripes; then the last 64
+ *     bytes of the input (overlapping what came before) are accumulated
+ *     once more with the secret at byte 121;
+ *   - the accumulators merge, pairwise folded 128-bit products with the
+ *     secret at byte 11, onto len * PRIME64_1, and the sum is avalanched.
+ *
+ * Over segments, a stripe cut by a segment boundary is gathered into a
+ * stack buffer, stored from there and hashed from there; the last 64 bytes
+ * are the kept copy of the last stripe stored plus the tail.  Nothing is
+ * ever read back from the destination.  test_object checks the pass against
+ * libxxhash at lengths on every boundary, over segments of awkward sizes,
+ * with the AVX2 stripes and the portable ones.
+ */
+#define STRIPE 64u
+#define STRIPES_PER_BLOCK 16u
+#define XXH3_SHORT_MAX 240u
+/* Images from this size up are streamed to their segments (write_iov). */
+#define STREAM_MIN_BYTES (1u << 20)
+
+static _Alignas(64) const uint8_t xxh3_secret[192] = {
+	0xb8, 0xfe, 0x6c, 0x39, 0x23, 0xa4, 0x4b, 0xbe, 0x7c, 0x01, 0x81, 0x2c, 0xf7, 0x21, 0xad, 0x1c,
+	0xde, 0xd4, 0x6d, 0xe9, 0x83, 0x90, 0x97, 0xdb, 0x72, 0x40, 0xa4, 0xa4, 0xb7, 0xb3, 0x67, 0x1f,
+	0xcb, 0x79, 0xe6, 0x4e, 0xcc, 0xc0, 0xe5, 0x78, 0x82, 0x5a, 0xd0, 0x7d, 0xcc, 0xff, 0x72, 0x21,
+	0xb8, 0x08, 0x46, 0x74, 0xf7, 0x43, 0x24, 0x8e, 0xe0, 0x35, 0x90, 0xe6, 0x81, 0x3a, 0x26, 0x4c,
+	0x3c, 0x28, 0x52, 0xbb, 0x91, 0xc3, 0x00, 0xcb, 0x88, 0xd0, 0x65, 0x8b, 0x1b, 0x53, 0x2e, 0xa3,
+	0x71, 0x64, 0x48, 0x97, 0xa2, 0x0d, 0xf9, 0x4e, 0x38, 0x19, 0xef, 0x46, 0xa9, 0xde, 0xac, 0xd8,
+	0xa8, 0xfa, 0x76, 0x3f, 0xe3, 0x9c, 0x34, 0x3f, 0xf9, 0xdc, 0xbb, 0xc7, 0xc7, 0x0b, 0x4f, 0x1d,
+	0x8a, 0x51, 0xe0, 0x4b, 0xcd, 0xb4, 0x59, 0x31, 0xc8, 0x9f, 0x7e, 0xc9, 0xd9, 0x78, 0x73, 0x64,
+	0xea, 0xc5, 0xac, 0x83, 0x34, 0xd3, 0xeb, 0xc3, 0xc5, 0x81, 0xa0, 0xff, 0xfa, 0x13, 0x63, 0xeb,
+	0x17, 0x0d, 0xdd, 0x51, 0xb7, 0xf0, 0xda, 0x49, 0xd3, 0x16, 0x55, 0x26, 0x29, 0xd4, 0x68, 0x9e,
+	0x2b, 0x16, 0xbe, 0x58, 0x7d, 0x47, 0xa1, 0xfc, 0x8f, 0xf8, 0xb8, 0xd1, 0x7a, 0xd0, 0x31, 0xce,
+	0x45, 0xcb, 0x3a, 0x8f, 0x95, 0x16, 0x04, 0x28, 0xaf, 0xd7, 0xfb, 0xca, 0xbb, 0x4b, 0x40, 0x7e,
 };
 
-/* Move (or just hash) `len` bytes between the cursor and `lin`, piece by
- * piece, hashing each piece right after it is copied.  Returns the XXH3-64
- * of the bytes; the segments must hold them (callers check totals). */
-static uint64_t seg_pass(struct seg_cursor *c, uint8_t *lin, uint64_t len,
-			 enum pass_mode mode)
-{
-	XXH3_state_t st;
-	uint8_t *p;
+#define XXH_P32_1 0x9E3779B1u
+#define XXH_P32_2 0x85EBCA77u
+#define XXH_P32_3 0xC2B2AE3Du
+#define XXH_P64_1 0x9E3779B185EBCA87ull
+#define XXH_P64_2 0xC2B2AE3D27D4EB4Full
+#define XXH_P64_3 0x165667B19E3779F9ull
+#define XXH_P64_4 0x85EBCA77C2B2AE63ull
+#define XXH_P64_5 0x27D4EB2F165667C5ull
 
-	hash_reset(&st);
-	while (len) {
-		size_t max = len < PIECE_BYTES ? (size_t)len : PIECE_BYTES;
-		size_t n = cursor_take(c, max, &p);
+/* The state of one layer's pass.  acc[] is in lane order, the order the
+ * AVX2 stripes keep it in two registers of four. */
+struct xxh_pass {
+	_Alignas(32) uint64_t acc[8];
+	uint32_t in_block; /* stripes of the current block accumulated */
+	uint8_t last[STRIPE]; /* the last stripe accumulated, as stored */
+};
+
+static void pass_init(struct xxh_pass *x)
+{
+	static const uint64_t init[8] = { XXH_P32_3, XXH_P64_1, XXH_P64_2, XXH_P64_3,
+					  XXH_P64_4, XXH_P32_2, XXH_P64_5, XXH_P32_1 };
+
+	memcpy(x->acc, init, sizeof(init));
+	x->in_block = 0;
+}
+
+static inline void stripe_scalar(uint64_t *acc, const uint8_t *data,
+				 const uint8_t *secret)
+{
+	for (int i = 0; i < 8; i++) {
+		uint64_t v = get64(data + 8 * i);
+		uint64_t k = v ^ get64(secret + 8 * i);
+
+		acc[i ^ 1] += v;
+		acc[i] += (k & 0xffffffffu) * (k >> 32);
+	}
+}
+
+/* Copy `n` whole stripes from src to dst (dst NULL: hash only) and hash
+ * them, in portable C: the bytes go through a stack stripe, so what is
+ * hashed is what was stored. */
+static void stripes_portable(struct xxh_pass *x, uint8_t *dst, const uint8_t *src,
+			     size_t n)
+{
+	uint8_t v[STRIPE];
+
+	for (size_t j = 0; j < n; j++, src += STRIPE) {
+		memcpy(v, src, STRIPE);
+		if (dst) {
+			memcpy(dst, v, STRIPE);
+			dst += STRIPE;
+		}
+		stripe_scalar(x->acc, v, xxh3_secret + 8 * x->in_block);
+		if (++x->in_block == STRIPES_PER_BLOCK) {
+			for (int i = 0; i < 8; i++) {
+				uint64_t a = x->acc[i];
+
+				a ^= a >> 47;
+				a ^= get64(xxh3_secret + 128 + 8 * i);
+				x->acc[i] = a * XXH_P32_1;
+			}
+			x->in_block = 0;
+		}
+		if (j + 1 == n)
+			memcpy(x->last, v, STRIPE);
+	}
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(KVT_NO_SIMD)
+#define KVT_OBJ_AVX2 1
+#include <immintrin.h>
+
+#define AVX2 __attribute__((target("avx2")))
+
+AVX2 static inline void stripe_avx2(__m256i *a0, __m256i *a1, __m256i d0,
+				    __m256i d1, const uint8_t *secret)
+{
+	__m256i k0 = _mm256_xor_si256(d0, _mm256_loadu_si256((const __m256i *)secret));
+	__m256i k1 = _mm256_xor_si256(d1, _mm256_loadu_si256((const __m256i *)(secret + 32)));
+	/* lo32(k) * hi32(k) per lane; data lanes swapped pairwise (i ^ 1). */
+	__m256i p0 = _mm256_mul_epu32(k0, _mm256_shuffle_epi32(k0, _MM_SHUFFLE(0, 3, 0, 1)));
+	__m256i p1 = _mm256_mul_epu32(k1, _mm256_shuffle_epi32(k1, _MM_SHUFFLE(0, 3, 0, 1)));
+
+	*a0 = _mm256_add_epi64(*a0, _mm256_add_epi64(p0, _mm256_shuffle_epi32(d0, _MM_SHUFFLE(1, 0, 3, 2))));
+	*a1 = _mm256_add_epi64(*a1, _mm256_add_epi64(p1, _mm256_shuffle_epi32(d1, _MM_SHUFFLE(1, 0, 3, 2))));
+}
+
+AVX2 static inline __m256i scramble_avx2(__m256i a, const uint8_t *secret)
+{
+	const __m256i prime = _mm256_set1_epi32((int)XXH_P32_1);
+	__m256i k = _mm256_loadu_si256((const __m256i *)secret);
+	__m256i x = _mm256_xor_si256(_mm256_xor_si256(a, _mm256_srli_epi64(a, 47)), k);
+	/* A 64 × 32-bit multiply from two 32 × 32 halves. */
+	__m256i lo = _mm256_mul_epu32(x, prime);
+	__m256i hi = _mm256_mul_epu32(_mm256_shuffle_epi32(x, _MM_SHUFFLE(0, 3, 0, 1)), prime);
+
+	return _mm256_add_epi64(lo, _mm256_slli_epi64(hi, 32));
+}
+
+/* As stripes_portable, the stripe in two registers.  With `stream` and a
+ * 32-byte aligned destination the stores are non-temporal: they go to
+ * memory without first reading the destination's lines in (the reads a
+ * plain store costs) and without pushing the caller's working set out of
+ * the cache for bytes nobody reads soon. */
+AVX2 static void stripes_avx2(struct xxh_pass *x, uint8_t *dst, const uint8_t *src,
+			      size_t n, int stream)
+{
+	__m256i a0 = _mm256_load_si256((const __m256i *)x->acc);
+	__m256i a1 = _mm256_load_si256((const __m256i *)(x->acc + 4));
+	__m256i d0 = _mm256_setzero_si256(), d1 = d0;
+	uint32_t b = x->in_block;
+
+	stream = stream && dst && ((uintptr_t)dst & 31) == 0;
+	for (size_t j = 0; j < n; j++, src += STRIPE) {
+		d0 = _mm256_loadu_si256((const __m256i *)src);
+		d1 = _mm256_loadu_si256((const __m256i *)(src + 32));
+		if (stream) {
+			_mm256_stream_si256((__m256i *)dst, d0);
+			_mm256_stream_si256((__m256i *)(dst + 32), d1);
+			dst += STRIPE;
+		} else if (dst) {
+			_mm256_storeu_si256((__m256i *)dst, d0);
+			_mm256_storeu_si256((__m256i *)(dst + 32), d1);
+			dst += STRIPE;
+		}
+		stripe_avx2(&a0, &a1, d0, d1, xxh3_secret + 8 * b);
+		if (++b == STRIPES_PER_BLOCK) {
+			a0 = scramble_avx2(a0, xxh3_secret + 128);
+			a1 = scramble_avx2(a1, xxh3_secret + 160);
+			b = 0;
+		}
+	}
+	/* Streamed stores are weakly ordered: fence them before the image
+	 * can be published to another thread. */
+	if (stream)
+		_mm_sfence();
+	_mm256_store_si256((__m256i *)x->acc, a0);
+	_mm256_store_si256((__m256i *)(x->acc + 4), a1);
+	x->in_block = b;
+	if (n) {
+		_mm256_storeu_si256((__m256i *)x->last, d0);
+		_mm256_storeu_si256((__m256i *)(x->last + 32), d1);
+	}
+}
+#endif
+
+static int force_portable;
+
+void kvt_obj_force_portable(int on)
+{
+	force_portable = on;
+}
+
+static void stripes(struct xxh_pass *x, uint8_t *dst, const uint8_t *src,
+		    size_t n, int stream)
+{
+#ifdef KVT_OBJ_AVX2
+	if (!force_portable && __builtin_cpu_supports("avx2")) {
+		stripes_avx2(x, dst, src, n, stream);
+		return;
+	}
+#endif
+	(void)stream;
+	stripes_portable(x, dst, src, n);
+}
+
+/* The low and high halves of the 128-bit product, xored. */
+static uint64_t fold64(uint64_t a, uint64_t b)
+{
+#ifdef __SIZEOF_INT128__
+	unsigned __int128 m = (unsigned __int128)a * b;
+
+	return (uint64_t)m ^ (uint64_t)(m >> 64);
+#else
+	uint64_t ll = (a & 0xffffffffu) * (b & 0xffffffffu);
+	uint64_t hl = (a >> 32) * (b & 0xffffffffu);
+	uint64_t lh = (a & 0xffffffffu) * (b >> 32);
+	uint64_t hh = (a >> 32) * (b >> 32);
+	uint64_t mid = (ll >> 32) + (hl & 0xffffffffu) + lh;
+
+	return ((mid << 32) | (ll & 0xffffffffu)) ^ (hh + (hl >> 32) + (mid >> 32));
+#endif
+}
+
+/* The last 64 bytes, the merge and the avalanche. */
+static uint64_t pass_digest(struct xxh_pass *x, const uint8_t *last64, uint64_t len)
+{
+	uint64_t h = len * XXH_P64_1;
+
+	stripe_scalar(x->acc, last64, xxh3_secret + sizeof(xxh3_secret) - STRIPE - 7);
+	for (int i = 0; i < 4; i++)
+		h += fold64(x->acc[2 * i] ^ get64(xxh3_secret + 11 + 16 * i),
+			    x->acc[2 * i + 1] ^ get64(xxh3_secret + 11 + 16 * i + 8));
+	h ^= h >> 37;
+	h *= 0x165667919E3779F9ull;
+	return h ^ (h >> 32);
+}
+
+enum pass_mode {
+	PASS_TO_SEGS,   /* lin -> segments */
+	PASS_FROM_SEGS, /* segments -> lin */
+	PASS_HASH_ONLY, /* the segments, nothing copied */
+};
+
+/* The source and destination of a run of `n` bytes: `seg` in the segments,
+ * `lin` in the linear buffer (NULL when hashing only). */
+static void pass_ends(enum pass_mode mode, uint8_t *seg, uint8_t *lin,
+		      const uint8_t **src, uint8_t **dst)
+{
+	*src = mode == PASS_TO_SEGS ? lin : seg;
+	*dst = mode == PASS_TO_SEGS ? seg : mode == PASS_FROM_SEGS ? lin : NULL;
+}
+
+/* Move `n` bytes (a cut stripe, a tail, a short layer) between the cursor
+ * and `lin` through `buf`: gathered from the source, stored to the
+ * destination from `buf`, so `buf` holds what was stored. */
+static void pass_bytes(struct seg_cursor *c, uint8_t *lin, size_t n,
+		       enum pass_mode mode, uint8_t *buf)
+{
+	for (size_t got = 0; got < n;) {
+		const uint8_t *src;
+		uint8_t *p, *dst;
+		size_t k = cursor_take(c, n - got, &p);
+
+		if (!k)
+			return; /* not reached: callers check totals */
+		pass_ends(mode, p, lin ? lin + got : NULL, &src, &dst);
+		memcpy(buf + got, src, k);
+		if (dst)
+			memcpy(dst, buf + got, k);
+		got += k;
+	}
+}
+
+/* Move (or just hash) `len` bytes between the cursor and `lin` in one pass
+ * and return the XXH3-64 of the bytes as stored.  `stream`: the destination
+ * is written with non-temporal stores where the CPU has them.  The segments
+ * must hold the bytes (callers check totals). */
+static uint64_t seg_pass(struct seg_cursor *c, uint8_t *lin, uint64_t len,
+			 enum pass_mode mode, int stream)
+{
+	struct xxh_pass x;
+	uint8_t part[STRIPE], last[STRIPE];
+	uint64_t body, done = 0;
+	size_t have = 0, tail;
+
+	if (len <= XXH3_SHORT_MAX) {
+		uint8_t buf[XXH3_SHORT_MAX];
+
+		pass_bytes(c, lin, (size_t)len, mode, buf);
+		return hash_oneshot(buf, (size_t)len);
+	}
+
+	pass_init(&x);
+	body = (len - 1) / STRIPE * STRIPE; /* what the main loop takes */
+	while (done < body) {
+		const uint8_t *src;
+		uint8_t *p, *dst;
+		uint64_t want = body - done;
+		size_t n = cursor_take(c, want > SIZE_MAX ? SIZE_MAX : (size_t)want, &p);
+		size_t k, whole;
 
 		if (!n)
-			break;
-		switch (mode) {
-		case PASS_TO_SEGS:
-			memcpy(p, lin, n);
-			hash_update(&st, p, n);
-			break;
-		case PASS_FROM_SEGS:
-			memcpy(lin, p, n);
-			hash_update(&st, lin, n);
-			break;
-		case PASS_HASH_ONLY:
-			hash_update(&st, p, n);
-			break;
+			break; /* not reached: callers check totals */
+		pass_ends(mode, p, lin ? lin + done : NULL, &src, &dst);
+		done += n;
+		if (have) {
+			/* Finish the stripe the last segment cut. */
+			k = n < STRIPE - have ? n : STRIPE - have;
+			memcpy(part + have, src, k);
+			if (dst)
+				memcpy(dst, part + have, k);
+			have += k;
+			src += k;
+			if (dst)
+				dst += k;
+			n -= k;
+			if (have < STRIPE)
+				continue;
+			stripes(&x, NULL, part, 1, 0);
+			have = 0;
 		}
-		if (lin)
-			lin += n;
-		len -= n;
+		whole = n / STRIPE;
+		stripes(&x, dst, src, whole, stream);
+		whole *= STRIPE;
+		have = n - whole;
+		if (have) {
+			memcpy(part, src + whole, have);
+			if (dst)
+				memcpy(dst + whole, part, have);
+		}
 	}
-	return XXH3_64bits_digest(&st);
+
+	/* 1 to 64 bytes after the main loop; the last 64 bytes of the layer
+	 * are the end of the last stripe stored followed by them. */
+	tail = (size_t)(len - body);
+	pass_bytes(c, lin ? lin + body : NULL, tail, mode, last + STRIPE - tail);
+	memcpy(last, x.last + tail, STRIPE - tail);
+	return pass_digest(&x, last, len);
 }
 
 /* What the segment functions need of a header they are handed: a table
@@ -635,7 +932,7 @@ int kvt_obj_write_iov(kvt_obj_hdr *h, const void *const *layers,
 	uint8_t hdr[KVT_OBJ_HEADER_BYTES];
 	struct seg_cursor c;
 	uint64_t have, want;
-	int rc;
+	int rc, stream;
 
 	rc = hdr_usable(h, "kvt_obj_write_iov");
 	if (rc)
@@ -652,12 +949,20 @@ int kvt_obj_write_iov(kvt_obj_hdr *h, const void *const *layers,
 			       "destination segments hold %" PRIu64 " bytes, image needs %" PRIu64,
 			       have, want);
 
+	/* An image is stored to be read later, if at all: one larger than a
+	 * core's private caches goes to memory with non-temporal stores,
+	 * which skip reading the destination in first and leave the
+	 * caller's working set in the cache (measured: put went from
+	 * 0.75-0.98x of memcpy to 1.0-1.4x at 3-80 MiB).  A small one is
+	 * stored plainly, as a read of it may follow soon. */
+	stream = want >= STREAM_MIN_BYTES;
+
 	/* Payload first: the header needs its checksums. */
 	cursor_init(&c, dst, n_dst);
 	cursor_skip(&c, h->header_len);
 	for (uint32_t i = 0; i < h->n_layers; i++)
 		h->layers[i].csum = seg_pass(&c, (uint8_t *)(uintptr_t)layers[i],
-					     h->layers[i].length, PASS_TO_SEGS);
+					     h->layers[i].length, PASS_TO_SEGS, stream);
 
 	kvt_obj_hdr_encode(h, hdr);
 	cursor_init(&c, dst, n_dst);
@@ -711,7 +1016,7 @@ int kvt_obj_read_iov(const kvt_obj_hdr *h, const struct iovec *src, int n_src,
 	}
 	for (uint32_t i = 0; i < h->n_layers; i++) {
 		const kvt_obj_layer *l = &h->layers[i];
-		uint64_t sum = seg_pass(&c, o + l->offset, l->length, PASS_FROM_SEGS);
+		uint64_t sum = seg_pass(&c, o + l->offset, l->length, PASS_FROM_SEGS, 0);
 
 		if (sum != l->csum)
 			return corrupt_layer(i, l->csum, sum);
@@ -745,7 +1050,7 @@ int kvt_obj_read_layer_iov(const kvt_obj_hdr *h, const struct iovec *src,
 
 	cursor_init(&c, src, n_src);
 	cursor_skip(&c, h->header_len + l->offset);
-	sum = seg_pass(&c, out, l->length, PASS_FROM_SEGS);
+	sum = seg_pass(&c, out, l->length, PASS_FROM_SEGS, 0);
 	if (sum != l->csum)
 		return corrupt_layer(layer, l->csum, sum);
 	return 0;
@@ -770,7 +1075,7 @@ int kvt_obj_verify_iov(const kvt_obj_hdr *h, const struct iovec *src,
 	cursor_skip(&c, h->header_len);
 	for (uint32_t i = 0; i < h->n_layers; i++) {
 		const kvt_obj_layer *l = &h->layers[i];
-		uint64_t sum = seg_pass(&c, NULL, l->length, PASS_HASH_ONLY);
+		uint64_t sum = seg_pass(&c, NULL, l->length, PASS_HASH_ONLY, 0);
 
 		if (sum != l->csum)
 			return corrupt_layer(i, l->csum, sum);

@@ -127,4 +127,9 @@ int kvt_obj_read_layer_iov(const kvt_obj_hdr *h, const struct iovec *src,
 int kvt_obj_verify_iov(const kvt_obj_hdr *h, const struct iovec *src,
 		       int n_src);
 
+/* Tests: 1 makes the copy-and-checksum passes use their portable stripes
+ * even where the CPU has AVX2 (both give the same bytes and checksums), 0
+ * lets the CPU decide again.  Not for use while other threads copy. */
+void kvt_obj_force_portable(int on);
+
 #endif
