@@ -88,6 +88,14 @@ static void check_accepted(const uint8_t *img, size_t size, const kvt_obj_hdr *h
 		v[2].iov_base = copy + b;
 		if (kvt_obj_write_iov(&w, layers, v, 3) || memcmp(copy, img, size))
 			abort();
+		/* And so do the portable stripes, and they verify the same. */
+		kvt_obj_force_portable(1);
+		memset(copy, 0, size);
+		w = *h;
+		if (kvt_obj_write_iov(&w, layers, v, 3) || memcmp(copy, img, size) ||
+		    kvt_obj_read_iov(h, v, 3, out, plen, 1) || kvt_obj_verify_iov(h, v, 3))
+			abort();
+		kvt_obj_force_portable(0);
 		free(copy);
 	}
 	free(out);
