@@ -23,6 +23,8 @@
  *
  *   get_copy       kvt_get of a stored chunk into `dst` (DRAM tier, no read
  *                  verification: verify_dram_reads false, the default).
+ *   get_verified   the same from a second store with verify_dram_reads true:
+ *                  the copy checks every layer's checksum in the same pass.
  *   put            kvt_put of a fresh key from `src`; the previous put's key
  *                  is deleted first, untimed, so the arena pages it frees are
  *                  the ones the next put reuses: warm, as in steady state.
@@ -55,7 +57,7 @@
 
 #define CMD "dram"
 #define MAX_ROUNDS 7
-#define MAX_FIGURES 32
+#define MAX_FIGURES 40
 
 /* The lookup prompt: 512 chunks of 256 tokens. */
 #define LOOKUP_CHUNK_TOKENS 256u
@@ -81,8 +83,8 @@ static const struct {
 };
 #define N_PAGES (sizeof(page_sizes) / sizeof(page_sizes[0]))
 
-/* Three figures per chunk size and page size, two lookups. */
-_Static_assert(N_PAGES * N_SIZES * 3 + 2 <= MAX_FIGURES, "MAX_FIGURES too small");
+/* Four figures per chunk size and page size, two lookups. */
+_Static_assert(N_PAGES * N_SIZES * 4 + 2 <= MAX_FIGURES, "MAX_FIGURES too small");
 
 /* glibc's memcpy, the one the library's copies call too, through a pointer
  * the compiler must load: a copy into a buffer nobody reads could otherwise
@@ -94,6 +96,7 @@ static volatile uintptr_t zc_sink;
 
 enum op {
 	OP_GET_COPY,
+	OP_GET_VERIFIED,
 	OP_PUT,
 	OP_GET_ZERO_COPY,
 	OP_LOOKUP,
@@ -101,6 +104,7 @@ enum op {
 
 static const char *const op_names[] = {
 	[OP_GET_COPY] = "get_copy",
+	[OP_GET_VERIFIED] = "get_verified",
 	[OP_PUT] = "put",
 	[OP_GET_ZERO_COPY] = "get_zero_copy",
 	[OP_LOOKUP] = "lookup",
@@ -137,7 +141,7 @@ typedef int (*run_fn)(void *ctx, long n, double *secs);
  * microseconds per op for the rest. */
 static int shows_gbps(const struct figure *f)
 {
-	return f->op == OP_GET_COPY || f->op == OP_PUT;
+	return f->op == OP_GET_COPY || f->op == OP_GET_VERIFIED || f->op == OP_PUT;
 }
 
 static double shown(const struct figure *f, double secs)
@@ -217,6 +221,8 @@ static int run_failed(const char *what, int rc)
 struct chunk_ctx {
 	kvt_store *st;
 	kvt_ns ns;
+	kvt_store *stv;   /* verify_dram_reads true; holds get_key too */
+	kvt_ns nsv;
 	const uint8_t *src;
 	uint8_t *dst;
 	size_t bytes;
@@ -249,6 +255,20 @@ static int run_get(void *ctx, long n, double *secs)
 
 	for (long i = 0; i < n; i++)
 		if ((rc = kvt_get(c->st, &c->ns, &c->get_key, c->dst, c->bytes, &len)))
+			return rc;
+	*secs = cli_now() - t0;
+	return 0;
+}
+
+static int run_get_verified(void *ctx, long n, double *secs)
+{
+	struct chunk_ctx *c = ctx;
+	double t0 = cli_now();
+	size_t len;
+	int rc;
+
+	for (long i = 0; i < n; i++)
+		if ((rc = kvt_get(c->stv, &c->nsv, &c->get_key, c->dst, c->bytes, &len)))
 			return rc;
 	*secs = cli_now() - t0;
 	return 0;
@@ -316,13 +336,17 @@ static int chunk_check(struct chunk_ctx *c)
 	size_t len = 0, off = 0;
 	int n_iov, rc, bad = 0;
 
-	memset(c->dst, 0, c->bytes);
-	if ((rc = kvt_get(c->st, &c->ns, &c->get_key, c->dst, c->bytes, &len)))
-		return bench_fail(CMD, "kvt_get", rc);
-	if (len != c->bytes || memcmp(c->dst, c->src, c->bytes)) {
-		fprintf(stderr, "kvtier-bench " CMD ": kvt_get returned %zu bytes that differ "
-			"from the %zu put\n", len, c->bytes);
-		return 1;
+	for (int v = 0; v < 2; v++) {
+		memset(c->dst, 0, c->bytes);
+		rc = v ? kvt_get(c->stv, &c->nsv, &c->get_key, c->dst, c->bytes, &len)
+		       : kvt_get(c->st, &c->ns, &c->get_key, c->dst, c->bytes, &len);
+		if (rc)
+			return bench_fail(CMD, "kvt_get", rc);
+		if (len != c->bytes || memcmp(c->dst, c->src, c->bytes)) {
+			fprintf(stderr, "kvtier-bench " CMD ": kvt_get%s returned %zu bytes that "
+				"differ from the %zu put\n", v ? " (verified)" : "", len, c->bytes);
+			return 1;
+		}
 	}
 	if ((rc = kvt_borrow(c->st, &c->ns, &c->get_key, &ref)))
 		return bench_fail(CMD, "kvt_borrow", rc);
@@ -365,13 +389,13 @@ static struct figure *fig_add(struct bench *b, enum op op, const char *what,
 
 /* A store whose DRAM tier has the bench's settings: explicit, so that a
  * changed default does not silently change what the figures mean. */
-static int open_store(const char *size, const char *page, kvt_store **st)
+static int open_store(const char *size, const char *page, int verify,
+		      kvt_store **st)
 {
 	static const char *const fixed[][2] = {
 		{ "local_cpu", "true" },
 		{ "dram_hugepages", "true" },
 		{ "dram_lock_memory", "false" },
-		{ "verify_dram_reads", "false" },
 		{ "workers", "1" },
 	};
 	kvt_config *cfg = kvt_config_new();
@@ -384,61 +408,72 @@ static int open_store(const char *size, const char *page, kvt_store **st)
 		rc = kvt_config_set(cfg, "max_local_cpu_size", size);
 	if (!rc)
 		rc = kvt_config_set(cfg, "dram_page_size", page);
+	if (!rc)
+		rc = kvt_config_set(cfg, "verify_dram_reads", verify ? "true" : "false");
 	return bench_store_open(CMD, "kvt_store_open", cfg, rc, 0, st);
 }
 
-/* The bf16 K+V layout of a model preset, 256-token chunks. */
-/* One chunk size on one store: get_copy, put and get_zero_copy against
- * memcpy, interleaved over the rounds. */
-static int bench_size(struct bench *b, kvt_store *st, uint32_t page,
-		      const kvt_ns_desc *d, const uint8_t *src, uint8_t *dst,
-		      uint32_t tag)
+/* One chunk size on one store (and its verifying twin `stv`): get_copy,
+ * get_verified, put and get_zero_copy against memcpy, interleaved over the
+ * rounds. */
+static int bench_size(struct bench *b, kvt_store *st, kvt_store *stv,
+		      uint32_t page, const kvt_ns_desc *d, const uint8_t *src,
+		      uint8_t *dst, uint32_t tag)
 {
-	struct chunk_ctx c = { .st = st, .src = src, .dst = dst, .tag = tag };
-	struct figure *fg, *fp, *fz;
-	long n_mem, n_get, n_put, n_zc;
+	struct chunk_ctx c = { .st = st, .stv = stv, .src = src, .dst = dst, .tag = tag };
+	struct figure *fg, *fv, *fp, *fz;
+	long n_mem, n_get, n_getv, n_put, n_zc;
 	int rc, ret = 1;
 
-	if ((rc = kvt_ns_init(st, d, &c.ns)))
+	if ((rc = kvt_ns_init(st, d, &c.ns)) || (rc = kvt_ns_init(stv, d, &c.nsv)))
 		return bench_fail(CMD, d->model, rc);
 	c.bytes = (size_t)kvt_layout_payload_bytes(&d->layout);
 	bench_chunk_key(&c.get_key, tag, 'G', 0, "kvtbench");
-	if ((rc = kvt_put(st, &c.ns, &c.get_key, src, c.bytes, KVT_DUR_CACHED)))
-		return bench_fail(CMD, "kvt_put", rc);
+	if ((rc = kvt_put(st, &c.ns, &c.get_key, src, c.bytes, KVT_DUR_CACHED)) ||
+	    (rc = kvt_put(stv, &c.nsv, &c.get_key, src, c.bytes, KVT_DUR_CACHED))) {
+		bench_fail(CMD, "kvt_put", rc);
+		goto out;
+	}
 	if (chunk_check(&c))
 		goto out;
 
 	if ((rc = calibrate(&c, run_memcpy, b->min_s, &n_mem)) ||
 	    (rc = calibrate(&c, run_get, b->min_s, &n_get)) ||
+	    (rc = calibrate(&c, run_get_verified, b->min_s, &n_getv)) ||
 	    (rc = calibrate(&c, run_put, b->min_s, &n_put)) ||
 	    (rc = calibrate(&c, run_borrow, b->min_s, &n_zc))) {
 		run_failed("warm-up", rc);
 		goto out;
 	}
 	fg = fig_add(b, OP_GET_COPY, d->model, page, c.bytes, 0.9, 0);
+	fv = fig_add(b, OP_GET_VERIFIED, d->model, page, c.bytes, 0.9, 0);
 	fp = fig_add(b, OP_PUT, d->model, page, c.bytes, 0.8, 0);
 	/* Zero-copy has no target: the figure to read is bytes_copied 0
 	 * and a time that does not grow with the chunk. */
 	fz = fig_add(b, OP_GET_ZERO_COPY, d->model, page, c.bytes, 0, 1);
-	fg->n_bound = fp->n_bound = fz->n_bound = n_mem;
+	fg->n_bound = fv->n_bound = fp->n_bound = fz->n_bound = n_mem;
 	fg->n_subj = n_get;
+	fv->n_subj = n_getv;
 	fp->n_subj = n_put;
 	fz->n_subj = n_zc;
 
 	for (int r = 0; r < b->rounds; r++) {
-		double s_mem = 0, s_get = 0, s_put = 0, s_zc = 0;
+		double s_mem = 0, s_get = 0, s_getv = 0, s_put = 0, s_zc = 0;
 		int bound_last = r % 2;
 
 		if (!bound_last && (rc = run_memcpy(&c, n_mem, &s_mem)))
 			break;
 		if ((rc = run_get(&c, n_get, &s_get)) ||
+		    (rc = run_get_verified(&c, n_getv, &s_getv)) ||
 		    (rc = run_put(&c, n_put, &s_put)) ||
 		    (rc = run_borrow(&c, n_zc, &s_zc)))
 			break;
 		if (bound_last && (rc = run_memcpy(&c, n_mem, &s_mem)))
 			break;
-		fg->bound[r] = fp->bound[r] = fz->bound[r] = s_mem / (double)n_mem;
+		fg->bound[r] = fv->bound[r] = fp->bound[r] = fz->bound[r] =
+			s_mem / (double)n_mem;
 		fg->subj[r] = s_get / (double)n_get;
+		fv->subj[r] = s_getv / (double)n_getv;
 		fp->subj[r] = s_put / (double)n_put;
 		fz->subj[r] = s_zc / (double)n_zc;
 	}
@@ -450,6 +485,7 @@ static int bench_size(struct bench *b, kvt_store *st, uint32_t page,
 out:
 	/* Leave the arena empty for the next size. */
 	kvt_delete(st, &c.ns, &c.get_key);
+	kvt_delete(stv, &c.nsv, &c.get_key);
 	if (c.put_live)
 		kvt_delete(st, &c.ns, &c.put_key);
 	return ret;
@@ -489,18 +525,22 @@ static int bench_chunks(struct bench *b)
 	}
 
 	for (size_t p = 0; p < N_PAGES; p++) {
-		kvt_store *st;
+		kvt_store *st, *stv;
+		int bad = 0;
 
-		if (open_store("512MiB", page_sizes[p].conf, &st))
+		if (open_store("512MiB", page_sizes[p].conf, 0, &st))
 			goto out;
-		for (size_t i = 0; i < N_SIZES; i++) {
-			if (bench_size(b, st, page_sizes[p].bytes, &d[i], src, dst,
-				       (uint32_t)(p * N_SIZES + i))) {
-				kvt_store_close(st);
-				goto out;
-			}
+		if (open_store("512MiB", page_sizes[p].conf, 1, &stv)) {
+			kvt_store_close(st);
+			goto out;
 		}
+		for (size_t i = 0; i < N_SIZES && !bad; i++)
+			bad = bench_size(b, st, stv, page_sizes[p].bytes, &d[i], src, dst,
+					 (uint32_t)(p * N_SIZES + i));
 		kvt_store_close(st);
+		kvt_store_close(stv);
+		if (bad)
+			goto out;
 	}
 	ret = 0;
 out:
@@ -593,7 +633,7 @@ static int bench_lookup(struct bench *b)
 		tokens[i] = x % 152064u;
 	}
 	memset(payload, 0x5a, sizeof(payload));
-	if (open_store("32MiB", "8KiB", &st))
+	if (open_store("32MiB", "8KiB", 0, &st))
 		goto out;
 
 	for (int s = 0; s < 2; s++) {
@@ -711,6 +751,9 @@ static void print_table(const struct bench *b)
 	} sections[] = {
 		{ OP_GET_COPY, "get_copy: kvt_get into a caller buffer",
 		  "memcpy", "kvt_get", "GB/s" },
+		{ OP_GET_VERIFIED,
+		  "get_verified: kvt_get, every layer's checksum verified as it is copied",
+		  "memcpy", "kvt_get", "GB/s" },
 		{ OP_PUT, "put: kvt_put (copy in + checksum) of a fresh key",
 		  "memcpy", "kvt_put", "GB/s" },
 		{ OP_GET_ZERO_COPY,
@@ -790,6 +833,8 @@ static void json_figure(const struct bench *b, const struct figure *f)
 		     fig_summary(f, f->subj, b->rounds));
 	if (f->op == OP_GET_ZERO_COPY)
 		printf(",\"bytes_copied\":0");
+	if (f->op == OP_GET_VERIFIED)
+		printf(",\"verify_dram_reads\":true");
 	printf(",\"ratio_vs_%s\":%.6g,", bound, r.median);
 	bench_json_summary("ratio_range", r);
 	if (f->target > 0)
@@ -844,6 +889,7 @@ static void usage(FILE *f)
 		"bound timed in the same run, interleaved with it round by round.\n"
 		"\n"
 		"  get_copy       kvt_get into a caller buffer     vs memcpy     target >= 0.9x\n"
+		"  get_verified   the same, checksums verified     vs memcpy     target >= 0.9x\n"
 		"  put            kvt_put (copy + checksum)        vs memcpy     target >= 0.8x\n"
 		"  get_zero_copy  kvt_borrow+kvt_ref_iov+release   vs memcpy     (no target)\n"
 		"  lookup         kvt_lookup_tokens, 512 chunks    vs hashing    target <= 2x\n"
