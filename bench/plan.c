@@ -15,9 +15,11 @@
  * in bench-data/ next to this program; a TRACE argument overrides the trace.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,6 +28,9 @@
 #include "plan/plan.h"
 
 #define MAXCAP 16
+/* The end-to-end process comparison: this many requests, three LRU
+ * capacities (1000, 5000, unbounded). */
+#define E2E_REQUESTS 4000
 
 static double mono(void)
 {
@@ -57,24 +62,29 @@ struct ref_row {
 };
 
 /* Run the reference; fill rows (one per capacity); the process's wall time
- * in *wall.  0 or -1. */
+ * in *wall, and (parse_s not NULL) the time the script spent reading the
+ * trace with json.loads in *parse_s.  0 or -1. */
 static int run_ref(const char *py, const char *trace, const char *caps_arg, unsigned repeat,
-		   struct ref_row *rows, unsigned ncap, double *wall)
+		   struct ref_row *rows, unsigned ncap, double *wall, double *parse_s)
 {
 	char cmd[8192];
-	snprintf(cmd, sizeof(cmd), "PLAN_REPEAT=%u python3 '%s' '%s' %s", repeat, py, trace,
-		 caps_arg);
+	snprintf(cmd, sizeof(cmd), "PLAN_REPEAT=%u%s python3 '%s' '%s' %s", repeat,
+		 parse_s ? " PLAN_PARSE_SECONDS=1" : "", py, trace, caps_arg);
 	double t0 = mono();
 	FILE *p = popen(cmd, "r");
 	if (!p)
 		return -1;
 	char line[512];
 	unsigned k = 0;
+	int parsed = !parse_s;
 	while (k < ncap && fgets(line, sizeof(line), p)) {
 		char cap[64];
 		unsigned long long h, b;
 		double s;
-		if (sscanf(line, "%63s %llu %llu %lf", cap, &h, &b, &s) == 4) {
+		if (parse_s && sscanf(line, "parse %lf", &s) == 1) {
+			*parse_s = s;
+			parsed = 1;
+		} else if (sscanf(line, "%63s %llu %llu %lf", cap, &h, &b, &s) == 4) {
 			rows[k].hits = h;
 			rows[k].blocks = b;
 			rows[k].secs = s;
@@ -83,13 +93,121 @@ static int run_ref(const char *py, const char *trace, const char *caps_arg, unsi
 	}
 	int st = pclose(p);
 	*wall = mono() - t0;
-	return st == 0 && k == ncap ? 0 : -1;
+	return st == 0 && k == ncap && parsed ? 0 : -1;
+}
+
+/* The bound of a trace read: the file's bytes read the way the reader
+ * reads them (1 MiB freads), nothing parsed.  Seconds, or -1. */
+static double raw_read_s(const char *path, uint64_t *bytes)
+{
+	static char buf[1 << 20];
+	double t0 = mono();
+	FILE *f = fopen(path, "rb");
+	size_t got;
+
+	if (!f)
+		return -1;
+	*bytes = 0;
+	while ((got = fread(buf, 1, sizeof(buf), f)) > 0)
+		*bytes += got;
+	fclose(f);
+	return mono() - t0;
+}
+
+/* The first n non-blank lines of `src` into a new file `dst`.  0 or -1. */
+static int write_head(const char *src, uint64_t n, const char *dst)
+{
+	FILE *in = fopen(src, "rb"), *out = in ? fopen(dst, "wb") : NULL;
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t len;
+	int rc = -1;
+
+	while (out && n && (len = getline(&line, &cap, in)) > 0) {
+		if (strspn(line, " \t\r\n") == (size_t)len)
+			continue;
+		fwrite(line, 1, (size_t)len, out);
+		n--;
+	}
+	if (out && !n && fclose(out) == 0)
+		rc = 0;
+	else if (out)
+		fclose(out);
+	if (in)
+		fclose(in);
+	free(line);
+	return rc;
+}
+
+/* Wall seconds of running argv to its exit, its output thrown away (as a
+ * user's shell would start it); -1 if it could not run or failed. */
+static double run_proc(char *const argv[])
+{
+	double t0 = mono();
+	pid_t pid = fork();
+	int st;
+
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		int fd = open("/dev/null", O_WRONLY);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st))
+		return -1;
+	return mono() - t0;
+}
+
+/* Both whole processes, interleaved round by round: `kvtier plan` and the
+ * reference on the first E2E_REQUESTS requests of the trace, three LRU
+ * capacities.  The per-round seconds into plan_s[] and ref_s[]; 0 or 1. */
+static int process_rounds(const char *py, const char *trace, unsigned rounds, double *plan_s,
+			  double *ref_s)
+{
+	char dir[4096], head[4200], kvtier[4096];
+	int rc = 1;
+
+	if (!bench_data_path("../kvtier", kvtier, sizeof(kvtier))) {
+		fprintf(stderr, "kvtier-bench plan: %s not found: it is built next to kvtier-bench\n",
+			kvtier);
+		return 1;
+	}
+	if (bench_scratch_dir("plan", "/tmp", "plan", dir, sizeof(dir)))
+		return 1;
+	snprintf(head, sizeof(head), "%s/head.jsonl", dir);
+	if (write_head(trace, E2E_REQUESTS, head)) {
+		fprintf(stderr, "kvtier-bench plan: %s: cannot write the first %d requests of %s\n",
+			head, E2E_REQUESTS, trace);
+		goto out;
+	}
+	char *plan_argv[] = {kvtier, "plan", head, "--dram", "1000,5000,inf", "--policy", "lru",
+			     "--quiet", NULL};
+	char *ref_argv[] = {"/usr/bin/env", "python3", (char *)py, head, "1000", "5000", "inf",
+			    NULL};
+	for (unsigned r = 0; r < rounds; r++) {
+		plan_s[r] = run_proc(plan_argv);
+		ref_s[r] = run_proc(ref_argv);
+		if (plan_s[r] < 0 || ref_s[r] < 0) {
+			fprintf(stderr, "kvtier-bench plan: %s failed on %s\n",
+				plan_s[r] < 0 ? "kvtier plan" : "the reference", head);
+			goto out;
+		}
+	}
+	rc = 0;
+out:
+	bench_remove_tree(dir);
+	return rc;
 }
 
 int bench_plan(int argc, char **argv)
 {
 	const char *trace = NULL, *caps_s = "1000,5000,20000,inf";
-	unsigned repeat = 3;
+	unsigned repeat = 3, rounds = 5;
 	int json = 0;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json")) {
@@ -102,11 +220,19 @@ int bench_plan(int argc, char **argv)
 				return 2;
 			}
 			repeat = (unsigned)r;
+		} else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) {
+			uint64_t r;
+			if (whole(argv[++i], 1, BENCH_MAX_ROUNDS, &r)) {
+				fprintf(stderr, "kvtier-bench plan: --rounds \"%s\": expected a whole number 1..%d\n",
+					argv[i], BENCH_MAX_ROUNDS);
+				return 2;
+			}
+			rounds = (unsigned)r;
 		} else if (!strcmp(argv[i], "--caps") && i + 1 < argc) {
 			caps_s = argv[++i];
 		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			printf("usage: kvtier-bench plan [TRACE] [--caps 1000,5000,20000,inf] "
-			       "[--repeat N] [--json]\n");
+			       "[--repeat N] [--rounds N] [--json]\n");
 			return 0;
 		} else if (argv[i][0] != '-' && !trace) {
 			trace = argv[i];
@@ -154,11 +280,32 @@ int bench_plan(int argc, char **argv)
 		p += n + (p[n] == ',');
 	}
 
-	/* plan: parse once, then each capacity the fastest of `repeat` runs. */
-	double t0 = mono();
+	/* plan: read the trace (the first read is the end-to-end one; the
+	 * reader's speed is the fastest of `repeat`, each read after a raw
+	 * read of the same bytes, its bound), then each capacity the fastest
+	 * of `repeat` runs. */
 	struct plan_trace pt;
-	int rc = plan_trace_read(trace, PLAN_FMT_AUTO, 0, 0, &pt);
-	double parse_s = mono() - t0;
+	double parse_s = 0, read_best = 0, raw_best = 0;
+	uint64_t trace_bytes = 0;
+	int rc = 0;
+	for (unsigned r = 0; r < repeat && !rc; r++) {
+		double raw = raw_read_s(trace, &trace_bytes);
+		if (raw < 0) {
+			fprintf(stderr, "kvtier-bench plan: %s: cannot read it\n", trace);
+			return 1;
+		}
+		if (r)
+			plan_trace_free(&pt);
+		double t0 = mono();
+		rc = plan_trace_read(trace, PLAN_FMT_AUTO, 0, 0, &pt);
+		double d = mono() - t0;
+		if (!r)
+			parse_s = d;
+		if (!r || d < read_best)
+			read_best = d;
+		if (!r || raw < raw_best)
+			raw_best = raw;
+	}
 	if (rc) {
 		fprintf(stderr, "kvtier-bench plan: %s\n", kvt_errmsg());
 		return 1;
@@ -190,12 +337,22 @@ int bench_plan(int argc, char **argv)
 
 	/* The reference: loop-only timings (repeat), then once end to end. */
 	struct ref_row ref[MAXCAP], ref1[MAXCAP];
-	double ref_wall_rep, ref_wall;
-	if (run_ref(py, trace, caps_arg, repeat, ref, ncap, &ref_wall_rep) ||
-	    run_ref(py, trace, caps_arg, 1, ref1, ncap, &ref_wall)) {
+	double ref_wall_rep, ref_wall, py_parse_rep, py_parse;
+	if (run_ref(py, trace, caps_arg, repeat, ref, ncap, &ref_wall_rep, &py_parse_rep) ||
+	    run_ref(py, trace, caps_arg, 1, ref1, ncap, &ref_wall, &py_parse)) {
 		fprintf(stderr, "kvtier-bench plan: the reference (python3 %s) failed\n", py);
 		return 1;
 	}
+	if (py_parse_rep < py_parse)
+		py_parse = py_parse_rep;
+
+	/* Whole processes, as a user runs them. */
+	double proc_plan[BENCH_MAX_ROUNDS], proc_ref[BENCH_MAX_ROUNDS];
+	if (process_rounds(py, trace, rounds, proc_plan, proc_ref))
+		return 1;
+	struct summary sp = bench_summarize(proc_plan, (int)rounds),
+		       sr = bench_summarize(proc_ref, (int)rounds);
+	double ratio_proc = sr.median / sp.median;
 
 	int bad = 0;
 	double ref_sum = 0, plan_sum = 0, plan_e2e = parse_s;
@@ -224,9 +381,19 @@ int bench_plan(int argc, char **argv)
 		       "\"ratio_vs_reference\":%.2f,\"accesses_per_s_per_core\":%.0f,"
 		       "\"reference_accesses_per_s\":%.0f,"
 		       "\"end_to_end\":{\"plan_seconds\":%.6f,\"plan_parse_seconds\":%.6f,"
-		       "\"reference_seconds\":%.6f,\"ratio_vs_reference\":%.2f}}\n",
+		       "\"reference_seconds\":%.6f,\"ratio_vs_reference\":%.2f},"
+		       "\"trace_read\":{\"bytes\":%llu,\"seconds\":%.6f,\"mb_per_s\":%.1f,"
+		       "\"raw_read_seconds\":%.6f,\"ratio_vs_raw_read\":%.3f,"
+		       "\"python_json_seconds\":%.6f,\"ratio_vs_python_json\":%.2f},"
+		       "\"process\":{\"requests\":%d,\"dram_blocks\":\"1000,5000,inf\",\"rounds\":%u,",
 		       bad ? "false" : "true", plan_sum, ref_sum, ratio, aps, ref_aps, plan_e2e,
-		       parse_s, ref_wall, ratio_e2e);
+		       parse_s, ref_wall, ratio_e2e, (unsigned long long)trace_bytes, read_best,
+		       (double)trace_bytes / read_best / 1e6, raw_best, raw_best / read_best,
+		       py_parse, py_parse / read_best, E2E_REQUESTS, rounds);
+		bench_json_summary("plan_seconds", sp);
+		putchar(',');
+		bench_json_summary("reference_seconds", sr);
+		printf(",\"ratio_vs_python\":%.2f}}\n", ratio_proc);
 	} else {
 		printf("kvtier-bench plan: LRU on %s, fastest of %u (simulation only; both exclude\n"
 		       "trace parsing; the reference times its replay loop inside the script)\n",
@@ -244,6 +411,18 @@ int bench_plan(int argc, char **argv)
 		printf("end to end (parse + one run per capacity; the reference's whole process): "
 		       "plan %.1f ms, reference %.1f ms, %.1fx\n", plan_e2e * 1e3, ref_wall * 1e3,
 		       ratio_e2e);
+		printf("trace read (fastest of %u): %.1f ms for %.1f MB (%.0f MB/s); a raw read "
+		       "%.1f ms (ratio_vs_raw_read %.2f); Python's json.loads %.1f ms "
+		       "(ratio_vs_python_json %.1fx)\n", repeat, read_best * 1e3,
+		       (double)trace_bytes / 1e6, (double)trace_bytes / read_best / 1e6, raw_best * 1e3,
+		       raw_best / read_best, py_parse * 1e3, py_parse / read_best);
+		char a[64], b[64];
+		printf("whole processes, %d requests, LRU at 1000, 5000, inf (median of %u "
+		       "interleaved rounds): kvtier plan %s ms, reference %s ms: ratio_vs_python %.1fx\n",
+		       E2E_REQUESTS, rounds,
+		       bench_fmt_summary((struct summary){sp.median * 1e3, sp.min * 1e3, sp.max * 1e3}, a, sizeof(a)),
+		       bench_fmt_summary((struct summary){sr.median * 1e3, sr.min * 1e3, sr.max * 1e3}, b, sizeof(b)),
+		       ratio_proc);
 	}
 	if (bad)
 		fprintf(stderr, "kvtier-bench plan: hit blocks differ from the reference\n");

@@ -8,7 +8,8 @@ the request is accessed in prompt order: present ones refreshed, missing ones
 inserted, evicting the least recently used when over capacity.
 
 usage: plan_reference.py TRACE.jsonl [CAPACITY|inf ...]
-(PLAN_REPEAT=N: time each as the fastest of N runs)
+(PLAN_REPEAT=N: time each as the fastest of N runs; PLAN_PARSE_SECONDS=1:
+first print "parse SECONDS", the time of reading the trace with json.loads)
 prints one line per capacity: "capacity hit_blocks blocks seconds"
 """
 import json
@@ -39,11 +40,14 @@ def replay(requests, capacity):
 
 def main():
     requests = []
+    t0 = time.perf_counter()
     with open(sys.argv[1]) as f:
         for line in f:
             line = line.strip()
             if line:
                 requests.append(json.loads(line)["hash_ids"])
+    if os.environ.get("PLAN_PARSE_SECONDS"):
+        print(f"parse {time.perf_counter() - t0:.6f}")
     for arg in sys.argv[2:] or ["inf"]:
         cap = None if arg == "inf" else int(arg)
         dt = None
