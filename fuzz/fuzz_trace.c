@@ -3,10 +3,10 @@
  *
  * Traces are files a user points `kvtier plan` and `kvtier replay` at:
  * Mooncake and Bailian JSON Lines and token-id logs (plan/trace.h), read
- * by one line checker through two front ends (plan_trace_parse on bytes in
- * memory, plan_trace_read streaming a file), and the block-id parser
- * that the planner hands its checked lines to and tools/policy_compare
- * reads whole traces with (kvt_trace_parse_jsonl, policy/replay.h).
+ * by one line checker (JSON records through jansson, several threads at
+ * a time on long traces) through two front ends (plan_trace_parse on
+ * bytes in memory, plan_trace_read streaming a file), which hand the ids
+ * to the trace builder of policy/replay.h.
  *
  * Input: one byte of parameters, then the trace.
  *   bits 0-1  format: 0 auto, 1 mooncake, 2 bailian, 3 tokens
@@ -21,21 +21,12 @@
  *  - plan_trace_read on the same bytes (an in-memory file, memfd) gives the
  *    same answer as plan_trace_parse: the same code and, past the file
  *    name, the same message; the same requests, ids, arrivals and lengths;
- *  - a JSON trace the planner accepts whole gives kvt_trace_parse_jsonl
- *    the same block ids, so the planner and policy_compare never disagree
- *    on a trace both read.  Inputs with a tab or a carriage return are left out of this
- *    comparison: JSON allows both as white space and the planner takes
- *    them so, but kvt_trace_parse_jsonl refuses them inside and before
- *    the array ({"hash_ids": [1,<TAB>2]} is KVT_EINVAL there, which
- *    tools/policy_compare reads with); drop the exclusion once it skips
- *    them as well;
  *  - a replay of what was parsed replays every block once.
  * Nothing is written to any file system: the file is a memfd.
  *
- * The two readers are compiled into this file rather than linked from the
- * library archive, which is built without coverage instrumentation: linked,
- * libFuzzer would see none of their branches.  (Both define a static
- * find_in; the first is renamed.)
+ * The reader and the builder are compiled into this file rather than
+ * linked from the library archive, which is built without coverage
+ * instrumentation: linked, libFuzzer would see none of their branches.
  *
  *   ./fuzz_trace -max_len=4096 fuzz/corpus/trace
  */
@@ -47,10 +38,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define find_in trace_find_in
 #include "fuzz_memfile.h"
+/* Windows of a few lines are read in parallel too, so that inputs of the
+ * fuzzer's sizes reach that path. */
+#define PAR_MIN_BYTES 64
+#define PAR_CHUNK_LINES 2
 #include "plan/trace.c"
-#undef find_in
 #include "policy/replay.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -174,13 +167,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static char msg_parse[1024];
 	struct plan_trace pa, pb;
-	struct kvt_trace kt;
 	const char *buf;
 	size_t len;
 	enum plan_fmt fmt;
 	uint32_t bt;
 	uint64_t max_req;
-	int ra, rb, rk;
+	int ra, rb;
 
 	if (size < 1)
 		return 0;
@@ -189,15 +181,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	max_req = data[0] >> 5;
 	buf = (const char *)data + 1;
 	len = size - 1;
-
-	/* The replay's own parser, on the bytes as they are. */
-	rk = kvt_trace_parse_jsonl(buf, len, &kt);
-	if (rk == 0) {
-		check_kvt_trace(&kt);
-		replay_once(&kt);
-	} else if (rk != KVT_EINVAL && rk != KVT_ENOMEM) {
-		abort();
-	}
 
 	/* The planner, from memory and from a file. */
 	ra = plan_trace_parse(buf, len, fmt, bt, max_req, &pa);
@@ -219,14 +202,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (!same_plan_trace(&pa, &pb))
 			abort();
 		replay_once(&pa.t);
-		/* A JSON trace read whole: the replay parser sees the same ids. */
-		if (pa.fmt != PLAN_FMT_TOKENS && !max_req && !memchr(buf, '\t', len) &&
-		    !memchr(buf, '\r', len) && (rk != 0 || !same_kvt_trace(&pa.t, &kt)))
-			abort();
 		plan_trace_free(&pa);
 		plan_trace_free(&pb);
 	}
-	if (rk == 0)
-		kvt_trace_free(&kt);
 	return 0;
 }

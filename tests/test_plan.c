@@ -123,6 +123,44 @@ static void refused(const char *t, enum plan_fmt fmt, const char *want)
 	}
 }
 
+/* A trace long enough to be read by several threads: what it gives, and
+ * which error it reports, are those of a line-by-line read. */
+static void large(void)
+{
+	size_t cap = 1 << 20, len = 0;
+	char *t = malloc(cap);
+	struct plan_trace pt;
+
+	CHECK(t != NULL);
+	if (!t)
+		return;
+	for (int i = 1; i <= 5000; i++)
+		len += (size_t)snprintf(t + len, cap - len,
+					"{\"timestamp\": %d, \"hash_ids\": [%d, %d, %d]}\n%s", i, i % 7,
+					i, i + 1, i % 100 ? "" : "\n");
+	CHECK_EQ(plan_trace_parse(t, len, PLAN_FMT_AUTO, 0, 0, &pt), 0);
+	CHECK_EQ(pt.t.nreq, 5000);
+	CHECK_EQ(pt.t.nblocks, 15000);
+	CHECK_EQ(pt.t.nids, 5002); /* 0..5001 */
+	CHECK_EQ(pt.t.ids[3 * 4999 + 2], 5001); /* first seen last: the newest id */
+	CHECK(fabs(pt.arrive_s[4999] - 4.999) < 1e-9);
+	plan_trace_free(&pt);
+	/* Two wrong lines far apart: the first is reported, by its number
+	 * (blank lines counted); with --limit before it, none is. */
+	char *a = strstr(t, "{\"timestamp\": 3000,");
+	char *b = strstr(t, "{\"timestamp\": 4500,");
+	CHECK(a && b);
+	if (a && b) {
+		memcpy(strchr(a, '[') + 1, "x", 1);
+		memcpy(b + 1, "\"", 1);
+		refused(t, PLAN_FMT_AUTO, "trace:3029: hash_ids: element 1 is not");
+		CHECK_EQ(plan_trace_parse(t, len, PLAN_FMT_AUTO, 0, 2999, &pt), 0);
+		CHECK_EQ(pt.t.nreq, 2999);
+		plan_trace_free(&pt);
+	}
+	free(t);
+}
+
 /* What a trace may hold, and the errors that name file, line and field. */
 static void inputs(void)
 {
@@ -143,6 +181,50 @@ static void inputs(void)
 	refused("{\"hash_ids\": [1]}\n{\"timestamp\": 3}\n", PLAN_FMT_MOONCAKE,
 		"trace:2: no \"hash_ids\" field");
 	refused("{\"hash_ids\": [1]}\nnot json\n", PLAN_FMT_MOONCAKE, "trace:2: not a JSON object");
+
+	/* Fields are taken by name from the parsed record: a string that
+	 * holds "hash_ids": [...] is a string, escapes are decoded (a key
+	 * may be spelled with them), and the order of fields is free. */
+	const char *str = "{\"note\": \"\\\"hash_ids\\\": [1,2]\", \"input_length\": 1500, "
+			  "\"hash_ids\": [7, 8, 9]}\n";
+	CHECK_EQ(plan_trace_parse(str, strlen(str), PLAN_FMT_AUTO, 0, 0, &pt), 0);
+	CHECK_EQ(pt.t.nblocks, 3);
+	CHECK_EQ(pt.in_len[0], 1500);
+	plan_trace_free(&pt);
+	const char *esc = "{\"note\": \"tab\\t quote\\\" slash\\\\ \\u00e9 \\ud83d\\ude00 }{\", "
+			  "\"hash_\\u0069ds\": [1, 2], \"timestamp\": 5}\n"
+			  "{\"timestamp\": 7, \"hash_ids\": [1, 2, 3, 4]}\n";
+	CHECK_EQ(plan_trace_parse(esc, strlen(esc), PLAN_FMT_MOONCAKE, 0, 0, &pt), 0);
+	CHECK_EQ(pt.t.nreq, 2);
+	CHECK_EQ(pt.t.nblocks, 6);
+	CHECK_EQ(pt.t.nids, 4);
+	CHECK(fabs(pt.arrive_s[1] - 0.002) < 1e-12); /* milliseconds */
+	plan_trace_free(&pt);
+	/* Ids of 2^63 and more (past jansson's signed integers) come back
+	 * whole: the same id on two lines is one block. */
+	const char *high = "{\"hash_ids\": [9223372036854775808, 1, 18446744073709551615, "
+			   "9223372036854775807]}\n{\"hash_ids\": [18446744073709551615, 1]}\n";
+	CHECK_EQ(plan_trace_parse(high, strlen(high), PLAN_FMT_AUTO, 0, 0, &pt), 0);
+	CHECK_EQ(pt.t.nids, 4);
+	CHECK_EQ(pt.t.ids[4], pt.t.ids[2]);
+	CHECK_EQ(pt.t.ids[5], pt.t.ids[1]);
+	CHECK(pt.t.ids[0] != pt.t.ids[3]);
+	plan_trace_free(&pt);
+	/* A field named twice is ambiguous; a line that is not an object, or
+	 * not only one, is not a record. */
+	refused("{\"hash_ids\": [1], \"hash_ids\": [2]}\n", PLAN_FMT_AUTO,
+		"trace:1: hash_ids: the field appears twice");
+	refused("{\"hash_ids\": [1]}\n{\"timestamp\": 1, \"hash_ids\": [1], \"timestamp\": 2}\n",
+		PLAN_FMT_MOONCAKE, "trace:2: timestamp: the field appears twice");
+	refused("{\"hash_ids\": [1]}\n[1, 2]\n", PLAN_FMT_AUTO, "trace:2: not a JSON object");
+	refused("{\"hash_ids\": [1]}\n\"text\"\n", PLAN_FMT_MOONCAKE, "trace:2: not a JSON object");
+	refused("{\"hash_ids\": [1]} {\"hash_ids\": [2]}\n", PLAN_FMT_AUTO,
+		"trace:1: not valid JSON: end of file expected");
+	refused("{\"hash_ids\": [1], \"note\": \"unterminated}\n", PLAN_FMT_AUTO,
+		"trace:1: not valid JSON");
+	refused("{\"hash_ids\": [1, [2]]}\n", PLAN_FMT_AUTO, "hash_ids: element 2 is not");
+	refused("{\"hash_ids\": [1], \"input_length\": null}\n", PLAN_FMT_AUTO,
+		"input_length: \"null\" is not a number");
 
 	/* Timestamps: finite, non-negative, bounded, in arrival order. */
 	refused("{\"timestamp\": NaN, \"hash_ids\": [1]}\n", PLAN_FMT_MOONCAKE,
@@ -303,6 +385,7 @@ int main(void)
 {
 	readers();
 	inputs();
+	large();
 	catalog();
 	cost();
 	size_t len;

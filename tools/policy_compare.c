@@ -5,36 +5,18 @@
  *   policy_compare [trace.jsonl]   (default tests/data/traces/conversation_trace.jsonl)
  *
  * Prints block-weighted prefix hit ratios and insertions (the proxy for
- * bytes written to a tier).  Uses src/policy/replay.c, the same replay the
- * tests check against the reference numbers.
+ * bytes written to a tier).  Reads the trace with the planner's reader
+ * (plan/trace.h) and replays it with src/policy/replay.c, the same replay
+ * the tests check against the reference numbers.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/err.h"
+#include "plan/trace.h"
 #include "policy/replay.h"
-
-static char *read_all(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	size_t cap = 1 << 20, n = 0, got;
-	char *b = malloc(cap);
-	while (b && (got = fread(b + n, 1, cap - n, f)) > 0) {
-		n += got;
-		if (n == cap) {
-			char *nb = realloc(b, cap *= 2);
-			if (!nb)
-				free(b);
-			b = nb;
-		}
-	}
-	fclose(f);
-	*len = n;
-	return b;
-}
 
 struct rule {
 	const char *name;
@@ -65,18 +47,12 @@ static int run(const struct kvt_trace *t, struct kvt_replay_conf *c, struct kvt_
 int main(int argc, char **argv)
 {
 	const char *path = argc > 1 ? argv[1] : "tests/data/traces/conversation_trace.jsonl";
-	size_t len;
-	char *buf = read_all(path, &len);
-	if (!buf) {
-		fprintf(stderr, "policy_compare: cannot read %s\n", path);
+	struct plan_trace pt;
+	if (plan_trace_read(path, PLAN_FMT_AUTO, 0, 0, &pt)) {
+		fprintf(stderr, "policy_compare: %s\n", kvt_errmsg());
 		return 1;
 	}
-	struct kvt_trace t;
-	if (kvt_trace_parse_jsonl(buf, len, &t)) {
-		fprintf(stderr, "policy_compare: cannot parse %s\n", path);
-		return 1;
-	}
-	free(buf);
+	const struct kvt_trace t = pt.t;
 	printf("trace: %llu requests, %llu block references, %llu distinct blocks\n\n",
 	       (unsigned long long)t.nreq, (unsigned long long)t.nblocks,
 	       (unsigned long long)t.nids);
@@ -154,6 +130,6 @@ int main(int argc, char **argv)
 					       (unsigned long long)r.inserts[1]);
 				}
 	}
-	kvt_trace_free(&t);
+	plan_trace_free(&pt);
 	return 0;
 }

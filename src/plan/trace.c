@@ -1,25 +1,31 @@
 /*
  * trace.c — trace readers for the planner (trace.h).
  *
- * Every reader goes line by line through one checker (reader_line), which
- * validates the fields the planner uses and writes each request as a
- * compact {"hash_ids":[...]} line; kvt_trace_parse_jsonl (policy/replay.c)
- * then renumbers the ids of those lines, so the planner, the replay tool
- * and tools/policy_compare see the same dense ids.  Checking here, with the
- * file's name and line, is what lets a wrong trace be refused as
- * KVT_EINVAL naming the field, rather than as a "malformed object header"
- * (the meaning of KVT_EMALFORMED, which the shared parser returns) or, for
- * an id past 64 bits, not at all (it would wrap).
+ * Every reader goes line by line through one checker, which validates the
+ * fields the planner uses and hands each request's ids to the trace
+ * builder of policy/replay.c, which renumbers them densely, so the
+ * planner, the replay tool and tools/policy_compare see the same ids.  A
+ * JSON record is parsed whole by jansson and its fields taken by name;
+ * long traces are parsed by several threads, a window of lines at a time,
+ * and committed in line order (json_window), so that what is read and
+ * which error is reported are those of one thread.  Every refusal is
+ * KVT_EINVAL naming the file, the line and the field, with the accepted
+ * range where there is one.
  */
 #include "plan/trace.h"
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
 
 #include "common/err.h"
 
@@ -62,6 +68,8 @@ static int is_blank(char c)
 
 /* ---- the reader: one line at a time --------------------------------------- */
 
+struct jctx;
+
 struct reader {
 	const char *name;      /* for messages: the file, or "trace" */
 	struct plan_trace *pt; /* fmt and block_tokens; filled at the end */
@@ -82,6 +90,11 @@ struct reader {
 	uint64_t mcap;
 	double t_first, t_prev;
 
+	/* JSON records: the first one decides an AUTO format; the calling
+	 * thread's scratch for reading one (struct jctx, below). */
+	int detect;
+	struct jctx *jc;
+
 	/* Token-id lines: the namespace they are keyed in, scratch arrays. */
 	int ns_ready;
 	kvt_ns ns;
@@ -92,16 +105,22 @@ struct reader {
 };
 
 /* KVT_EINVAL naming the file and line: "name:line: what". */
+static int bad_vat(const char *name, uint64_t line, const char *fmt, va_list ap)
+{
+	char msg[400];
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	return kvt_err(KVT_EINVAL, "%s:%llu: %s", name, (unsigned long long)line, msg);
+}
+
 static int bad_line(const struct reader *r, const char *fmt, ...) KVT_PRINTF(2, 3);
 static int bad_line(const struct reader *r, const char *fmt, ...)
 {
-	char msg[400];
 	va_list ap;
-
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	int rc = bad_vat(r->name, r->line, fmt, ap);
 	va_end(ap);
-	return kvt_err(KVT_EINVAL, "%s:%llu: %s", r->name, (unsigned long long)r->line, msg);
+	return rc;
 }
 
 /* Append one id to the line's ids. */
@@ -158,181 +177,758 @@ static int add_request(struct reader *r, double ts, uint64_t in, uint64_t outl)
 	return 0;
 }
 
-/* The value of "field": in [p, end) as a JSON number, strictly: an
- * optional '-', digits, optional fraction and exponent, then a delimiter.
- * 0 found (*v set), 1 absent, or KVT_EINVAL naming the field. */
-static int json_number(const struct reader *r, const char *p, const char *end,
-		       const char *field, double *v, int *integral)
+/* ---- JSON records (jansson) ------------------------------------------------ */
+
+/* A record is read in two steps.  json_take parses it and checks each
+ * field alone (anywhere: a window of lines is read by several threads);
+ * json_commit then checks what relates it to the records before it
+ * (arrival order, the bounds that need the block size) and adds it to the
+ * trace, in line order, on the calling thread. */
+
+/* A growable list of block ids. */
+struct idvec {
+	uint64_t *v;
+	size_t n, cap;
+};
+
+static int idvec_push(struct idvec *iv, uint64_t id)
 {
-	char key[40];
-	snprintf(key, sizeof(key), "\"%s\"", field);
-	const char *h = find_in(p, end, key);
-	if (!h)
-		return 1;
-	h += strlen(key);
-	while (h < end && is_blank(*h))
-		h++;
-	if (h >= end || *h != ':')
-		return bad_line(r, "%s: expected ':' after the field name", field);
-	h++;
-	while (h < end && is_blank(*h))
-		h++;
-	const char *s = h;
-	*integral = 1;
-	if (h < end && *h == '-')
-		h++;
-	const char *digits = h;
-	while (h < end && *h >= '0' && *h <= '9')
-		h++;
-	if (h == digits) {
-		const char *e = s;
-		while (e < end && e - s < 24 && !strchr(",}] \t", *e))
-			e++;
-		return bad_line(r, "%s: \"%.*s\" is not a number", field, (int)(e - s), s);
+	if (iv->n == iv->cap) {
+		size_t nc = iv->cap ? iv->cap * 2 : 256;
+		uint64_t *v = realloc(iv->v, nc * sizeof(*v));
+		if (!v)
+			return KVT_ENOMEM;
+		iv->v = v;
+		iv->cap = nc;
 	}
-	if (h < end && *h == '.') {
-		*integral = 0;
-		h++;
-		if (h >= end || *h < '0' || *h > '9')
-			return bad_line(r, "%s: a number needs digits after its '.'", field);
-		while (h < end && *h >= '0' && *h <= '9')
-			h++;
-	}
-	if (h < end && (*h == 'e' || *h == 'E')) {
-		*integral = 0;
-		h++;
-		if (h < end && (*h == '+' || *h == '-'))
-			h++;
-		if (h >= end || *h < '0' || *h > '9')
-			return bad_line(r, "%s: a number's exponent needs digits", field);
-		while (h < end && *h >= '0' && *h <= '9')
-			h++;
-	}
-	if (h < end && !strchr(",} \t\r", *h))
-		return bad_line(r, "%s: \"%.*s\" is not a number", field,
-			   (int)(h - s < 24 ? h - s + 1 : 24), s);
-	char tmp[64];
-	if ((size_t)(h - s) >= sizeof(tmp))
-		return bad_line(r, "%s: a number of more than %zu characters", field, sizeof(tmp) - 1);
-	memcpy(tmp, s, (size_t)(h - s));
-	tmp[h - s] = '\0';
-	errno = 0;
-	*v = strtod(tmp, NULL);
-	if (!isfinite(*v) || (errno == ERANGE && fabs(*v) > 1))
-		return bad_line(r, "%s: %s is out of range", field, tmp);
+	iv->v[iv->n++] = id;
 	return 0;
 }
 
-/* An optional length field: a whole number 0..PLAN_TRACE_MAX_TOKENS. */
-static int json_length(const struct reader *r, const char *p, const char *end,
-		       const char *field, uint64_t def, uint64_t *out)
+/* What reading one record needs, one per thread. */
+struct jctx {
+	const char *name;     /* for messages */
+	uint64_t line;
+	enum plan_fmt fmt;
+	/* A copy of a record with 64-bit ids rewritten (json_fix_high). */
+	char *fix;
+	size_t fixlen, fixcap;
+	uint8_t *high;
+	size_t nhigh, highcap;
+};
+
+static void jctx_free(struct jctx *c)
+{
+	if (!c)
+		return;
+	free(c->fix);
+	free(c->high);
+	free(c);
+}
+
+static int bad_rec(const struct jctx *c, const char *fmt, ...) KVT_PRINTF(2, 3);
+static int bad_rec(const struct jctx *c, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int rc = bad_vat(c->name, c->line, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+/* One record's fields, each checked alone; its ids are the last `nid` of
+ * the list they were read into. */
+struct jrec {
+	uint64_t line;
+	size_t nid;
+	double ts;         /* in the format's unit; -1: absent */
+	int64_t in, out;   /* -1: absent */
+};
+
+/* Where in a record a parse error lies, found by walking its text up to the
+ * offending token: the top-level field whose value holds it, where that
+ * value starts, and, inside an array value, which element (1-based; 0 when
+ * not in one).  Only the error path walks the text. */
+struct json_where {
+	char key[48];     /* the field, as written ("" before the first) */
+	size_t val;       /* offset of its value */
+	uint64_t elem;
+	int depth;        /* 1: in the record itself */
+};
+
+static void json_locate(const char *p, size_t upto, struct json_where *w)
+{
+	int in_str = 0, want_key = 0;
+	size_t kstart = 0;
+
+	memset(w, 0, sizeof(*w));
+	for (size_t i = 0; i < upto; i++) {
+		char c = p[i];
+		if (in_str) {
+			if (c == '\\') {
+				i++;
+			} else if (c == '"') {
+				in_str = 0;
+				if (w->depth == 1 && want_key) {
+					size_t n = i - kstart;
+					if (n >= sizeof(w->key))
+						n = sizeof(w->key) - 1;
+					memcpy(w->key, p + kstart, n);
+					w->key[n] = '\0';
+				}
+			}
+			continue;
+		}
+		switch (c) {
+		case '"':
+			in_str = 1;
+			kstart = i + 1;
+			break;
+		case '{':
+		case '[':
+			if (++w->depth == 1)
+				want_key = 1;
+			else if (w->depth == 2)
+				w->elem = c == '[';
+			break;
+		case '}':
+		case ']':
+			if (w->depth-- == 2)
+				w->elem = 0;
+			break;
+		case ',':
+			if (w->depth == 1)
+				want_key = 1;
+			else if (w->depth == 2 && w->elem)
+				w->elem++;
+			break;
+		case ':':
+			if (w->depth == 1) {
+				want_key = 0;
+				w->val = i + 1;
+			}
+			break;
+		}
+	}
+}
+
+/* The token jansson names in its message ("... near 'x'"), at most 24
+ * characters of it, into buf. */
+static const char *json_near(const json_error_t *e, char *buf, size_t n)
+{
+	const char *q = strstr(e->text, "near '");
+	size_t len;
+
+	buf[0] = '\0';
+	if (!q)
+		return buf;
+	q += 6;
+	len = strlen(q);
+	if (len && q[len - 1] == '\'')
+		len--;
+	if (len > 24)
+		len = 24;
+	if (len >= n)
+		len = n - 1;
+	memcpy(buf, q, len);
+	buf[len] = '\0';
+	return buf;
+}
+
+static int is_number_field(const char *key)
+{
+	return !strcmp(key, "timestamp") || !strcmp(key, "input_length") ||
+	       !strcmp(key, "output_length");
+}
+
+/* The accepted range of a number field, for messages. */
+static const char *field_range(enum plan_fmt fmt, const char *key, char *buf, size_t n)
+{
+	int ms = fmt == PLAN_FMT_MOONCAKE;
+	if (!strcmp(key, "timestamp"))
+		snprintf(buf, n, "0..%.0f (%s)", PLAN_TRACE_MAX_SECONDS * (ms ? 1e3 : 1),
+			 ms ? "milliseconds" : "seconds");
+	else
+		snprintf(buf, n, "(a whole number 0..%u)", PLAN_TRACE_MAX_TOKENS);
+	return buf;
+}
+
+/* Digits only: 0 (the value in *v), or 1 past 64 bits. */
+static int u64_digits(const char *s, size_t n, uint64_t *v)
+{
+	*v = 0;
+	for (size_t i = 0; i < n; i++) {
+		unsigned d = (unsigned)(s[i] - '0');
+		if (*v > (UINT64_MAX - d) / 10)
+			return 1;
+		*v = *v * 10 + d;
+	}
+	return 0;
+}
+
+static int all_digits(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (s[i] < '0' || s[i] > '9')
+			return 0;
+	return n > 0;
+}
+
+/* jansson's integers are signed 64-bit, a trace's block ids unsigned: the
+ * record's hash_ids array (its value starts at `val`) is copied into
+ * c->fix with every id of 2^63 or more written less 2^63, and c->high[i]
+ * set for those, so that the copy parses and the ids come back whole.  0,
+ * or KVT_EINVAL for an id past 64 bits. */
+static int json_fix_high(struct jctx *c, const char *p, size_t n, size_t val)
+{
+	size_t i = val, nel = 0;
+
+	while (i < n && is_blank(p[i]))
+		i++;
+	if (i >= n || p[i] != '[')
+		return bad_rec(c, "hash_ids: expected an array of block ids");
+	if (c->fixcap < n + 1) {
+		char *f = realloc(c->fix, n + 1);
+		if (!f)
+			return kvt_err(KVT_ENOMEM, "%s: out of memory", c->name);
+		c->fix = f;
+		c->fixcap = n + 1;
+	}
+	memcpy(c->fix, p, ++i);
+	c->fixlen = i;
+	if (c->high)
+		memset(c->high, 0, c->nhigh);
+	c->nhigh = 0;
+	while (i < n && p[i] != ']') {
+		size_t t = i;
+		uint64_t v;
+		while (t < n && !strchr(",] \t\r", p[t]))
+			t++;
+		nel += t > i;
+		if (all_digits(p + i, t - i)) {
+			if (u64_digits(p + i, t - i, &v))
+				return bad_rec(c, "hash_ids: element %zu exceeds 64 bits", nel);
+			if (v >> 63) {
+				if (nel > c->highcap) {
+					size_t nc = nel * 2 + 64;
+					uint8_t *h = realloc(c->high, nc);
+					if (!h)
+						return kvt_err(KVT_ENOMEM, "%s: out of memory", c->name);
+					memset(h + c->highcap, 0, nc - c->highcap);
+					c->high = h;
+					c->highcap = nc;
+				}
+				c->high[nel - 1] = 1;
+				c->nhigh = nel;
+				/* Never longer than the original: 2^63 and up
+				 * has 19 or 20 digits, less 2^63 at most 19. */
+				c->fixlen += (size_t)sprintf(c->fix + c->fixlen, "%llu",
+							     (unsigned long long)(v - (1ull << 63)));
+				i = t;
+				continue;
+			}
+		}
+		while (t < n && strchr(", \t\r", p[t]))
+			t++;
+		if (t == i)
+			break; /* neither a token nor a separator: jansson says what */
+		memcpy(c->fix + c->fixlen, p + i, t - i);
+		c->fixlen += t - i;
+		i = t;
+	}
+	memcpy(c->fix + c->fixlen, p + i, n - i);
+	c->fixlen += n - i;
+	return 0;
+}
+
+/* A record jansson refused: say where and what, as specifically as the
+ * field allows.  1 when the refusal is only an id of 64 bits in hash_ids
+ * (c->fix then holds a copy that parses: json_fix_high), else KVT_EINVAL. */
+static int json_refused(struct jctx *c, const char *p, size_t n, const json_error_t *e,
+			int may_fix)
+{
+	struct json_where w;
+	char tok[32], range[64];
+	int code = json_error_code(e);
+	size_t at = e->position > 0 ? (size_t)e->position - 1 : 0;
+	uint64_t v;
+
+	json_near(e, tok, sizeof(tok));
+	if (code == json_error_duplicate_key) {
+		size_t len = strlen(tok);
+		if (len >= 2 && tok[0] == '"')
+			tok[len - 1] = '\0';
+		return bad_rec(c, "%s: the field appears twice (a record names each field once)",
+			       tok[0] == '"' ? tok + 1 : tok);
+	}
+	json_locate(p, at < n ? at : n, &w);
+	if (w.depth == 2 && w.elem && !strcmp(w.key, "hash_ids")) {
+		int digits = code == json_error_numeric_overflow && all_digits(tok, strlen(tok));
+		if (digits && u64_digits(tok, strlen(tok), &v))
+			return bad_rec(c, "hash_ids: element %llu exceeds 64 bits",
+				       (unsigned long long)w.elem);
+		if (digits && may_fix) {
+			int rc = json_fix_high(c, p, n, w.val);
+			return rc ? rc : 1;
+		}
+		return bad_rec(c, "hash_ids: element %llu is not a non-negative integer",
+			       (unsigned long long)w.elem);
+	}
+	if (w.depth == 1 && w.val && is_number_field(w.key)) {
+		if (code == json_error_numeric_overflow)
+			return bad_rec(c, "%s: %s is out of range %s", w.key, tok,
+				       field_range(c->fmt, w.key, range, sizeof(range)));
+		return bad_rec(c, "%s: \"%s\" is not a number", w.key, tok);
+	}
+	return bad_rec(c, "not valid JSON: %s (column %d)", e->text, e->column);
+}
+
+/* Parse one record (blanks trimmed): 0 and *o, with *fixed when its ids
+ * came through json_fix_high, or the error. */
+static int json_parse(struct jctx *c, const char *p, size_t n, json_t **o, int *fixed)
+{
+	json_error_t e;
+	int rc;
+
+	*fixed = 0;
+	if (!n || *p != '{')
+		return bad_rec(c, "not a JSON object (a %s trace has one per line)",
+			       plan_fmt_name(c->fmt));
+	*o = json_loadb(p, n, JSON_REJECT_DUPLICATES, &e);
+	if (*o)
+		return 0;
+	rc = json_refused(c, p, n, &e, 1);
+	if (rc != 1)
+		return rc;
+	*o = json_loadb(c->fix, c->fixlen, JSON_REJECT_DUPLICATES, &e);
+	if (!*o)
+		return json_refused(c, c->fix, c->fixlen, &e, 0);
+	*fixed = 1;
+	return 0;
+}
+
+/* An optional number field: 0 found (*v, *integral set), 1 absent, or
+ * KVT_EINVAL naming the field and what it holds instead. */
+static int json_number(const struct jctx *c, json_t *o, const char *field, double *v,
+		       int *integral)
+{
+	json_t *j = json_object_get(o, field);
+
+	if (!j)
+		return 1;
+	*integral = json_is_integer(j);
+	if (json_is_integer(j)) {
+		*v = (double)json_integer_value(j);
+		return 0;
+	}
+	if (json_is_real(j)) {
+		*v = json_real_value(j);
+		return 0;
+	}
+	char *d = json_dumps(j, JSON_ENCODE_ANY | JSON_COMPACT);
+	int rc = bad_rec(c, "%s: \"%.24s\" is not a number", field, d ? d : "?");
+	free(d);
+	return rc;
+}
+
+/* An optional length field: a whole number 0..PLAN_TRACE_MAX_TOKENS, or
+ * -1 when absent. */
+static int json_length(const struct jctx *c, json_t *o, const char *field, int64_t *out)
 {
 	double v;
 	int integral;
-	int rc = json_number(r, p, end, field, &v, &integral);
+	int rc = json_number(c, o, field, &v, &integral);
 	if (rc == 1) {
-		*out = def;
+		*out = -1;
 		return 0;
 	}
 	if (rc)
 		return rc;
 	if (!integral || v < 0 || v > PLAN_TRACE_MAX_TOKENS)
-		return bad_line(r, "%s: %.17g is not a token count (a whole number 0..%u)", field, v,
-			   PLAN_TRACE_MAX_TOKENS);
-	*out = (uint64_t)v;
+		return bad_rec(c, "%s: %.17g is not a token count (a whole number 0..%u)", field,
+			       v, PLAN_TRACE_MAX_TOKENS);
+	*out = (int64_t)v;
 	return 0;
 }
 
-/* One JSON Lines record (Mooncake, Bailian). */
-static int json_line(struct reader *r, const char *p, const char *end)
+/* The fields of a parsed record, each checked alone, into *rec; its ids
+ * appended to iv. */
+static int json_fields(struct jctx *c, json_t *o, int fixed, struct jrec *rec, struct idvec *iv)
+{
+	json_t *ids = json_object_get(o, "hash_ids");
+	double max_ts = PLAN_TRACE_MAX_SECONDS * (c->fmt == PLAN_FMT_MOONCAKE ? 1e3 : 1);
+	int integral, rc;
+
+	rec->line = c->line;
+	if (!ids)
+		return bad_rec(c, "no \"hash_ids\" field");
+	if (!json_is_array(ids))
+		return bad_rec(c, "hash_ids: expected an array of block ids");
+	rec->nid = json_array_size(ids);
+	for (size_t i = 0; i < rec->nid; i++) {
+		json_t *e = json_array_get(ids, i);
+		json_int_t v = json_is_integer(e) ? json_integer_value(e) : -1;
+		if (v < 0)
+			return bad_rec(c, "hash_ids: element %zu is not a non-negative integer", i + 1);
+		uint64_t id = (uint64_t)v;
+		if (fixed && i < c->nhigh && c->high[i])
+			id += 1ull << 63;
+		if (idvec_push(iv, id))
+			return kvt_err(KVT_ENOMEM, "%s: out of memory", c->name);
+	}
+	rc = json_number(c, o, "timestamp", &rec->ts, &integral);
+	if (rc == 1) {
+		rec->ts = -1;
+		rc = 0;
+	} else if (!rc && (rec->ts < 0 || rec->ts > max_ts)) {
+		rc = bad_rec(c, "timestamp: %.17g is out of range 0..%.0f (%s)", rec->ts, max_ts,
+			     c->fmt == PLAN_FMT_MOONCAKE ? "milliseconds" : "seconds");
+	}
+	if (!rc)
+		rc = json_length(c, o, "input_length", &rec->in);
+	if (!rc)
+		rc = json_length(c, o, "output_length", &rec->out);
+	return rc;
+}
+
+/* The record joins the trace, after the checks that relate it to the
+ * records before it.  `ids` are its rec->nid ids. */
+static int json_commit(struct reader *r, const struct jrec *rec, const uint64_t *ids)
 {
 	const struct plan_trace *pt = r->pt;
+	int ms = pt->fmt == PLAN_FMT_MOONCAKE;
+	uint64_t nb = rec->nid;
+	double ts;
 	int rc;
+
+	r->line = rec->line;
+	if (rec->ts < 0) {
+		ts = r->nreq ? r->t_prev : 0; /* absent: with the previous request */
+	} else {
+		ts = ms ? rec->ts * 1e-3 : rec->ts; /* Mooncake counts ms, Bailian s */
+		if (r->nreq && ts < r->t_prev)
+			return bad_line(r, "timestamp: %.17g is before the previous request's %.17g (a trace is in arrival order)",
+					rec->ts, ms ? r->t_prev * 1e3 : r->t_prev);
+	}
+	if (nb * pt->block_tokens > PLAN_TRACE_MAX_TOKENS)
+		return bad_line(r, "hash_ids: %llu blocks of %u tokens are more than %u tokens",
+				(unsigned long long)nb, pt->block_tokens, PLAN_TRACE_MAX_TOKENS);
+	rc = kvt_trace_build_add(&r->b, ids, nb);
+	if (rc)
+		return kvt_err(rc, "%s: out of memory", r->name);
+	return add_request(r, ts, rec->in < 0 ? nb * pt->block_tokens : (uint64_t)rec->in,
+			   rec->out < 0 ? 0 : (uint64_t)rec->out);
+}
+
+static struct jctx *reader_jctx(struct reader *r)
+{
+	if (!r->jc) {
+		r->jc = calloc(1, sizeof(*r->jc));
+		if (!r->jc)
+			return NULL;
+		r->jc->name = r->name;
+	}
+	r->jc->line = r->line;
+	r->jc->fmt = r->pt->fmt;
+	return r->jc;
+}
+
+/* One JSON Lines record (Mooncake, Bailian) on the calling thread, parsed
+ * whole by jansson: the fields are taken by name, so a string that merely
+ * contains "hash_ids" is a string.  A key named twice is refused (which
+ * one counts is not JSON's to say).  With the format AUTO, the first
+ * record decides it. */
+static int json_line(struct reader *r, const char *p, const char *end)
+{
+	struct plan_trace *pt = r->pt;
+	struct jctx *c;
+	struct jrec rec;
+	json_t *o;
+	int rc, fixed;
 
 	while (p < end && is_blank(*p))
 		p++;
 	while (end > p && is_blank(end[-1]))
 		end--;
-	if (*p != '{' || end[-1] != '}')
-		return bad_line(r, "not a JSON object (a %s trace has one per line)",
-			   plan_fmt_name(pt->fmt));
-	const char *h = find_in(p, end, "\"hash_ids\"");
-	if (!h)
-		return bad_line(r, "no \"hash_ids\" field");
-	h += 10;
-	while (h < end && is_blank(*h))
-		h++;
-	if (h < end && *h == ':')
-		h++;
-	while (h < end && is_blank(*h))
-		h++;
-	if (h >= end || *h != '[')
-		return bad_line(r, "hash_ids: expected an array of block ids");
-	h++;
+	if (r->detect) {
+		/* Until the record's fields say otherwise; a broken one still
+		 * names the chat (and so the clock) it belongs to. */
+		pt->fmt = find_in(p, end, "\"chat_id\"") ? PLAN_FMT_BAILIAN : PLAN_FMT_MOONCAKE;
+	}
+	if (!(c = reader_jctx(r)))
+		return kvt_err(KVT_ENOMEM, "%s: out of memory", r->name);
+	if ((rc = json_parse(c, p, (size_t)(end - p), &o, &fixed)))
+		return rc;
+	if (r->detect) {
+		r->detect = 0;
+		pt->fmt = json_object_get(o, "chat_id") ? PLAN_FMT_BAILIAN : PLAN_FMT_MOONCAKE;
+		c->fmt = pt->fmt;
+		if (!pt->block_tokens)
+			pt->block_tokens = pt->fmt == PLAN_FMT_MOONCAKE ? 512 : 16;
+	}
 	r->nids = 0;
-	uint64_t nb = 0;
-	for (;;) {
-		while (h < end && is_blank(*h))
-			h++;
-		if (h < end && *h == ']' && nb == 0)
-			break;
-		if (h >= end || *h < '0' || *h > '9')
-			return bad_line(r, "hash_ids: element %llu is not a non-negative integer",
-				   (unsigned long long)nb + 1);
-		uint64_t v = 0;
-		while (h < end && *h >= '0' && *h <= '9') {
-			unsigned d = (unsigned)(*h++ - '0');
-			if (v > (UINT64_MAX - d) / 10)
-				return bad_line(r, "hash_ids: element %llu exceeds 64 bits",
-					   (unsigned long long)nb + 1);
-			v = v * 10 + d;
+	struct idvec iv = {r->ids, 0, r->idcap};
+	rc = json_fields(c, o, fixed, &rec, &iv);
+	r->ids = iv.v;
+	r->idcap = iv.cap;
+	json_decref(o);
+	return rc ? rc : json_commit(r, &rec, r->ids);
+}
+
+/* ---- many records at once ------------------------------------------------- */
+
+/* A window of whole lines of a JSON trace is parsed by several threads, a
+ * chunk of lines at a time, while the calling thread commits the chunks
+ * done, in order (jansson's tree building is most of a record's cost; the
+ * commit is cheap).  Threads take chunks as they come, and the calling
+ * thread never waits for one: a helper that the scheduler starts late
+ * finds the work done and leaves (the window, a copy of the lines, is
+ * freed by whoever leaves last). */
+#ifndef PAR_CHUNK_LINES
+#define PAR_CHUNK_LINES 128
+#endif
+#define PAR_MIN_LINES 1024
+#define PAR_MAX_THREADS 8
+
+struct pchunk {
+	size_t l0, l1;          /* lines [l0, l1) of the window */
+	struct jrec *rec;
+	size_t nrec;
+	struct idvec ids;
+	int rc;                 /* the first error, at line rc_line */
+	uint64_t rc_line;
+	char msg[512];
+	atomic_int done;
+};
+
+struct pwin {
+	atomic_int refs;
+	atomic_size_t next;     /* the next chunk to take */
+	const char *name;
+	enum plan_fmt fmt;
+	const char *base;
+	const size_t *start, *len; /* per line: offset and length, blanks trimmed */
+	const uint64_t *lineno;
+	struct pchunk *ch;
+	size_t nch;
+	void *mem;              /* the line tables, freed with the window */
+	char *bytes;            /* the window's copy that base points into */
+};
+
+static void pwin_put(struct pwin *w)
+{
+	if (atomic_fetch_sub(&w->refs, 1) != 1)
+		return;
+	for (size_t i = 0; i < w->nch; i++) {
+		free(w->ch[i].rec);
+		free(w->ch[i].ids.v);
+	}
+	free(w->ch);
+	free(w->mem);
+	free(w->bytes);
+	free(w);
+}
+
+static void pchunk_run(struct pwin *w, struct jctx *c, struct pchunk *k)
+{
+	k->rec = malloc((k->l1 - k->l0) * sizeof(*k->rec));
+	if (!k->rec) {
+		k->rc = KVT_ENOMEM;
+		snprintf(k->msg, sizeof(k->msg), "%s: out of memory", w->name);
+		k->rc_line = w->lineno[k->l0];
+		return;
+	}
+	for (size_t l = k->l0; l < k->l1; l++) {
+		json_t *o;
+		int fixed, rc;
+		c->line = w->lineno[l];
+		if (memchr(w->base + w->start[l], '\0', w->len[l]))
+			rc = bad_rec(c, "a NUL byte: binary data, not a trace");
+		else
+			rc = json_parse(c, w->base + w->start[l], w->len[l], &o, &fixed);
+		if (!rc) {
+			rc = json_fields(c, o, fixed, &k->rec[k->nrec], &k->ids);
+			json_decref(o);
 		}
-		if ((rc = line_id(r, v)))
+		if (rc) {
+			k->rc = rc;
+			k->rc_line = c->line;
+			snprintf(k->msg, sizeof(k->msg), "%s", kvt_errmsg());
+			return;
+		}
+		k->nrec++;
+	}
+}
+
+/* Take chunks until none is left.  *c is the thread's scratch. */
+static void pwin_work(struct pwin *w, struct jctx *c)
+{
+	for (;;) {
+		size_t i = atomic_fetch_add(&w->next, 1);
+		if (i >= w->nch)
+			return;
+		pchunk_run(w, c, &w->ch[i]);
+		atomic_store_explicit(&w->ch[i].done, 1, memory_order_release);
+	}
+}
+
+static void *pwin_thread(void *arg)
+{
+	struct pwin *w = arg;
+	struct jctx c = {.name = w->name, .fmt = w->fmt};
+
+	pwin_work(w, &c);
+	free(c.fix);
+	free(c.high);
+	pwin_put(w);
+	return NULL;
+}
+
+/* Commit chunk k (done), stopping at its error or when max_req is met. */
+static int pchunk_commit(struct reader *r, const struct pchunk *k)
+{
+	const uint64_t *ids = k->ids.v;
+	for (size_t i = 0; i < k->nrec && !r->full; i++) {
+		int rc = json_commit(r, &k->rec[i], ids);
+		if (rc)
 			return rc;
-		nb++;
-		while (h < end && is_blank(*h))
-			h++;
-		if (h < end && *h == ',') {
-			h++;
+		ids += k->rec[i].nid;
+	}
+	if (k->rc && !r->full) {
+		r->line = k->rc_line;
+		return kvt_err(k->rc, "%s", k->msg);
+	}
+	return 0;
+}
+
+static unsigned par_threads(size_t nlines)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t t = nlines / (PAR_MIN_LINES / 2);
+	if (n < 1)
+		n = 1;
+	if (t > (size_t)n)
+		t = (size_t)n;
+	return t > PAR_MAX_THREADS ? PAR_MAX_THREADS : t ? (unsigned)t : 1;
+}
+
+/* The non-blank lines of [p, end) (whole lines, each without its '\n',
+ * none longer than the bound: the caller checked) as one window, in
+ * parallel.  0, or the first error in line order; r->line is then the
+ * line of the error, else the window's last. */
+static int json_window(struct reader *r, const char *p, const char *end, const char **stop)
+{
+	struct pwin *w = calloc(1, sizeof(*w));
+	size_t nlines = 1;
+	uint64_t line = r->line;
+	int rc = 0;
+
+	*stop = end;
+	for (const char *q = p; (q = memchr(q, '\n', (size_t)(end - q))); q++)
+		nlines++;
+	if (!w)
+		return kvt_err(KVT_ENOMEM, "%s: out of memory", r->name);
+	w->mem = malloc(nlines * (2 * sizeof(size_t) + sizeof(uint64_t)));
+	w->nch = (nlines + PAR_CHUNK_LINES - 1) / PAR_CHUNK_LINES;
+	w->ch = calloc(w->nch ? w->nch : 1, sizeof(*w->ch));
+	if (!w->mem || !w->ch) {
+		free(w->mem);
+		free(w->ch);
+		free(w);
+		return kvt_err(KVT_ENOMEM, "%s: out of memory", r->name);
+	}
+	size_t *start = w->mem, *len = start + nlines;
+	uint64_t *lineno = (uint64_t *)(len + nlines);
+	size_t n = 0;
+	for (const char *q = p; q < end;) {
+		const char *eol = memchr(q, '\n', (size_t)(end - q));
+		const char *a = q, *b = eol ? eol : end;
+		if ((size_t)(b - a) > PLAN_TRACE_MAX_LINE) {
+			*stop = q; /* the caller refuses it, after the lines before */
+			break;
+		}
+		line++;
+		q = b + 1;
+		while (a < b && is_blank(*a))
+			a++;
+		while (b > a && is_blank(b[-1]))
+			b--;
+		if (a == b)
+			continue;
+		start[n] = (size_t)(a - p);
+		len[n] = (size_t)(b - a);
+		lineno[n++] = line;
+	}
+	w->nch = (n + PAR_CHUNK_LINES - 1) / PAR_CHUNK_LINES;
+	for (size_t i = 0; i < w->nch; i++) {
+		w->ch[i].l0 = i * PAR_CHUNK_LINES;
+		w->ch[i].l1 = i + 1 < w->nch ? (i + 1) * PAR_CHUNK_LINES : n;
+	}
+	w->name = r->name;
+	w->fmt = r->pt->fmt;
+	/* The helpers read a copy: the caller's buffer is reused as soon as
+	 * this returns, and a helper may still be reading then. */
+	w->bytes = malloc((size_t)(end - p) + 1);
+	if (!w->bytes) {
+		w->nch = 0;
+		pwin_put(w);
+		return kvt_err(KVT_ENOMEM, "%s: out of memory", r->name);
+	}
+	memcpy(w->bytes, p, (size_t)(end - p));
+	w->base = w->bytes;
+	w->start = start;
+	w->len = len;
+	w->lineno = lineno;
+	atomic_init(&w->refs, 1);
+	atomic_init(&w->next, 0);
+
+	unsigned nt = par_threads(n);
+	for (unsigned i = 1; i < nt; i++) {
+		pthread_t th;
+		atomic_fetch_add(&w->refs, 1);
+		if (pthread_create(&th, NULL, pwin_thread, w) == 0)
+			pthread_detach(th);
+		else
+			atomic_fetch_sub(&w->refs, 1);
+	}
+	struct jctx *c = reader_jctx(r);
+	if (!c) {
+		atomic_store(&w->next, w->nch); /* no chunk is taken after this */
+		rc = kvt_err(KVT_ENOMEM, "%s: out of memory", r->name);
+	}
+	/* Work and commit in turn: commit the next chunk if it is done, else
+	 * take one; when none is left to take and the next is still a
+	 * helper's, read it again here rather than wait for a thread the
+	 * scheduler may not run for a while (the helper's copy is dropped). */
+	size_t next_commit = 0;
+	while (!rc && next_commit < w->nch && !r->full) {
+		struct pchunk *k = &w->ch[next_commit];
+		if (atomic_load_explicit(&k->done, memory_order_acquire)) {
+			rc = pchunk_commit(r, k);
+			next_commit++;
 			continue;
 		}
-		if (h < end && *h == ']')
-			break;
-		return bad_line(r, "hash_ids: element %llu is not a non-negative integer",
-			   (unsigned long long)nb);
+		size_t i = atomic_fetch_add(&w->next, 1);
+		if (i < w->nch) {
+			pchunk_run(w, c, &w->ch[i]);
+			atomic_store_explicit(&w->ch[i].done, 1, memory_order_release);
+			continue;
+		}
+		struct pchunk mine;
+		memset(&mine, 0, sizeof(mine));
+		mine.l0 = k->l0;
+		mine.l1 = k->l1;
+		pchunk_run(w, c, &mine);
+		rc = pchunk_commit(r, &mine);
+		free(mine.rec);
+		free(mine.ids.v);
+		next_commit++;
 	}
-
-	/* Mooncake counts milliseconds, Bailian seconds. */
-	int ms = pt->fmt == PLAN_FMT_MOONCAKE;
-	double ts = r->t_prev, max_ts = PLAN_TRACE_MAX_SECONDS * (ms ? 1e3 : 1);
-	int integral;
-	rc = json_number(r, p, end, "timestamp", &ts, &integral);
-	if (rc == 1) {
-		ts = r->nreq ? r->t_prev : 0; /* absent: with the previous request */
-		rc = 0;
-	} else if (!rc) {
-		double raw = ts;
-		ts = ms ? raw * 1e-3 : raw;
-		if (raw < 0 || raw > max_ts)
-			rc = bad_line(r, "timestamp: %.17g is out of range 0..%.0f (%s)", raw,
-				      max_ts, ms ? "milliseconds" : "seconds");
-		else if (r->nreq && ts < r->t_prev)
-			rc = bad_line(r, "timestamp: %.17g is before the previous request's %.17g (a trace is in arrival order)",
-				      raw, ms ? r->t_prev * 1e3 : r->t_prev);
-	}
-	uint64_t in = 0, outl = 0;
-	if (!rc && nb * pt->block_tokens > PLAN_TRACE_MAX_TOKENS)
-		rc = bad_line(r, "hash_ids: %llu blocks of %u tokens are more than %u tokens",
-			 (unsigned long long)nb, pt->block_tokens, PLAN_TRACE_MAX_TOKENS);
-	if (!rc)
-		rc = json_length(r, p, end, "input_length", nb * pt->block_tokens, &in);
-	if (!rc)
-		rc = json_length(r, p, end, "output_length", 0, &outl);
-	if (!rc)
-		rc = line_commit(r);
-	if (rc)
-		return rc;
-	return add_request(r, ts, in, outl);
+	atomic_store(&w->next, w->nch); /* no chunk is taken after this */
+	if (!rc && !r->full)
+		r->line = line;
+	pwin_put(w);
+	return rc;
 }
 
 /* One prompt as token ids, keyed with kvtier's own chain; the first 8
@@ -435,19 +1031,54 @@ static int reader_line(struct reader *r, const char *p, size_t n)
 		q++;
 	if (q == end)
 		return 0;
-	if (pt->fmt == PLAN_FMT_AUTO) {
-		if (find_in(p, end, "\"chat_id\""))
-			pt->fmt = PLAN_FMT_BAILIAN;
-		else if (find_in(p, end, "\"hash_ids\""))
-			pt->fmt = PLAN_FMT_MOONCAKE;
-		else
-			pt->fmt = PLAN_FMT_TOKENS;
-	}
-	if (!pt->block_tokens)
+	/* AUTO: a line that is an object is a JSON record (its fields
+	 * decide which kind, json_line), anything else token ids. */
+	if (pt->fmt == PLAN_FMT_AUTO && *q != '{')
+		pt->fmt = PLAN_FMT_TOKENS;
+	if (pt->fmt == PLAN_FMT_AUTO)
+		r->detect = 1;
+	else if (!pt->block_tokens)
 		pt->block_tokens = pt->fmt == PLAN_FMT_MOONCAKE ? 512
 				 : pt->fmt == PLAN_FMT_BAILIAN ? 16 : 256;
 	return pt->fmt == PLAN_FMT_TOKENS ? token_line(r, p, end) : json_line(r, p, end);
 }
+
+/* Windows of at least this many bytes of a JSON trace are read in
+ * parallel (json_window); below it a thread costs more than it saves. */
+#ifndef PAR_MIN_BYTES
+#define PAR_MIN_BYTES (64u << 10)
+#endif
+
+/* The lines of [p, end), each without its '\n': end is just past a '\n',
+ * or the end of the input (its last line).  A line longer than the bound
+ * is refused where it stands. */
+static int reader_lines(struct reader *r, const char *p, const char *end)
+{
+	const struct plan_trace *pt = r->pt;
+	int rc = 0;
+
+	while (!rc && !r->full && p < end) {
+		if ((pt->fmt == PLAN_FMT_MOONCAKE || pt->fmt == PLAN_FMT_BAILIAN) &&
+		    pt->block_tokens && r->b_open && (size_t)(end - p) >= PAR_MIN_BYTES) {
+			const char *stop;
+			if ((rc = json_window(r, p, end, &stop)) || r->full || stop == end)
+				break;
+			p = stop;
+		}
+		const char *eol = memchr(p, '\n', (size_t)(end - p));
+		if (!eol)
+			eol = end;
+		if ((size_t)(eol - p) > PLAN_TRACE_MAX_LINE) {
+			r->line++;
+			return bad_line(r, "longer than %u MiB, the bound on a trace line",
+					PLAN_TRACE_MAX_LINE >> 20);
+		}
+		rc = reader_line(r, p, (size_t)(eol - p));
+		p = eol + 1;
+	}
+	return rc;
+}
+
 
 static void reader_free(struct reader *r)
 {
@@ -460,6 +1091,8 @@ static void reader_free(struct reader *r)
 	free(r->out_len);
 	free(r->tok);
 	free(r->keys);
+	jctx_free(r->jc);
+	r->jc = NULL;
 }
 
 /* The trace is built; hand the side arrays to pt. */
@@ -514,23 +1147,10 @@ int plan_trace_parse(const char *buf, size_t len, enum plan_fmt fmt,
 		     uint32_t block_tokens, uint64_t max_req, struct plan_trace *pt)
 {
 	struct reader r;
-	const char *p = buf, *end = buf + len;
-	int rc = 0;
+	int rc;
 
 	reader_init(&r, "trace", fmt, block_tokens, max_req, pt);
-	while (!rc && !r.full && p < end) {
-		const char *eol = memchr(p, '\n', (size_t)(end - p));
-		if (!eol)
-			eol = end;
-		if ((size_t)(eol - p) > PLAN_TRACE_MAX_LINE) {
-			r.line++;
-			rc = bad_line(&r, "longer than %u MiB, the bound on a trace line",
-				 PLAN_TRACE_MAX_LINE >> 20);
-			break;
-		}
-		rc = reader_line(&r, p, (size_t)(eol - p));
-		p = eol + 1;
-	}
+	rc = reader_lines(&r, buf, buf + len);
 	if (rc) {
 		reader_free(&r);
 		plan_trace_free(pt);
@@ -593,17 +1213,16 @@ int plan_trace_read(const char *path, enum plan_fmt fmt, uint32_t block_tokens,
 		const char *nul = memchr(buf + have, '\0', got);
 		const char *p = buf, *end = buf + have + got;
 		have += got;
-		while (!rc && !r.full) {
-			const char *eol = memchr(p, '\n', (size_t)(end - p));
-			if (nul && (!eol || nul < eol)) {
-				r.line++;
-				rc = bad_line(&r, "a NUL byte: binary data, not a trace");
-				break;
-			}
-			if (!eol)
-				break;
-			rc = reader_line(&r, p, (size_t)(eol - p));
-			p = eol + 1;
+		/* The whole lines before the NUL, if any, then the NUL. */
+		const char *lim = nul ? nul : end;
+		const char *last = memrchr(p, '\n', (size_t)(lim - p));
+		if (last) {
+			rc = reader_lines(&r, p, last + 1);
+			p = last + 1;
+		}
+		if (!rc && !r.full && nul) {
+			r.line++;
+			rc = bad_line(&r, "a NUL byte: binary data, not a trace");
 		}
 		if (rc || r.full)
 			break;

@@ -3,9 +3,10 @@
  *
  * A trace is a list of requests, each a list of prefix-block ids in prompt
  * order plus what the cost model needs: arrival time, prompt and output
- * lengths.  The block ids themselves come from policy/replay.h's parser
- * (kvt_trace_parse_jsonl: dense renumbering in order of first appearance), so
- * the planner, tools/policy_compare and the tests see the same ids.
+ * lengths.  The block ids are renumbered by policy/replay.h's trace builder
+ * (dense, in order of first appearance), and this is the one reader of
+ * trace files, so the planner, tools/policy_compare and the tests see the
+ * same ids.
  *
  * Formats (block size is a property of the trace):
  *  - PLAN_FMT_MOONCAKE: Mooncake JSONL — timestamp (ms), input_length,

@@ -1,5 +1,5 @@
 /*
- * replay.c — the trace parser and the reference replay.
+ * replay.c — the trace builder (dense block ids) and the reference replay.
  */
 #include "policy/replay.h"
 #include "common/hex.h"
@@ -9,7 +9,7 @@
 
 #include "common/err.h"
 
-/* ---- parsing -------------------------------------------------------------- */
+/* ---- building ------------------------------------------------------------- */
 
 /* The id map (struct kvt_trace_idmap, replay.h): open addressing over
  * the trace's 64-bit ids. */
@@ -102,15 +102,6 @@ static int push(void **arr, uint64_t *cap, uint64_t n, size_t elem, const void *
 	return 0;
 }
 
-static const char *find_in(const char *p, const char *end, const char *needle)
-{
-	size_t nl = strlen(needle);
-	for (; p + nl <= end; p++)
-		if (*p == needle[0] && memcmp(p, needle, nl) == 0)
-			return p;
-	return NULL;
-}
-
 int kvt_trace_build_begin(struct kvt_trace_builder *b, struct kvt_trace *t)
 {
 	uint64_t zero = 0;
@@ -156,71 +147,6 @@ void kvt_trace_build_end(struct kvt_trace_builder *b)
 	free(b->map.keys);
 	free(b->map.vals);
 	memset(&b->map, 0, sizeof(b->map));
-}
-
-int kvt_trace_parse_jsonl(const char *buf, size_t len, struct kvt_trace *t)
-{
-	struct kvt_trace_builder b;
-	const char *p = buf, *end = buf + len;
-	uint64_t line = 0, *ids = NULL, idcap = 0;
-	int rc = kvt_trace_build_begin(&b, t);
-
-	while (!rc && p < end) {
-		const char *eol = memchr(p, '\n', (size_t)(end - p));
-		if (!eol)
-			eol = end;
-		line++;
-		const char *h = find_in(p, eol, "\"hash_ids\"");
-		if (h) {
-			const char *q = h + 10;
-			uint64_t n = 0;
-			while (q < eol && (*q == ' ' || *q == ':' || *q == '\t' || *q == '\r'))
-				q++;
-			if (q >= eol || *q != '[') {
-				rc = kvt_err(KVT_EINVAL, "trace line %llu: hash_ids is not an array",
-					     (unsigned long long)line);
-				break;
-			}
-			q++;
-			for (;;) {
-				/* JSON's whitespace, as the planner's reader takes it */
-				while (q < eol && (*q == ' ' || *q == ',' || *q == '\t' ||
-						   *q == '\r' || *q == '\n'))
-					q++;
-				if (q < eol && *q == ']')
-					break;
-				if (q >= eol || *q < '0' || *q > '9') {
-					rc = kvt_err(KVT_EINVAL,
-						     "trace line %llu: hash_ids holds a non-integer",
-						     (unsigned long long)line);
-					break;
-				}
-				uint64_t v = 0;
-				while (q < eol && *q >= '0' && *q <= '9') {
-					uint64_t dg = (uint64_t)(*q++ - '0');
-					if (v > (UINT64_MAX - dg) / 10) {
-						rc = kvt_err(KVT_EINVAL,
-							     "trace line %llu: a hash id is past 64 bits",
-							     (unsigned long long)line);
-						break;
-					}
-					v = v * 10 + dg;
-				}
-				if (rc)
-					break;
-				if ((rc = push((void **)&ids, &idcap, n++, sizeof(uint64_t), &v)))
-					break;
-			}
-			if (!rc)
-				rc = kvt_trace_build_add(&b, ids, n);
-		}
-		p = eol + 1;
-	}
-	free(ids);
-	kvt_trace_build_end(&b);
-	if (rc)
-		kvt_trace_free(t);
-	return rc;
 }
 
 void kvt_trace_free(struct kvt_trace *t)

@@ -2,9 +2,9 @@
  * replay.h — replay a prefix-cache trace through the policies.
  *
  * The one definition of "what would this cache have hit", shared by the
- * tests, tools/policy_compare and (later) the capacity planner, so that they
- * can never disagree.  Pure: the caller reads the file; this parses bytes in
- * memory and simulates.
+ * tests, tools/policy_compare and the capacity planner, so that they can
+ * never disagree.  Pure: the planner's reader (plan/trace.h) reads trace
+ * files and builds the trace here; this renumbers ids and simulates.
  *
  * Semantics of one request (a list of block ids in prompt order):
  *  1. Its hit is the number of leading blocks present in some tier: a block
@@ -50,15 +50,10 @@ struct kvt_trace {
 	uint32_t *pos;      /* nids: position of each block in its prompt */
 };
 
-/* Parse JSON Lines, taking each line's "hash_ids": [..] array and ignoring
- * the rest.  Lines without hash_ids are skipped; a malformed array is
- * KVT_EINVAL naming its line.  0 or an error; on success the caller owns
- * *t and frees it with kvt_trace_free. */
-int kvt_trace_parse_jsonl(const char *buf, size_t len, struct kvt_trace *t);
-
 /* Building a trace request by request, from a reader that has the ids
- * already (the planner's): a trace's own 64-bit block ids are mapped to
- * dense ones in order of first sight.  begin, add each request, end;
+ * already (the planner's, plan/trace.h, the one reader of trace files): a
+ * trace's own 64-bit block ids are mapped to dense ones in order of first
+ * sight.  begin, add each request, end;
  * after an error, kvt_trace_build_end then kvt_trace_free. */
 struct kvt_trace_builder {
 	struct kvt_trace *t;
