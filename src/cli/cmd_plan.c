@@ -27,6 +27,7 @@
 #define MAX_ADMITS 16
 #define MAX_THREADS 64
 #define MAX_LIMIT 1000000000000ull /* requests: 10^12 */
+#define PLAN_ACCESSES_PER_THREAD 2e6 /* ~50 ms of simulation */
 
 struct cfg_out {
 	struct plan_conf conf;
@@ -890,8 +891,17 @@ int cmd_plan(int argc, char **argv)
 	}
 
 	if (!threads) {
+		/* A thread costs its start, and on a busy machine its first
+		 * wait for a core (tens of ms measured on a loaded 2-core box:
+		 * the 4,000-request plan of kvtier-bench ran 3x slower with a
+		 * second one); the simulator does some 20-50 M block accesses
+		 * a second.  So one thread per PLAN_ACCESSES_PER_THREAD of
+		 * work, up to the online CPUs. */
 		long nc = sysconf(_SC_NPROCESSORS_ONLN);
+		double work = (double)x->ncfg * (double)x->pt.t.nblocks;
 		threads = nc > 0 ? (unsigned)nc : 1;
+		if (work / PLAN_ACCESSES_PER_THREAD < threads)
+			threads = (unsigned)(work / PLAN_ACCESSES_PER_THREAD) + 1;
 	}
 	if (threads > 64)
 		threads = 64;
