@@ -798,6 +798,197 @@ KVT_API int kvt_store_verify(kvt_store *st, int tier, int drop,
 				    const char *why),
 		     void *arg, kvt_verify_result *res);
 
+/* ==== Capacity planning and trace replay ================================== */
+
+/*
+ * What `kvtier plan` and `kvtier replay` are built on: read a request trace,
+ * simulate a configuration of tiers over it (no data; the store's own
+ * eviction and admission policies), and price the result with the cost
+ * model.  docs/PLANNING.md gives the formats, the semantics and the sources
+ * of every figure.
+ *
+ * Thread safety: a kvt_plan_trace is immutable once read; any number of
+ * threads may simulate over one at once.  The catalog (models, GPUs, tiers)
+ * may be read from any thread, except while kvt_plan_catalog_load runs:
+ * load catalogs first, then plan.
+ */
+
+/* A request trace: per request, the prefix-block ids in prompt order (as
+ * dense ids, in order of first appearance), arrival and lengths. */
+typedef struct kvt_plan_trace kvt_plan_trace;
+
+enum kvt_plan_format {
+	KVT_PLAN_FMT_AUTO = 0,     /* from the first non-blank line */
+	KVT_PLAN_FMT_MOONCAKE = 1, /* JSONL, timestamp in ms, 512-token blocks */
+	KVT_PLAN_FMT_BAILIAN = 2,  /* JSONL (Qwen/Bailian), seconds, 16-token blocks */
+	KVT_PLAN_FMT_TOKENS = 3,   /* token ids, one prompt a line, keyed by kvtier */
+};
+
+/* "auto", "mooncake", "bailian" (or "qwen"), "tokens" -> enum
+ * kvt_plan_format; -1 if `name` is none of them.  `name` may not be NULL. */
+KVT_API int kvt_plan_format_parse(const char *name);
+/* The name of a format; "auto" for any other value.  Never NULL. */
+KVT_API const char *kvt_plan_format_name(int format);
+
+/* Read the trace in file `path` ("-": standard input), streaming it; a JSON
+ * record is parsed whole and its fields taken by name.  `format` is an enum
+ * kvt_plan_format; block_tokens 0 takes the format's own; max_requests > 0
+ * keeps the first max_requests requests (and reads no further).  On
+ * success *out is a trace for kvt_plan_trace_free.  Returns 0; KVT_EINVAL
+ * for a trace that is wrong, with kvt_errmsg() naming the file, the line
+ * and the field ("t.jsonl:3: timestamp: ... is out of range 0..."), for a
+ * directory, for an unknown format, and for a trace with no request or no
+ * whole block; KVT_ENOMEM; or -errno when the file cannot be opened or
+ * read.  *out is NULL on failure.  `path` and `out` may not be NULL. */
+KVT_API int kvt_plan_trace_read(const char *path, int format, uint32_t block_tokens,
+				uint64_t max_requests, kvt_plan_trace **out);
+/* The same for a trace held in memory (messages name it "trace"). */
+KVT_API int kvt_plan_trace_parse(const char *buf, size_t len, int format,
+				 uint32_t block_tokens, uint64_t max_requests,
+				 kvt_plan_trace **out);
+/* Free a trace; NULL is a no-op. */
+KVT_API void kvt_plan_trace_free(kvt_plan_trace *t);
+
+/* A read-only view of a trace; its arrays live as long as the trace. */
+typedef struct kvt_plan_trace_view {
+	int format;                /* enum kvt_plan_format, never AUTO */
+	uint32_t block_tokens;     /* tokens per block */
+	uint64_t requests;
+	uint64_t blocks;           /* block references, all requests */
+	uint64_t distinct_blocks;  /* dense ids are 0..distinct_blocks-1 */
+	const uint64_t *off;       /* requests + 1: request q is ids[off[q]..off[q+1]) */
+	const uint32_t *ids;       /* blocks */
+	const double *arrive_s;    /* requests: seconds after the first */
+	const uint32_t *in_len;    /* requests: prompt tokens */
+	const uint32_t *out_len;   /* requests: generated tokens (0: unknown) */
+} kvt_plan_trace_view;
+
+/* Fill *out with the view of `t`.  Neither may be NULL. */
+KVT_API void kvt_plan_trace_view_get(const kvt_plan_trace *t, kvt_plan_trace_view *out);
+
+/* -- simulation -- */
+
+#define KVT_PLAN_UNBOUNDED UINT64_MAX /* a capacity with no limit */
+#define KVT_PLAN_MAX_NODES 1024
+
+/* Tier slots: each node's DRAM (T0) over its NVMe (T1), exclusive; a tier
+ * shared by all nodes (a file system or S3), inclusive. */
+enum { KVT_PLAN_T0 = 0, KVT_PLAN_T1 = 1, KVT_PLAN_TS = 2, KVT_PLAN_NT = 3 };
+
+enum kvt_plan_policy { KVT_PLAN_LRU = 0, KVT_PLAN_S3FIFO = 1 };
+enum kvt_plan_route {
+	KVT_PLAN_ROUTE_RR = 0,       /* round-robin */
+	KVT_PLAN_ROUTE_AFFINITY = 1, /* the node holding the longest prefix */
+};
+enum kvt_plan_admit {
+	KVT_PLAN_ADMIT_ALL = 0,
+	KVT_PLAN_ADMIT_SEEN = 1,     /* on the seen_n-th sighting (1..15) */
+	KVT_PLAN_ADMIT_TINYLFU = 2,  /* more often seen than the victim */
+	KVT_PLAN_ADMIT_PREFIX = 3,   /* blocks at depth >= min_prefix (>= 1) */
+};
+
+typedef struct kvt_plan_tier_conf {
+	uint64_t capacity;    /* blocks; 0: the tier is absent (T0 must be > 0) */
+	int admit;            /* enum kvt_plan_admit */
+	uint32_t seen_n;      /* KVT_PLAN_ADMIT_SEEN */
+	uint32_t min_prefix;  /* KVT_PLAN_ADMIT_PREFIX */
+} kvt_plan_tier_conf;
+
+typedef struct kvt_plan_conf {
+	int policy;           /* enum kvt_plan_policy, every tier */
+	unsigned nodes;       /* 1..KVT_PLAN_MAX_NODES */
+	int route;            /* enum kvt_plan_route */
+	kvt_plan_tier_conf tier[KVT_PLAN_NT];
+} kvt_plan_conf;
+
+typedef struct kvt_plan_result {
+	uint64_t requests;
+	uint64_t blocks;                  /* block references */
+	uint64_t hit_blocks;              /* prefix hits, any tier */
+	uint64_t hit_tier[KVT_PLAN_NT];   /* ... by the tier that held them */
+	uint64_t tokens, hit_tokens;      /* prompt tokens, of which cached */
+	uint64_t inserts[KVT_PLAN_NT];    /* blocks written per tier */
+	uint64_t rejects[KVT_PLAN_NT];    /* refused by admission */
+	uint64_t demotions, promotions;
+} kvt_plan_result;
+
+/* Per request: blocks hit in T0, T1, S (a prefix, looked up in that order)
+ * and the node it ran on. */
+typedef struct kvt_plan_req_hit {
+	uint32_t hit[KVT_PLAN_NT];
+	uint32_t node;
+} kvt_plan_req_hit;
+
+/* Simulate configuration `c` over trace `t` into *r; per_req (may be
+ * NULL) receives one entry per request.  A request's hit is its leading
+ * blocks present in the node's tiers or the shared one; then every block
+ * is accessed in prompt order.  Deterministic.  0; KVT_EINVAL for a
+ * configuration out of range (nodes, an absent T0, an unknown policy,
+ * route or admission rule, seen_n or min_prefix out of range: kvt_errmsg
+ * names it); KVT_ENOMEM.  t, c and r may not be NULL. */
+KVT_API int kvt_plan_simulate(const kvt_plan_trace *t, const kvt_plan_conf *c,
+			      kvt_plan_result *r, kvt_plan_req_hit *per_req);
+
+/* -- cost model -- */
+
+typedef struct kvt_plan_model {
+	char name[48];
+	double params;                              /* parameters */
+	uint32_t layers, d_model, kv_heads, head_dim;
+} kvt_plan_model;
+
+typedef struct kvt_plan_gpu {
+	char name[48];
+	double tflops;    /* dense BF16 */
+	double mfu;       /* achieved share of it in prefill */
+	double usd_hour;  /* one GPU-hour */
+} kvt_plan_gpu;
+
+/* A tier's speed and price.  The catalog's "dram", "nvme", "fs" and "s3"
+ * carry the store's default tier speeds, the figures kvt_lookup_worth
+ * starts from before it has measured its own reads. */
+typedef struct kvt_plan_tier {
+	char name[48];
+	double gbps;            /* read bandwidth per node, 10^9 B/s */
+	double latency_us;      /* first byte */
+	double usd_gib_month;   /* storage */
+	double usd_per_1k_get, usd_per_1k_put;
+} kvt_plan_tier;
+
+/* The catalog entry named `name` (case-insensitive), or NULL
+ * when there is none.  `name` may not be NULL.  The entry stays valid
+ * until the process ends (a later catalog load may change its figures). */
+KVT_API const kvt_plan_model *kvt_plan_model_find(const char *name);
+KVT_API const kvt_plan_gpu *kvt_plan_gpu_find(const char *name);
+KVT_API const kvt_plan_tier *kvt_plan_tier_find(const char *name);
+/* Entry i of the catalog, in its order; NULL past the last. */
+KVT_API const kvt_plan_model *kvt_plan_model_at(size_t i);
+KVT_API const kvt_plan_gpu *kvt_plan_gpu_at(size_t i);
+KVT_API const kvt_plan_tier *kvt_plan_tier_at(size_t i);
+
+/* Write the catalog as `kvtier plan --list` shows it to file descriptor
+ * `fd` (the caller's; left open).  0, or -errno if it cannot be written. */
+KVT_API int kvt_plan_catalog_write(int fd);
+
+/* Add (or override) catalog entries from a text file, one a line:
+ *   model NAME params=8.03e9 layers=32 d_model=4096 kv_heads=8 head_dim=128
+ *   gpu   NAME tflops=989 mfu=0.5 usd_hour=4.5
+ *   tier  NAME gbps=50 latency_us=5 usd_gib_month=3 usd_per_1k_get=0 usd_per_1k_put=0
+ * 0; KVT_ECONFIG for a wrong line (kvt_errmsg names the file, the line and
+ * the setting, with its range); KVT_EIO or -errno if it cannot be read.
+ * Not to be called while another thread uses the catalog. */
+KVT_API int kvt_plan_catalog_load(const char *path);
+
+/* KV bytes one token takes: 2 (K, V) x layers x kv_heads x head_dim x 2. */
+KVT_API double kvt_plan_kv_bytes_per_token(const kvt_plan_model *m);
+/* Seconds of prefill from token from_tok to to_tok on `g`:
+ * [2 P (to - from) + 2 L d (to^2 - from^2)] / (F MFU); 0 when to <= from. */
+KVT_API double kvt_plan_prefill_seconds(const kvt_plan_model *m, const kvt_plan_gpu *g,
+					double from_tok, double to_tok);
+/* Seconds to load `bytes` from tier `t`: latency + bytes / bandwidth, 0
+ * when nothing loads. */
+KVT_API double kvt_plan_load_seconds(const kvt_plan_tier *t, double bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,6 +3,7 @@
  * definition of what a cache would have hit), the trace readers and the
  * cost model.
  */
+#include <errno.h>
 #include <math.h>
 #include <unistd.h>
 
@@ -381,6 +382,88 @@ static void cost(void)
 	CHECK(plan_load_s(d, 0) == 0);
 }
 
+/* The public calls (kvtier.h) give what the planner's own do, and refuse
+ * what is out of range with KVT_EINVAL naming it. */
+static void api(const struct plan_trace *pt, const char *buf, size_t len)
+{
+	kvt_plan_trace *t = (kvt_plan_trace *)1;
+	kvt_plan_trace_view v;
+
+	CHECK_EQ(kvt_plan_trace_parse(buf, len, 7, 0, 0, &t), KVT_EINVAL);
+	CHECK(t == NULL);
+	CHECK(strstr(kvt_errmsg(), "trace format 7") != NULL);
+	CHECK_EQ(kvt_plan_trace_read("/nonexistent/t.jsonl", KVT_PLAN_FMT_AUTO, 0, 0, &t), -ENOENT);
+	CHECK(t == NULL);
+	CHECK_EQ(kvt_plan_trace_parse(buf, len, KVT_PLAN_FMT_AUTO, 0, 0, &t), 0);
+	if (!t)
+		return;
+	kvt_plan_trace_view_get(t, &v);
+	CHECK_EQ(v.format, KVT_PLAN_FMT_MOONCAKE);
+	CHECK_EQ(v.requests, pt->t.nreq);
+	CHECK_EQ(v.blocks, pt->t.nblocks);
+	CHECK_EQ(v.distinct_blocks, pt->t.nids);
+	CHECK_EQ(v.off[v.requests], v.blocks);
+	CHECK(memcmp(v.ids, pt->t.ids, v.blocks * sizeof(*v.ids)) == 0);
+	CHECK_EQ(v.in_len[17], pt->in_len[17]);
+	CHECK(v.arrive_s[100] == pt->arrive_s[100]);
+
+	kvt_plan_conf c = {.policy = KVT_PLAN_S3FIFO, .nodes = 2, .route = KVT_PLAN_ROUTE_AFFINITY};
+	c.tier[KVT_PLAN_T0].capacity = 3000;
+	c.tier[KVT_PLAN_T1] = (kvt_plan_tier_conf){.capacity = 9000, .admit = KVT_PLAN_ADMIT_SEEN,
+						     .seen_n = 2};
+	struct plan_conf pc = {.kind = KVT_EVICT_S3FIFO, .nodes = 2, .route = PLAN_ROUTE_AFFINITY};
+	pc.tier[PLAN_T0].capacity = 3000;
+	pc.tier[PLAN_T1].capacity = 9000;
+	pc.tier[PLAN_T1].admit.rules = KVT_ADMIT_SEEN;
+	pc.tier[PLAN_T1].admit.seen_n = 2;
+	kvt_plan_result a, b;
+	CHECK_EQ(kvt_plan_simulate(t, &c, &a, NULL), 0);
+	CHECK_EQ(plan_sim_run(pt, &pc, &b, NULL), 0);
+	CHECK(memcmp(&a, &b, sizeof(a)) == 0);
+	CHECK(a.rejects[KVT_PLAN_T1] > 0);
+	c.tier[KVT_PLAN_T1].seen_n = 0;
+	CHECK_EQ(kvt_plan_simulate(t, &c, &a, NULL), KVT_EINVAL);
+	CHECK(strstr(kvt_errmsg(), "seen_n 0: expected 1..15") != NULL);
+	c.tier[KVT_PLAN_T1].seen_n = 2;
+	c.policy = 9;
+	CHECK_EQ(kvt_plan_simulate(t, &c, &a, NULL), KVT_EINVAL);
+	c.policy = KVT_PLAN_LRU;
+	c.nodes = 0;
+	CHECK_EQ(kvt_plan_simulate(t, &c, &a, NULL), KVT_EINVAL);
+	kvt_plan_trace_free(t);
+	kvt_plan_trace_free(NULL);
+
+	/* The catalog, and its prices of a block. */
+	CHECK_EQ(kvt_plan_format_parse("qwen"), KVT_PLAN_FMT_BAILIAN);
+	CHECK_EQ(kvt_plan_format_parse("csv"), -1);
+	CHECK(strcmp(kvt_plan_format_name(KVT_PLAN_FMT_TOKENS), "tokens") == 0);
+	const kvt_plan_model *m = kvt_plan_model_find("llama-3.1-8b");
+	CHECK(m && m == kvt_plan_model_find("Llama-3.1-8B"));
+	CHECK(kvt_plan_model_find("no-such-model") == NULL);
+	size_t nm = 0;
+	while (kvt_plan_model_at(nm))
+		nm++;
+	CHECK(nm > 0 && kvt_plan_model_at(0) != NULL);
+	const kvt_plan_tier *d = kvt_plan_tier_find("dram");
+	CHECK(d && d == kvt_plan_tier_at(0));
+	if (m && d) {
+		CHECK(kvt_plan_kv_bytes_per_token(m) == plan_kv_bytes_per_token(m));
+		CHECK(kvt_plan_load_seconds(d, 1e9) == plan_load_s(d, 1e9));
+		CHECK(kvt_plan_prefill_seconds(m, kvt_plan_gpu_find("H100"), 0, 100) > 0);
+	}
+	FILE *f = tmpfile();
+	CHECK(f != NULL);
+	if (f) {
+		char text[4096] = "";
+		CHECK_EQ(kvt_plan_catalog_write(fileno(f)), 0);
+		rewind(f);
+		CHECK(fread(text, 1, sizeof(text) - 1, f) > 0);
+		CHECK(strncmp(text, "models:\n", 8) == 0 && strstr(text, "\ntiers:\n  dram"));
+		fclose(f);
+	}
+	CHECK(kvt_plan_catalog_write(-1) < 0);
+}
+
 int main(void)
 {
 	readers();
@@ -392,6 +475,7 @@ int main(void)
 	char *buf = test_data_read("traces/conversation_trace.jsonl", &len);
 	struct plan_trace pt;
 	CHECK_EQ(plan_trace_parse(buf, len, PLAN_FMT_AUTO, 0, 0, &pt), 0);
+	api(&pt, buf, len);
 	free(buf);
 	CHECK_EQ(pt.t.nreq, 12031);
 	CHECK_EQ(pt.t.nblocks, 288500);

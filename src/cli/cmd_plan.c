@@ -1,7 +1,7 @@
 /*
  * cmd_plan.c — `kvtier plan`: simulate a trace over a grid of tier
  * capacities × eviction × admission policies (src/plan/plan.h), price each
- * configuration with the cost model (src/plan/cost.h), and recommend the
+ * configuration with the cost model (kvt_plan_*, kvtier.h), and recommend the
  * cheapest one that meets a target.  Writes a terminal table, JSON, CSV and
  * a report directory (gnuplot SVG charts + index.html).
  */
@@ -18,9 +18,6 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "plan/cost.h"
-#include "plan/plan.h"
-#include "store/config.h"
 
 #define MAX_LIST 64     /* capacities per tier list */
 #define MAX_POLICIES 8
@@ -30,23 +27,24 @@
 #define PLAN_ACCESSES_PER_THREAD 2e6 /* ~50 ms of simulation */
 
 struct cfg_out {
-	struct plan_conf conf;
+	kvt_plan_conf conf;
 	const char *admit_name;
-	struct plan_result r;
+	kvt_plan_result r;
 	double sim_s;
 	double ttft_mean, ttft_p50, ttft_p90, ttft_p99; /* seconds */
 	double gpu_s;                                    /* prefill compute */
-	double load_bytes[PLAN_NT];
+	double load_bytes[KVT_PLAN_NT];
 	double usd_storage_month, usd_req_per_m, usd_month;
 	double gpu_h_saved_per_m, usd_net_month;
 	int rc;
 };
 
 struct plan_ctx {
-	struct plan_trace pt;
-	const struct plan_model *model;
-	const struct plan_gpu *gpu;
-	const struct plan_tier_cost *tc[PLAN_NT];
+	kvt_plan_trace *tr;
+	kvt_plan_trace_view tv;  /* of tr */
+	const kvt_plan_model *model;
+	const kvt_plan_gpu *gpu;
+	const kvt_plan_tier *tc[KVT_PLAN_NT];
 	double block_bytes;
 	double base_gpu_s;
 	double base_ttft_p90;
@@ -106,7 +104,7 @@ static int parse_cap(const char *opt, const char *t, double block_bytes, uint64_
 	const char *unit = t + digits;
 
 	if (!strcmp(t, "inf") || !strcmp(t, "unbounded")) {
-		*out = PLAN_UNBOUNDED;
+		*out = KVT_PLAN_UNBOUNDED;
 		return 0;
 	}
 	if (!*unit)
@@ -168,22 +166,22 @@ static int parse_caps(const char *opt, const char *s, double block_bytes, uint64
 }
 
 /* none | always | seenN (N 1..15, seen = seen2) | tinylfu | prefixN (N >= 1). */
-static int parse_admit(const char *s, struct kvt_admit_conf *a)
+static int parse_admit(const char *s, kvt_plan_tier_conf *a)
 {
 	memset(a, 0, sizeof(*a));
 	if (!strcmp(s, "none") || !strcmp(s, "always"))
 		return 0;
 	if (!strcmp(s, "tinylfu")) {
-		a->rules = KVT_ADMIT_TINYLFU;
+		a->admit = KVT_PLAN_ADMIT_TINYLFU;
 		return 0;
 	}
 	if (!strncmp(s, "seen", 4)) {
-		a->rules = KVT_ADMIT_SEEN;
+		a->admit = KVT_PLAN_ADMIT_SEEN;
 		a->seen_n = 2;
 		return s[4] ? cli_parse_u32("plan", "--admit seenN", s + 4, 1, 15, &a->seen_n) : 0;
 	}
 	if (!strncmp(s, "prefix", 6)) {
-		a->rules = KVT_ADMIT_PREFIX;
+		a->admit = KVT_PLAN_ADMIT_PREFIX;
 		return cli_parse_u32("plan", "--admit prefixN", s + 6, 1, 1u << 20, &a->min_prefix);
 	}
 	fprintf(stderr, "kvtier plan: --admit \"%s\": expected none, seenN, tinylfu or prefixN\n", s);
@@ -208,61 +206,68 @@ static double pct(const double *sorted, uint64_t n, double p)
 	return sorted[i < n ? i : n - 1];
 }
 
+/* Cached tokens of request q with h blocks hit: whole blocks, at most
+ * the prompt. */
+static uint64_t hit_tokens(const kvt_plan_trace_view *pt, uint64_t q, uint64_t h)
+{
+	uint64_t t = h * pt->block_tokens;
+	return t < pt->in_len[q] ? t : pt->in_len[q];
+}
+
 static double cap_blocks(const struct plan_ctx *x, uint64_t cap)
 {
-	return cap == PLAN_UNBOUNDED ? (double)x->pt.t.nids : (double)cap;
+	return cap == KVT_PLAN_UNBOUNDED ? (double)x->tv.distinct_blocks : (double)cap;
 }
 
 /* TTFT of each request into ttft[] (seconds), and the totals into o. */
 static void evaluate(const struct plan_ctx *x, struct cfg_out *o,
-		     const struct plan_req_hit *ph, double *ttft)
+		     const kvt_plan_req_hit *ph, double *ttft)
 {
-	const struct plan_trace *pt = &x->pt;
-	double kvb = plan_kv_bytes_per_token(x->model);
+	const kvt_plan_trace_view *pt = &x->tv;
+	double kvb = kvt_plan_kv_bytes_per_token(x->model);
 	double sum = 0;
 	o->gpu_s = 0;
-	for (unsigned k = 0; k < PLAN_NT; k++)
+	for (unsigned k = 0; k < KVT_PLAN_NT; k++)
 		o->load_bytes[k] = 0;
-	for (uint64_t q = 0; q < pt->t.nreq; q++) {
-		uint64_t n = pt->t.off[q + 1] - pt->t.off[q];
+	for (uint64_t q = 0; q < pt->requests; q++) {
 		double L = pt->in_len[q];
 		double load = 0, prev = 0;
 		uint64_t acc = 0;
-		for (unsigned k = 0; k < PLAN_NT; k++) {
+		for (unsigned k = 0; k < KVT_PLAN_NT; k++) {
 			acc += ph[q].hit[k];
-			double upto = (double)plan_hit_tokens(pt, q, acc, n);
+			double upto = (double)hit_tokens(pt, q, acc);
 			double b = (upto - prev) * kvb;
 			if (b > 0) {
 				o->load_bytes[k] += b;
-				load += plan_load_s(x->tc[k], b);
+				load += kvt_plan_load_seconds(x->tc[k], b);
 			}
 			prev = upto;
 		}
 		double from = prev >= L ? (L > 0 ? L - 1 : 0) : prev;
-		double comp = plan_prefill_s(x->model, x->gpu, from, L);
+		double comp = kvt_plan_prefill_seconds(x->model, x->gpu, from, L);
 		o->gpu_s += comp;
 		ttft[q] = load + comp;
 		sum += ttft[q];
 	}
-	qsort(ttft, pt->t.nreq, sizeof(double), cmp_double);
-	uint64_t n = pt->t.nreq;
+	qsort(ttft, pt->requests, sizeof(double), cmp_double);
+	uint64_t n = pt->requests;
 	o->ttft_mean = n ? sum / (double)n : 0;
 	o->ttft_p50 = pct(ttft, n, 0.5);
 	o->ttft_p90 = pct(ttft, n, 0.9);
 	o->ttft_p99 = pct(ttft, n, 0.99);
 
-	const struct plan_conf *c = &o->conf;
+	const kvt_plan_conf *c = &o->conf;
 	double gib = x->block_bytes / 1073741824.0;
 	o->usd_storage_month = 0;
-	for (unsigned k = 0; k < PLAN_NT; k++) {
+	for (unsigned k = 0; k < KVT_PLAN_NT; k++) {
 		if (!c->tier[k].capacity)
 			continue;
-		double copies = k == PLAN_TS ? 1 : c->nodes;
+		double copies = k == KVT_PLAN_TS ? 1 : c->nodes;
 		o->usd_storage_month += copies * cap_blocks(x, c->tier[k].capacity) * gib *
 					x->tc[k]->usd_gib_month;
 	}
 	double usd_req = 0;
-	for (unsigned k = 0; k < PLAN_NT; k++)
+	for (unsigned k = 0; k < KVT_PLAN_NT; k++)
 		usd_req += (double)o->r.hit_tier[k] * x->tc[k]->usd_per_1k_get / 1000 +
 			   (double)o->r.inserts[k] * x->tc[k]->usd_per_1k_put / 1000;
 	double nreq = n ? (double)n : 1;
@@ -276,8 +281,8 @@ static void evaluate(const struct plan_ctx *x, struct cfg_out *o,
 static void *worker(void *arg)
 {
 	struct plan_ctx *x = arg;
-	uint64_t n = x->pt.t.nreq;
-	struct plan_req_hit *ph = malloc((n + 1) * sizeof(*ph));
+	uint64_t n = x->tv.requests;
+	kvt_plan_req_hit *ph = malloc((n + 1) * sizeof(*ph));
 	double *ttft = malloc((n + 1) * sizeof(*ttft));
 	for (;;) {
 		size_t i = atomic_fetch_add(&x->next, 1);
@@ -291,7 +296,7 @@ static void *worker(void *arg)
 			 * simulator rather than a noisy neighbour. */
 			for (unsigned k = 0; k < (x->repeat ? x->repeat : 1); k++) {
 				double t0 = cli_now();
-				o->rc = plan_sim_run(&x->pt, &o->conf, &o->r, ph);
+				o->rc = kvt_plan_simulate(x->tr, &o->conf, &o->r, ph);
 				double dt = cli_now() - t0;
 				if (!k || dt < o->sim_s)
 					o->sim_s = dt;
@@ -310,16 +315,16 @@ static void *worker(void *arg)
 
 static const char *cap_str(uint64_t cap, char *buf, size_t n)
 {
-	if (cap == PLAN_UNBOUNDED)
+	if (cap == KVT_PLAN_UNBOUNDED)
 		snprintf(buf, n, "inf");
 	else
 		snprintf(buf, n, "%llu", (unsigned long long)cap);
 	return buf;
 }
 
-static const char *pol_name(enum kvt_evict_kind k)
+static const char *pol_name(int k)
 {
-	return k == KVT_EVICT_S3FIFO ? "s3fifo" : "lru";
+	return k == KVT_PLAN_S3FIFO ? "s3fifo" : "lru";
 }
 
 static void print_table(const struct plan_ctx *x, FILE *f)
@@ -335,7 +340,7 @@ static void print_table(const struct plan_ctx *x, FILE *f)
 			continue;
 		}
 		fprintf(f, "%-6s %-8s %9s %9s %9s %5u %7.2f %7.2f %9llu %9llu %9llu %8.1f %8.1f %10.1f %10.0f\n",
-			pol_name(o->conf.kind), o->admit_name,
+			pol_name(o->conf.policy), o->admit_name,
 			cap_str(o->conf.tier[0].capacity, a, sizeof(a)),
 			cap_str(o->conf.tier[1].capacity, b, sizeof(b)),
 			cap_str(o->conf.tier[2].capacity, c, sizeof(c)), o->conf.nodes,
@@ -360,11 +365,11 @@ static void write_csv(const struct plan_ctx *x, FILE *f)
 			continue;
 		fprintf(f, "%s,%s,%s,%s,%s,%u,%s,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,"
 			   "%.3f,%.3f,%.3f,%.3f,%.3f,%.2f,%.2f,%.2f,%.6f\n",
-			pol_name(o->conf.kind), o->admit_name,
+			pol_name(o->conf.policy), o->admit_name,
 			cap_str(o->conf.tier[0].capacity, a, sizeof(a)),
 			cap_str(o->conf.tier[1].capacity, b, sizeof(b)),
 			cap_str(o->conf.tier[2].capacity, c, sizeof(c)), o->conf.nodes,
-			o->conf.route == PLAN_ROUTE_AFFINITY ? "affinity" : "rr",
+			o->conf.route == KVT_PLAN_ROUTE_AFFINITY ? "affinity" : "rr",
 			(unsigned long long)o->r.blocks, (unsigned long long)o->r.hit_blocks,
 			(unsigned long long)o->r.hit_tier[0], (unsigned long long)o->r.hit_tier[1],
 			(unsigned long long)o->r.hit_tier[2], (unsigned long long)o->r.tokens,
@@ -388,10 +393,10 @@ static void json_cfg(const struct plan_ctx *x, const struct cfg_out *o, FILE *f)
 		   "\"load_gib\":[%.3f,%.3f,%.3f],\"gpu_hours_saved_per_mreq\":%.4f,"
 		   "\"usd_storage_month\":%.2f,\"usd_per_mreq\":%.4f,\"usd_month\":%.2f,"
 		   "\"usd_net_month\":%.2f,\"sim_seconds\":%.6f}",
-		pol_name(o->conf.kind), o->admit_name, cap_str(o->conf.tier[0].capacity, a, sizeof(a)),
+		pol_name(o->conf.policy), o->admit_name, cap_str(o->conf.tier[0].capacity, a, sizeof(a)),
 		cap_str(o->conf.tier[1].capacity, b, sizeof(b)),
 		cap_str(o->conf.tier[2].capacity, c, sizeof(c)), o->conf.nodes,
-		o->conf.route == PLAN_ROUTE_AFFINITY ? "affinity" : "rr",
+		o->conf.route == KVT_PLAN_ROUTE_AFFINITY ? "affinity" : "rr",
 		(unsigned long long)o->r.blocks, (unsigned long long)o->r.hit_blocks,
 		(unsigned long long)o->r.hit_tier[0], (unsigned long long)o->r.hit_tier[1],
 		(unsigned long long)o->r.hit_tier[2], (unsigned long long)o->r.tokens,
@@ -414,9 +419,9 @@ static void write_json(const struct plan_ctx *x, const char *trace, long best, c
 		   "\"model\":\"%s\",\"gpu\":\"%s\",\"tiers\":[\"%s\",\"%s\",\"%s\"],"
 		   "\"local_tiers\":\"exclusive\",\"shared_tier\":\"inclusive\","
 		   "\"no_cache\":{\"gpu_seconds\":%.3f},\"configs\":[",
-		trace, plan_fmt_name(x->pt.fmt), (unsigned long long)x->pt.t.nreq,
-		(unsigned long long)x->pt.t.nblocks, (unsigned long long)x->pt.t.nids,
-		x->pt.block_tokens, x->block_bytes, x->model->name, x->gpu->name, x->tc[0]->name,
+		trace, kvt_plan_format_name(x->tv.format), (unsigned long long)x->tv.requests,
+		(unsigned long long)x->tv.blocks, (unsigned long long)x->tv.distinct_blocks,
+		x->tv.block_tokens, x->block_bytes, x->model->name, x->gpu->name, x->tc[0]->name,
 		x->tc[1]->name, x->tc[2]->name, x->base_gpu_s);
 	int first = 1;
 	for (size_t i = 0; i < x->ncfg; i++) {
@@ -499,13 +504,13 @@ static int write_report(struct plan_ctx *x, const char *dir, const char *trace, 
 		char b1[24], b2[24];
 		if (nseries < 64)
 			snprintf(titles[nseries], sizeof(titles[0]), "%s %s nvme=%s shared=%s n=%u",
-				 pol_name(a->conf.kind), a->admit_name,
+				 pol_name(a->conf.policy), a->admit_name,
 				 cap_str(a->conf.tier[1].capacity, b1, sizeof(b1)),
 				 cap_str(a->conf.tier[2].capacity, b2, sizeof(b2)), a->conf.nodes);
 		fprintf(f, "# %s\n", titles[nseries < 64 ? nseries : 63]);
 		for (size_t j = i; j < x->ncfg; j++) {
 			const struct cfg_out *o = &x->cfg[j];
-			if (o->rc || o->conf.kind != a->conf.kind || strcmp(o->admit_name, a->admit_name) ||
+			if (o->rc || o->conf.policy != a->conf.policy || strcmp(o->admit_name, a->admit_name) ||
 			    o->conf.tier[1].capacity != a->conf.tier[1].capacity ||
 			    o->conf.tier[2].capacity != a->conf.tier[2].capacity ||
 			    o->conf.nodes != a->conf.nodes)
@@ -523,9 +528,9 @@ static int write_report(struct plan_ctx *x, const char *dir, const char *trace, 
 	fclose(f);
 
 	/* TTFT distribution without the cache and with the recommended one. */
-	uint64_t n = x->pt.t.nreq;
+	uint64_t n = x->tv.requests;
 	double *base = malloc((n + 1) * sizeof(double)), *with = malloc((n + 1) * sizeof(double));
-	struct plan_req_hit *ph = calloc(n + 1, sizeof(*ph));
+	kvt_plan_req_hit *ph = calloc(n + 1, sizeof(*ph));
 	if (!base || !with || !ph) {
 		free(base); free(with); free(ph);
 		return 1;
@@ -533,7 +538,7 @@ static int write_report(struct plan_ctx *x, const char *dir, const char *trace, 
 	struct cfg_out nocache = {0};
 	evaluate(x, &nocache, ph, base);
 	struct cfg_out rec = best >= 0 ? x->cfg[best] : x->cfg[0];
-	if (plan_sim_run(&x->pt, &rec.conf, &rec.r, ph) == 0)
+	if (kvt_plan_simulate(x->tr, &rec.conf, &rec.r, ph) == 0)
 		evaluate(x, &rec, ph, with);
 	else
 		memcpy(with, base, n * sizeof(double));
@@ -591,14 +596,14 @@ static int write_report(struct plan_ctx *x, const char *dir, const char *trace, 
 		   "<h1>kvtier capacity plan</h1>\n<p>Trace <code>%s</code> (%s, %llu requests, %llu block references, "
 		   "%u tokens per block). Model %s on %s. Local tiers (DRAM over NVMe) are exclusive; the shared tier is "
 		   "inclusive (write-through).</p>\n",
-		   trace, plan_fmt_name(x->pt.fmt), (unsigned long long)x->pt.t.nreq,
-		   (unsigned long long)x->pt.t.nblocks, x->pt.block_tokens, x->model->name, x->gpu->name);
+		   trace, kvt_plan_format_name(x->tv.format), (unsigned long long)x->tv.requests,
+		   (unsigned long long)x->tv.blocks, x->tv.block_tokens, x->model->name, x->gpu->name);
 	if (best >= 0) {
 		const struct cfg_out *o = &x->cfg[best];
 		char a[24], b[24], c[24];
 		fprintf(f, "<p id=\"recommendation\"><b>Recommendation</b> (%s): %s/%s, DRAM %s, NVMe %s, shared %s blocks per the grid; "
 			   "token hit rate %.1f%%, TTFT p90 %.1f ms, %.1f GPU-hours saved per million requests, $%.0f per month.</p>\n",
-			why, pol_name(o->conf.kind), o->admit_name,
+			why, pol_name(o->conf.policy), o->admit_name,
 			cap_str(o->conf.tier[0].capacity, a, sizeof(a)),
 			cap_str(o->conf.tier[1].capacity, b, sizeof(b)),
 			cap_str(o->conf.tier[2].capacity, c, sizeof(c)),
@@ -622,7 +627,7 @@ static int write_report(struct plan_ctx *x, const char *dir, const char *trace, 
 			continue;
 		fprintf(f, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%u</td><td>%.2f</td><td>%.2f</td>"
 			   "<td>%.1f</td><td>%.1f</td><td>%.0f</td></tr>\n",
-			pol_name(o->conf.kind), o->admit_name,
+			pol_name(o->conf.policy), o->admit_name,
 			cap_str(o->conf.tier[0].capacity, a, sizeof(a)),
 			cap_str(o->conf.tier[1].capacity, b, sizeof(b)),
 			cap_str(o->conf.tier[2].capacity, c, sizeof(c)), o->conf.nodes,
@@ -685,9 +690,9 @@ int cmd_plan(int argc, char **argv)
 	const char *trace = NULL, *dram = "1000,2000,5000,10000,20000,50000,inf", *nvme = "0",
 		   *shared = "0", *shared_tier = "fs", *policy = "lru,s3fifo", *admit = "none",
 		   *model = "Llama-3.1-8B", *gpu = "H100", *report = NULL, *catalog = NULL;
-	int fmt = PLAN_FMT_AUTO, json = 0, csv = 0, quiet = 0, list = 0;
+	int fmt = KVT_PLAN_FMT_AUTO, json = 0, csv = 0, quiet = 0, list = 0;
 	uint32_t nodes = 1, threads = 0, repeat = 1;
-	enum plan_route route = PLAN_ROUTE_RR;
+	int route = KVT_PLAN_ROUTE_RR;
 	uint32_t block_tokens = 0;
 	uint64_t limit = 0;
 	double target_hit = -1, target_ttft = -1;
@@ -701,7 +706,7 @@ int cmd_plan(int argc, char **argv)
 			return 0;
 		} else if (!strcmp(a, "--format")) {
 			VAL();
-			fmt = plan_fmt_parse(v);
+			fmt = kvt_plan_format_parse(v);
 			if (fmt < 0) {
 				fprintf(stderr, "kvtier plan: unknown format %s\n", v);
 				return 2;
@@ -722,14 +727,14 @@ int cmd_plan(int argc, char **argv)
 		} else if (!strcmp(a, "--admit")) { VAL(); admit = v;
 		} else if (!strcmp(a, "--nodes")) {
 			VAL();
-			if (cli_parse_u32("plan", a, v, 1, PLAN_MAX_NODES, &nodes))
+			if (cli_parse_u32("plan", a, v, 1, KVT_PLAN_MAX_NODES, &nodes))
 				return 2;
 		} else if (!strcmp(a, "--route")) {
 			VAL();
 			if (!strcmp(v, "rr") || !strcmp(v, "round-robin"))
-				route = PLAN_ROUTE_RR;
+				route = KVT_PLAN_ROUTE_RR;
 			else if (!strcmp(v, "affinity") || !strcmp(v, "prefix"))
-				route = PLAN_ROUTE_AFFINITY;
+				route = KVT_PLAN_ROUTE_AFFINITY;
 			else {
 				fprintf(stderr, "kvtier plan: --route rr or affinity\n");
 				return 2;
@@ -767,12 +772,15 @@ int cmd_plan(int argc, char **argv)
 #undef VAL
 	}
 	if (catalog) {
-		int rc = plan_catalog_load(catalog);
+		int rc = kvt_plan_catalog_load(catalog);
 		if (rc)
 			return cli_fail("plan", "catalog", rc);
 	}
 	if (list) {
-		plan_catalog_print(stdout);
+		int rc;
+		fflush(stdout);
+		if ((rc = kvt_plan_catalog_write(1)))
+			return cli_fail("plan", "--list", rc);
 		return 0;
 	}
 	if (!trace) {
@@ -789,17 +797,17 @@ int cmd_plan(int argc, char **argv)
 		return 2;
 	char pbuf[256], abuf[256];
 	char *pols[MAX_POLICIES], *adms[MAX_ADMITS];
-	enum kvt_evict_kind kinds[MAX_POLICIES];
-	struct kvt_admit_conf ac[MAX_ADMITS];
+	int kinds[MAX_POLICIES];
+	kvt_plan_tier_conf ac[MAX_ADMITS];
 	int np = split_list("--policy", policy, pbuf, sizeof(pbuf), pols, MAX_POLICIES);
 	int na = split_list("--admit", admit, abuf, sizeof(abuf), adms, MAX_ADMITS);
 	if (np < 0 || na < 0)
 		return 2;
 	for (int i = 0; i < np; i++) {
 		if (!strcmp(pols[i], "lru")) {
-			kinds[i] = KVT_EVICT_LRU;
+			kinds[i] = KVT_PLAN_LRU;
 		} else if (!strcmp(pols[i], "s3fifo")) {
-			kinds[i] = KVT_EVICT_S3FIFO;
+			kinds[i] = KVT_PLAN_S3FIFO;
 		} else {
 			fprintf(stderr, "kvtier plan: --policy \"%s\": expected a comma list of lru, s3fifo\n",
 				pols[i]);
@@ -813,11 +821,11 @@ int cmd_plan(int argc, char **argv)
 	if (!x)
 		return 1;
 	x->repeat = repeat;
-	x->model = plan_model_find(model);
-	x->gpu = plan_gpu_find(gpu);
-	x->tc[PLAN_T0] = plan_tier_find("dram");
-	x->tc[PLAN_T1] = plan_tier_find("nvme");
-	x->tc[PLAN_TS] = plan_tier_find(shared_tier);
+	x->model = kvt_plan_model_find(model);
+	x->gpu = kvt_plan_gpu_find(gpu);
+	x->tc[KVT_PLAN_T0] = kvt_plan_tier_find("dram");
+	x->tc[KVT_PLAN_T1] = kvt_plan_tier_find("nvme");
+	x->tc[KVT_PLAN_TS] = kvt_plan_tier_find(shared_tier);
 	if (!x->model || !x->gpu || !x->tc[0] || !x->tc[1] || !x->tc[2]) {
 		fprintf(stderr, "kvtier plan: unknown %s (kvtier plan --list)\n",
 			!x->model ? "model" : !x->gpu ? "gpu" : "tier");
@@ -825,24 +833,25 @@ int cmd_plan(int argc, char **argv)
 		return 2;
 	}
 	double t_parse = cli_now();
-	int rc = plan_trace_read(trace, (enum plan_fmt)fmt, block_tokens, limit, &x->pt);
+	int rc = kvt_plan_trace_read(trace, fmt, block_tokens, limit, &x->tr);
 	if (rc) {
 		free(x);
 		return cli_fail_detail("plan", rc); /* names the file, line, field */
 	}
 	t_parse = cli_now() - t_parse;
-	x->block_bytes = plan_kv_bytes_per_token(x->model) * x->pt.block_tokens;
+	kvt_plan_trace_view_get(x->tr, &x->tv);
+	x->block_bytes = kvt_plan_kv_bytes_per_token(x->model) * x->tv.block_tokens;
 
 	/* The cost of the trace with no cache, and its request rate. */
-	for (uint64_t q = 0; q < x->pt.t.nreq; q++)
-		x->base_gpu_s += plan_prefill_s(x->model, x->gpu, 0, x->pt.in_len[q]);
-	double dur = x->pt.t.nreq ? x->pt.arrive_s[x->pt.t.nreq - 1] : 0;
+	for (uint64_t q = 0; q < x->tv.requests; q++)
+		x->base_gpu_s += kvt_plan_prefill_seconds(x->model, x->gpu, 0, x->tv.in_len[q]);
+	double dur = x->tv.requests ? x->tv.arrive_s[x->tv.requests - 1] : 0;
 	if (dur <= 0)
 		dur = 3600; /* no timestamps: assume the trace spans an hour */
-	x->req_per_month = (double)x->pt.t.nreq / dur * 30 * 86400;
+	x->req_per_month = (double)x->tv.requests / dur * 30 * 86400;
 	{
-		struct plan_req_hit *ph = calloc(x->pt.t.nreq + 1, sizeof(*ph));
-		double *tt = malloc((x->pt.t.nreq + 1) * sizeof(double));
+		kvt_plan_req_hit *ph = calloc(x->tv.requests + 1, sizeof(*ph));
+		double *tt = malloc((x->tv.requests + 1) * sizeof(double));
 		struct cfg_out nc = {0};
 		if (ph && tt) {
 			evaluate(x, &nc, ph, tt);
@@ -856,36 +865,39 @@ int cmd_plan(int argc, char **argv)
 	if (parse_caps("--dram", dram, x->block_bytes, c0, &n0) ||
 	    parse_caps("--nvme", nvme, x->block_bytes, c1, &n1) ||
 	    parse_caps("--shared", shared, x->block_bytes, cs, &ns)) {
-		plan_trace_free(&x->pt);
+		kvt_plan_trace_free(x->tr);
 		free(x);
 		return 2;
 	}
 	size_t maxcfg = (size_t)np * (size_t)na * (size_t)n0 * (size_t)n1 * (size_t)ns;
 	x->cfg = calloc(maxcfg ? maxcfg : 1, sizeof(*x->cfg));
 	if (!x->cfg) {
-		plan_trace_free(&x->pt);
+		kvt_plan_trace_free(x->tr);
 		free(x);
 		return 1;
 	}
 	for (int p = 0; p < np; p++) {
-		enum kvt_evict_kind kind = kinds[p];
+		int kind = kinds[p];
 		for (int a = 0; a < na; a++)
 			for (int s = 0; s < ns; s++)
 				for (int j = 0; j < n1; j++)
 					for (int i = 0; i < n0; i++) {
 						/* Admission filters guard the slower tiers; with
 						 * none below T0 it has nothing to guard. */
-						if (ac[a].rules && !c1[j] && !cs[s] && a > 0)
+						if (ac[a].admit && !c1[j] && !cs[s] && a > 0)
 							continue;
 						struct cfg_out *o = &x->cfg[x->ncfg++];
-						o->conf.kind = kind;
+						o->conf.policy = kind;
 						o->conf.nodes = nodes;
 						o->conf.route = route;
-						o->conf.tier[PLAN_T0].capacity = c0[i] ? c0[i] : 1;
-						o->conf.tier[PLAN_T1].capacity = c1[j];
-						o->conf.tier[PLAN_TS].capacity = cs[s];
-						o->conf.tier[PLAN_T1].admit = ac[a];
-						o->conf.tier[PLAN_TS].admit = ac[a];
+						o->conf.tier[KVT_PLAN_T0].capacity = c0[i] ? c0[i] : 1;
+						o->conf.tier[KVT_PLAN_T1].capacity = c1[j];
+						o->conf.tier[KVT_PLAN_TS].capacity = cs[s];
+						for (int k = KVT_PLAN_T1; k <= KVT_PLAN_TS; k++) {
+							uint64_t cap = o->conf.tier[k].capacity;
+							o->conf.tier[k] = ac[a];
+							o->conf.tier[k].capacity = cap;
+						}
 						o->admit_name = adms[a];
 					}
 	}
@@ -898,7 +910,7 @@ int cmd_plan(int argc, char **argv)
 		 * a second.  So one thread per PLAN_ACCESSES_PER_THREAD of
 		 * work, up to the online CPUs. */
 		long nc = sysconf(_SC_NPROCESSORS_ONLN);
-		double work = (double)x->ncfg * (double)x->pt.t.nblocks;
+		double work = (double)x->ncfg * (double)x->tv.blocks;
 		threads = nc > 0 ? (unsigned)nc : 1;
 		if (work / PLAN_ACCESSES_PER_THREAD < threads)
 			threads = (unsigned)(work / PLAN_ACCESSES_PER_THREAD) + 1;
@@ -995,12 +1007,12 @@ int cmd_plan(int argc, char **argv)
 	} else {
 		printf("trace %s: %s, %llu requests, %llu block references (%llu distinct), %u tokens/block, "
 		       "%.1f MiB of KV per block (%s)\n",
-		       trace, plan_fmt_name(x->pt.fmt), (unsigned long long)x->pt.t.nreq,
-		       (unsigned long long)x->pt.t.nblocks, (unsigned long long)x->pt.t.nids,
-		       x->pt.block_tokens, x->block_bytes / 1048576.0, x->model->name);
+		       trace, kvt_plan_format_name(x->tv.format), (unsigned long long)x->tv.requests,
+		       (unsigned long long)x->tv.blocks, (unsigned long long)x->tv.distinct_blocks,
+		       x->tv.block_tokens, x->block_bytes / 1048576.0, x->model->name);
 		printf("capacities in blocks per node (shared: fleet-wide); %u node(s), %s routing; "
 		       "DRAM over NVMe exclusive, shared tier %s inclusive; model %s on %s\n\n",
-		       nodes, route == PLAN_ROUTE_AFFINITY ? "prefix-affinity" : "round-robin",
+		       nodes, route == KVT_PLAN_ROUTE_AFFINITY ? "prefix-affinity" : "round-robin",
 		       x->tc[2]->name, x->model->name, x->gpu->name);
 		print_table(x, stdout);
 		if (best >= 0) {
@@ -1012,7 +1024,7 @@ int cmd_plan(int argc, char **argv)
 			printf("\nrecommendation (%s): %s/%s, DRAM %s blocks (%s) per node, NVMe %s (%s), shared %s (%s): "
 			       "token hit %.1f%%, TTFT p90 %.1f ms (no cache %.1f ms), %.1f GPU-hours saved per million "
 			       "requests, tiers $%.0f/month, net $%.0f/month\n",
-			       why, pol_name(o->conf.kind), o->admit_name,
+			       why, pol_name(o->conf.policy), o->admit_name,
 			       cap_str(o->conf.tier[0].capacity, a, sizeof(a)), s0,
 			       cap_str(o->conf.tier[1].capacity, b, sizeof(b)), o->conf.tier[1].capacity ? s1 : "-",
 			       cap_str(o->conf.tier[2].capacity, c, sizeof(c)), o->conf.tier[2].capacity ? s2 : "-",
@@ -1033,7 +1045,7 @@ int cmd_plan(int argc, char **argv)
 		printf("report: %s/index.html\n", report);
 	free(jbuf);
 	free(x->cfg);
-	plan_trace_free(&x->pt);
+	kvt_plan_trace_free(x->tr);
 	free(x);
 	return rrc;
 }

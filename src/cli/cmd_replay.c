@@ -23,8 +23,6 @@
 
 #include "cli/cli.h"
 #include "cli/replay_run.h"
-#include "common/err.h"
-#include "plan/trace.h"
 
 /* --dram-blocks fills a scratch store N + 1 times over to size the tier:
  * beyond this it is not a test anyone waits for. */
@@ -82,8 +80,10 @@ static int dram_fit(const kvt_config *base, const kvt_ns_desc *d, uint64_t kib, 
 
 /* The DRAM capacity (KiB) that holds exactly n chunks of `payload` bytes:
  * found by trying, since the store may keep headroom that its policies do
- * not fill.  The smallest capacity that holds n holds exactly n. */
-static int dram_calibrate(const kvt_ns_desc *d, uint64_t n, uint64_t payload, uint64_t *kib)
+ * not fill.  The smallest capacity that holds n holds exactly n.  When no
+ * size does, KVT_EINVAL with the reason in why[]; else a store's code. */
+static int dram_calibrate(const kvt_ns_desc *d, uint64_t n, uint64_t payload, uint64_t *kib,
+			  char *why, size_t whylen)
 {
 	uint8_t *data = calloc(1, payload);
 	if (!data)
@@ -94,9 +94,11 @@ static int dram_calibrate(const kvt_ns_desc *d, uint64_t n, uint64_t payload, ui
 	if (lo < 1024)
 		lo = 1024;
 	int rc = dram_fit(NULL, d, hi, n, data, payload, &fit);
-	if (!rc && fit < n)
-		rc = kvt_err(KVT_EINVAL, "a DRAM tier of %llu KiB holds only %llu of %llu chunks",
-			     (unsigned long long)hi, (unsigned long long)fit, (unsigned long long)n);
+	if (!rc && fit < n) {
+		snprintf(why, whylen, "a DRAM tier of %llu KiB holds only %llu of %llu chunks",
+			 (unsigned long long)hi, (unsigned long long)fit, (unsigned long long)n);
+		rc = KVT_EINVAL;
+	}
 	while (!rc && lo < hi) {
 		uint64_t mid = lo + (hi - lo) / 2;
 		rc = dram_fit(NULL, d, mid, n, data, payload, &fit);
@@ -107,9 +109,11 @@ static int dram_calibrate(const kvt_ns_desc *d, uint64_t n, uint64_t payload, ui
 	}
 	if (!rc)
 		rc = dram_fit(NULL, d, hi, n, data, payload, &fit);
-	if (!rc && fit != n)
-		rc = kvt_err(KVT_EINVAL, "no DRAM size holds exactly %llu chunks (%llu KiB holds %llu)",
-			     (unsigned long long)n, (unsigned long long)hi, (unsigned long long)fit);
+	if (!rc && fit != n) {
+		snprintf(why, whylen, "no DRAM size holds exactly %llu chunks (%llu KiB holds %llu)",
+			 (unsigned long long)n, (unsigned long long)hi, (unsigned long long)fit);
+		rc = KVT_EINVAL;
+	}
 	free(data);
 	*kib = hi;
 	return rc;
@@ -135,7 +139,7 @@ int cmd_replay(int argc, char **argv)
 	cli_common cc;
 	memset(&cc, 0, sizeof(cc));
 	const char *trace = NULL;
-	int fmt = PLAN_FMT_AUTO, json = 0;
+	int fmt = KVT_PLAN_FMT_AUTO, json = 0;
 	uint32_t block_tokens = 0;
 	uint64_t limit = 0, dram_blocks = 0, block_bytes = 64 * 1024;
 	double pace = 0;
@@ -153,7 +157,7 @@ int cmd_replay(int argc, char **argv)
 			return 0;
 		} else if (!strcmp(a, "--format")) {
 			VAL();
-			fmt = plan_fmt_parse(v);
+			fmt = kvt_plan_format_parse(v);
 			if (fmt < 0) {
 				fprintf(stderr, "kvtier replay: unknown format %s\n", v);
 				return 2;
@@ -191,10 +195,12 @@ int cmd_replay(int argc, char **argv)
 		fputs(replay_help, stderr);
 		return 2;
 	}
-	struct plan_trace pt;
-	int rc = plan_trace_read(trace, (enum plan_fmt)fmt, block_tokens, limit, &pt);
+	kvt_plan_trace *tr;
+	kvt_plan_trace_view pt;
+	int rc = kvt_plan_trace_read(trace, fmt, block_tokens, limit, &tr);
 	if (rc)
 		return cli_fail_detail("replay", rc); /* names the file, line, field */
+	kvt_plan_trace_view_get(tr, &pt);
 
 	/* The chunk: one layer, K and V, bf16, the trace's block of tokens;
 	 * head_dim sets the bytes.  Payload + the 4 KiB header is a whole
@@ -218,7 +224,7 @@ int cmd_replay(int argc, char **argv)
 
 	kvt_config *cfg = NULL;
 	if (cli_config(&cc, &cfg)) {
-		plan_trace_free(&pt);
+		kvt_plan_trace_free(tr);
 		return 1;
 	}
 	uint64_t payload = per_tok * hd * pt.block_tokens;
@@ -226,11 +232,15 @@ int cmd_replay(int argc, char **argv)
 		char v[64];
 		uint64_t kib = 0;
 		double tc = cli_now();
-		rc = dram_calibrate(&d, dram_blocks, payload, &kib);
+		char why[200] = "";
+		rc = dram_calibrate(&d, dram_blocks, payload, &kib, why, sizeof(why));
 		if (rc) {
 			kvt_config_free(cfg);
-			plan_trace_free(&pt);
-			return cli_fail("replay", "--dram-blocks", rc);
+			kvt_plan_trace_free(tr);
+			if (!why[0])
+				return cli_fail("replay", "--dram-blocks", rc);
+			fprintf(stderr, "kvtier replay: --dram-blocks: %s (%s)\n", kvt_strerror(rc), why);
+			return 1;
 		}
 		if (!json)
 			printf("DRAM of %llu KiB holds exactly %llu chunks (found in %.2f s)\n",
@@ -240,29 +250,29 @@ int cmd_replay(int argc, char **argv)
 		if ((rc = kvt_config_set(cfg, "dram_page_size", "4KiB")) ||
 		    (rc = kvt_config_set(cfg, "max_local_cpu_size", v))) {
 			kvt_config_free(cfg);
-			plan_trace_free(&pt);
+			kvt_plan_trace_free(tr);
 			return cli_fail("replay", "--dram-blocks", rc);
 		}
 	}
 	kvt_store *st = kvt_store_open(cfg, &rc);
 	kvt_config_free(cfg);
 	if (!st) {
-		plan_trace_free(&pt);
+		kvt_plan_trace_free(tr);
 		return cli_fail("replay", "open the store", rc);
 	}
 	kvt_ns ns;
 	rc = kvt_ns_init(st, &d, &ns);
 	if (rc) {
 		kvt_store_close(st);
-		plan_trace_free(&pt);
+		kvt_plan_trace_free(tr);
 		return cli_fail("replay", "namespace", rc);
 	}
 	payload = kvt_layout_payload_bytes(&ns.layout);
 
 	uint64_t maxn = 0;
-	for (uint64_t q = 0; q < pt.t.nreq; q++)
-		if (pt.t.off[q + 1] - pt.t.off[q] > maxn)
-			maxn = pt.t.off[q + 1] - pt.t.off[q];
+	for (uint64_t q = 0; q < pt.requests; q++)
+		if (pt.off[q + 1] - pt.off[q] > maxn)
+			maxn = pt.off[q + 1] - pt.off[q];
 	kvt_key *keys = calloc(maxn + 1, sizeof(*keys));
 	uint8_t *tiers = calloc(maxn + 1, 1);
 	uint8_t *data = malloc(payload), *back = malloc(payload);
@@ -279,7 +289,7 @@ int cmd_replay(int argc, char **argv)
 	double t_start = cli_now();
 	int tty = !json && isatty(2);
 	double next_progress = t_start + 0.5;
-	for (uint64_t q = 0; q < pt.t.nreq; q++) {
+	for (uint64_t q = 0; q < pt.requests; q++) {
 		if (pace > 0) {
 			double due = t_start + pt.arrive_s[q] / pace, now = cli_now();
 			if (due > now) {
@@ -288,15 +298,15 @@ int cmd_replay(int argc, char **argv)
 				nanosleep(&ts, NULL);
 			}
 		}
-		uint64_t h = cli_replay_request(&rr, pt.t.ids + pt.t.off[q],
-						pt.t.off[q + 1] - pt.t.off[q]);
+		uint64_t h = cli_replay_request(&rr, pt.ids + pt.off[q],
+						pt.off[q + 1] - pt.off[q]);
 		uint64_t ht = h * pt.block_tokens;
 		hit_tokens += ht < pt.in_len[q] ? ht : pt.in_len[q];
 		tokens += pt.in_len[q];
 		if (tty && cli_now() > next_progress) {
 			next_progress = cli_now() + 0.5;
 			fprintf(stderr, "\rkvtier replay: %llu/%llu requests",
-				(unsigned long long)q + 1, (unsigned long long)pt.t.nreq);
+				(unsigned long long)q + 1, (unsigned long long)pt.requests);
 		}
 	}
 	double wall = cli_now() - t_start;
@@ -318,7 +328,7 @@ int cmd_replay(int argc, char **argv)
 		       "\"wall_seconds\":%.6f,\"get_gbps\":%.3f,\"put_gbps\":%.3f,"
 		       "\"lookup_us\":{\"p50\":%.2f,\"p99\":%.2f},\"get_us\":{\"p50\":%.2f,\"p99\":%.2f},"
 		       "\"put_us\":{\"p50\":%.2f,\"p99\":%.2f},\"tiers\":[",
-		       trace, plan_fmt_name(pt.fmt), (unsigned long long)pt.t.nreq,
+		       trace, kvt_plan_format_name(pt.format), (unsigned long long)pt.requests,
 		       (unsigned long long)blocks, (unsigned long long)hit_blocks,
 		       (unsigned long long)tokens, (unsigned long long)hit_tokens, pt.block_tokens,
 		       (unsigned long long)payload, (unsigned long long)gets, (unsigned long long)puts,
@@ -328,7 +338,7 @@ int cmd_replay(int argc, char **argv)
 		       cli_lat_pct(&l_put, .5) * 1e6, cli_lat_pct(&l_put, .99) * 1e6);
 	} else {
 		printf("trace %s: %llu requests, %llu blocks of %u tokens, %llu-byte chunks\n",
-		       trace, (unsigned long long)pt.t.nreq, (unsigned long long)blocks,
+		       trace, (unsigned long long)pt.requests, (unsigned long long)blocks,
 		       pt.block_tokens, (unsigned long long)payload);
 		printf("prefix hits: %llu blocks (%.2f%%), %.2f%% of tokens\n",
 		       (unsigned long long)hit_blocks,
@@ -374,6 +384,6 @@ out:
 	cli_lat_free(&l_get);
 	cli_lat_free(&l_put);
 	kvt_store_close(st);
-	plan_trace_free(&pt);
+	kvt_plan_trace_free(tr);
 	return rc < 0 ? cli_fail("replay", "replay", rc) : rc;
 }

@@ -77,6 +77,14 @@ const struct plan_model *plan_model_find(const char *name)
 const struct plan_gpu *plan_gpu_find(const char *name) { FIND(gpus, n_gpus, name) }
 const struct plan_tier_cost *plan_tier_find(const char *name) { FIND(tiers, n_tiers, name) }
 
+const struct plan_model *plan_model_at(size_t i)
+{
+	models_init();
+	return i < (size_t)n_models ? &models[i] : NULL;
+}
+const struct plan_gpu *plan_gpu_at(size_t i) { return i < (size_t)n_gpus ? &gpus[i] : NULL; }
+const struct plan_tier_cost *plan_tier_at(size_t i) { return i < (size_t)n_tiers ? &tiers[i] : NULL; }
+
 void plan_catalog_print(FILE *f)
 {
 	models_init();

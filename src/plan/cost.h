@@ -24,30 +24,22 @@
 #include <stdint.h>
 #include <stdio.h>
 
-struct plan_model {
-	char name[48];
-	double params;
-	uint32_t layers, d_model, kv_heads, head_dim;
-};
+#include "kvtier.h"
 
-struct plan_gpu {
-	char name[48];
-	double tflops;     /* dense BF16 */
-	double mfu;        /* achieved share of it in prefill */
-	double usd_hour;   /* price of one GPU-hour */
-};
-
-struct plan_tier_cost {
-	char name[48];
-	double gbps;           /* read bandwidth, GB/s (10^9 B/s) per node */
-	double latency_us;     /* first byte */
-	double usd_gib_month;  /* storage */
-	double usd_per_1k_get, usd_per_1k_put;
-};
+/* The catalog's entries are the public API's (kvtier.h: kvt_plan_model,
+ * kvt_plan_gpu, kvt_plan_tier); the planner's code keeps its own names
+ * for them. */
+#define plan_model kvt_plan_model
+#define plan_gpu kvt_plan_gpu
+#define plan_tier_cost kvt_plan_tier
 
 const struct plan_model *plan_model_find(const char *name);
 const struct plan_gpu *plan_gpu_find(const char *name);
 const struct plan_tier_cost *plan_tier_find(const char *name);
+/* Entry i in catalog order, or NULL past the last. */
+const struct plan_model *plan_model_at(size_t i);
+const struct plan_gpu *plan_gpu_at(size_t i);
+const struct plan_tier_cost *plan_tier_at(size_t i);
 void plan_catalog_print(FILE *f);
 
 /* Read extra entries; 0 or KVT_ECONFIG/KVT_EIO (kvt_errmsg names the line). */

@@ -29,6 +29,7 @@
 
 #include <stdint.h>
 
+#include "kvtier.h"
 #include "plan/trace.h"
 #include "policy/admit.h"
 #include "policy/evict.h"
@@ -56,23 +57,10 @@ struct plan_conf {
 	struct plan_tier tier[PLAN_NT];
 };
 
-struct plan_result {
-	uint64_t requests;
-	uint64_t blocks;               /* block references */
-	uint64_t hit_blocks;           /* prefix hits, any tier */
-	uint64_t hit_tier[PLAN_NT];    /* ... by the tier that held them */
-	uint64_t tokens, hit_tokens;   /* prompt tokens, of which cached */
-	uint64_t inserts[PLAN_NT];     /* blocks written per tier (bytes moved) */
-	uint64_t rejects[PLAN_NT];
-	uint64_t demotions, promotions;
-};
-
-/* Per request: blocks hit in T0, T1, S (a prefix, in that tier order of
- * lookup), and the node it ran on. */
-struct plan_req_hit {
-	uint32_t hit[PLAN_NT];
-	uint32_t node;
-};
+/* Results are the public API's (kvtier.h); the planner's code keeps its
+ * own names for them. */
+#define plan_result kvt_plan_result
+#define plan_req_hit kvt_plan_req_hit
 
 /* Simulate.  `per_req` (nreq entries) may be NULL.  0, KVT_EINVAL or
  * KVT_ENOMEM (or a policy error). */
