@@ -1,7 +1,7 @@
 /*
  * fuzz_aws_creds.c — libFuzzer target for the reader of the AWS shared
  * credentials and config files (~/.aws/credentials, ~/.aws/config) in the
- * S3 tier (src/tier/s3.c).
+ * S3 tier (src/tier/s3_creds.c).
  *
  * Those files are outside bytes: any tool or user may have written them.
  * The reader (s3_ini_get) is static; the way in is the tier's public
@@ -25,7 +25,7 @@
  * first match winning; keys come from the credentials file, or from the
  * config file when the credentials file has no access key.  Both the
  * outcome of the open and each value read (s3_ini_get is called directly
- * too: s3.c is compiled into this file, rather than linked from the
+ * too: s3_creds.c is compiled into this file, rather than linked from the
  * library archive, which is built without coverage instrumentation) must
  * agree.  The comparison leaves out files with a NUL byte (fgets reads
  * past it, the string ends at it), profile names longer than 200 bytes
@@ -47,7 +47,7 @@
 #include <unistd.h>
 
 #include "fuzz_memfile.h"
-#include "tier/s3.c"
+#include "tier/s3_creds.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

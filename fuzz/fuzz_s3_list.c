@@ -1,6 +1,6 @@
 /*
  * fuzz_s3_list.c — libFuzzer target for the S3 tier's ListObjectsV2 page
- * parser (kvt_s3_parse_list_page, src/tier/s3.c).
+ * parser (kvt_s3_parse_list_page, src/tier/s3_list.c).
  *
  * A listing page is bytes an endpoint chose: the bucket's lookup index is
  * built from them.  The input is one page; each object handed back must
