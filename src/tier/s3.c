@@ -529,8 +529,9 @@ static int s3_put_multipart(s3_tier *t, const char *name, const uint8_t *img,
 		if (nb) {
 			r.buf = nb;
 			nb[r.len] = '\0';
-			s3_xml_tag((char *)nb, "UploadId", upload_id,
-				   sizeof(upload_id));
+			if (s3_xml_tag((char *)nb, "UploadId", upload_id,
+				       sizeof(upload_id)) == -2)
+				upload_id[0] = '\0'; /* a cut id names no upload */
 		}
 		if (!upload_id[0])
 			rc = kvt_err(-EIO, "S3 CreateMultipartUpload %s: no UploadId in the answer",
@@ -539,7 +540,6 @@ static int s3_put_multipart(s3_tier *t, const char *name, const uint8_t *img,
 	s3_req_fini(&r);
 	if (rc)
 		return rc;
-	s3_xml_unescape(upload_id);
 	s3_uri_encode(upload_id, enc_id, sizeof(enc_id));
 
 	parts = calloc(nparts, sizeof(*parts));

@@ -133,12 +133,17 @@ int kvt_s3_put_raw(kvt_tier *t, const char *name, const void *data,
 typedef int (*s3_list_fn)(void *arg, const char *key, size_t klen,
 			  uint64_t size, int64_t mtime_s);
 
-/* Parse one ListObjectsV2 page: `xml` is len bytes plus a NUL (bytes from
- * the endpoint: a fuzz target drives this).  Each <Contents> whose Key is
- * under `prefix` goes to fn; *truncated and `token` (token_cap bytes) say
- * whether and where the listing goes on.  0, fn's nonzero code, or -EPROTO
- * naming `where` and `page` (not a ListBucketResult, a NUL inside, a
- * truncated page without a token, a token or a <Contents> too long). */
+/* Parse one ListObjectsV2 page with expat: `xml` is len bytes plus a NUL
+ * (bytes from the endpoint: a fuzz target drives this).  The whole page is
+ * parsed first; then each <Contents> whose Key (percent-decoded when the
+ * page says <EncodingType>url</EncodingType>) is under `prefix` goes to fn,
+ * and *truncated and `token` (token_cap bytes) say whether and where the
+ * listing goes on.  0, fn's nonzero code, or -EPROTO naming `where` and
+ * `page` and what was wrong: not well-formed XML, not a ListBucketResult, a
+ * DOCTYPE, a NUL inside, a truncated page without a token, a token, Key or
+ * other field too long to keep whole, a <Contents> without a Key, a Size
+ * that is not a byte count, an EncodingType other than url, or a Key that
+ * does not decode. */
 int kvt_s3_parse_list_page(const char *xml, size_t len, const char *prefix,
 			   s3_list_fn fn, void *arg, int *truncated, char *token,
 			   size_t token_cap, const char *where, unsigned page);

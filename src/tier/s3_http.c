@@ -25,11 +25,14 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
+
+#include <expat.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -495,31 +498,79 @@ int s3_run(s3_tier *t, s3_req **rq, int n, int64_t deadline)
 	return 0;
 }
 
-/* Pull <Tag>value</Tag> out of an S3 XML body. */
+/* One element's text from an S3 XML answer, read with expat. */
+typedef struct s3_xt {
+	XML_Parser xp;
+	const char *tag;
+	char *out;
+	size_t cap, n;
+	int in;    /* depth inside the element; 0 outside */
+	int found, cut;
+} s3_xt;
+
+static const char *s3_xt_local(const XML_Char *name)
+{
+	const char *c = strrchr(name, ':');
+
+	return c ? c + 1 : name;
+}
+
+static void XMLCALL s3_xt_start(void *u, const XML_Char *name, const XML_Char **attr)
+{
+	s3_xt *x = u;
+
+	(void)attr;
+	if (x->in)
+		x->in++;
+	else if (!strcmp(s3_xt_local(name), x->tag))
+		x->in = 1;
+}
+
+static void XMLCALL s3_xt_text(void *u, const XML_Char *s, int n)
+{
+	s3_xt *x = u;
+	size_t room = x->cap - 1 - x->n;
+
+	if (!x->in || n <= 0)
+		return;
+	if ((size_t)n > room) {
+		x->cut = 1;
+		n = (int)room;
+	}
+	memcpy(x->out + x->n, s, (size_t)n);
+	x->n += (size_t)n;
+	x->out[x->n] = '\0';
+}
+
+static void XMLCALL s3_xt_end(void *u, const XML_Char *name)
+{
+	s3_xt *x = u;
+
+	(void)name;
+	if (x->in && --x->in == 0) {
+		x->found = 1;
+		XML_StopParser(x->xp, XML_FALSE); /* the first one is the answer */
+	}
+}
+
 int s3_xml_tag(const char *body, const char *tag, char *out, size_t cap)
 {
-	char open[64], close_[64];
-	const char *a, *b;
-	size_t n;
+	s3_xt x = { .tag = tag, .out = out, .cap = cap };
+	size_t len = strlen(body);
 
-	snprintf(open, sizeof(open), "<%s>", tag);
-	snprintf(close_, sizeof(close_), "</%s>", tag);
-	a = strstr(body, open);
-	if (!a)
+	out[0] = '\0';
+	if (len > INT_MAX || !(x.xp = XML_ParserCreate("UTF-8")))
 		return -1;
-	a += strlen(open);
-	b = strstr(a, close_);
-	if (!b)
-		return -1;
-	n = (size_t)(b - a);
-	if (n >= cap) {
-		memcpy(out, a, cap - 1);
-		out[cap - 1] = '\0';
-		return -2; /* present, but longer than `cap` */
-	}
-	memcpy(out, a, n);
-	out[n] = '\0';
-	return 0;
+	XML_SetUserData(x.xp, &x);
+	XML_SetElementHandler(x.xp, s3_xt_start, s3_xt_end);
+	XML_SetCharacterDataHandler(x.xp, s3_xt_text);
+	/* An error body may be cut at S3_ERRBODY bytes: what came before the
+	 * cut still counts, so the parse's own verdict does not matter. */
+	XML_Parse(x.xp, body, (int)len, XML_TRUE);
+	XML_ParserFree(x.xp);
+	if (!x.found)
+		out[0] = '\0';
+	return !x.found ? -1 : x.cut ? -2 : 0;
 }
 
 /* Turn a finished request into 0 or a code of the taxonomy in s3.h, with a
@@ -615,28 +666,4 @@ int s3_one_by(s3_tier *t, s3_req *r, const char *what, int64_t deadline)
 int s3_one(s3_tier *t, s3_req *r, const char *what)
 {
 	return s3_one_by(t, r, what, s3_now_ms() + t->timeout_ms);
-}
-
-void s3_xml_unescape(char *s)
-{
-	static const struct { const char *e; char c; } ents[] = {
-		{ "&amp;", '&' }, { "&lt;", '<' }, { "&gt;", '>' },
-		{ "&quot;", '"' }, { "&apos;", '\'' },
-	};
-	char *o = s;
-	size_t i;
-
-	while (*s) {
-		for (i = 0; i < sizeof(ents) / sizeof(ents[0]); i++) {
-			size_t l = strlen(ents[i].e);
-			if (!strncmp(s, ents[i].e, l)) {
-				*o++ = ents[i].c;
-				s += l;
-				break;
-			}
-		}
-		if (i == sizeof(ents) / sizeof(ents[0]))
-			*o++ = *s++;
-	}
-	*o = '\0';
 }

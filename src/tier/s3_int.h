@@ -170,11 +170,11 @@ int s3_result(s3_tier *t, const s3_req *r, const char *what);
 /* One request run and judged, by `deadline` or within timeout_ms. */
 int s3_one_by(s3_tier *t, s3_req *r, const char *what, int64_t deadline);
 int s3_one(s3_tier *t, s3_req *r, const char *what);
-/* The text of the first <tag> of an S3 XML answer into out: 0, -1 if
- * absent, -2 if longer than cap (cut to fit). */
+/* The text of the first <tag> element of an S3 XML answer (`body`, a
+ * string; a namespace prefix on element names is ignored, entities are
+ * decoded) into out: 0, -1 if absent ("" then), -2 if longer than cap
+ * (cut to fit). */
 int s3_xml_tag(const char *body, const char *tag, char *out, size_t cap);
-/* Replace XML's five predefined entities in s in place. */
-void s3_xml_unescape(char *s);
 
 /* --- s3_list.c ------------------------------------------------------------- */
 

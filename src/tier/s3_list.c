@@ -8,12 +8,17 @@
 #include "tier/s3_int.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include <expat.h>
 #include <xxhash.h>
+
+#include "common/hex.h"
 
 static int64_t s3_parse_time(const char *s)
 {
@@ -94,70 +99,380 @@ static long s3_tokset_add(s3_tokset *s, const char *tok, uint32_t page)
 	return 0;
 }
 
-/* Walk every object below the prefix, 1000 a page, within the listing's
- * deadline and page limit; *pages (may be NULL) counts the pages read.  An
- * error ends the walk: the caller must not take what it saw for the whole
- * prefix. */
+/* --- one page, read with expat --------------------------------------------
+ *
+ * The page is parsed whole before fn sees any of it, so a page that is not
+ * well-formed XML hands over nothing.  With encoding-type=url (which the
+ * listing asks for: a name may hold characters XML 1.0 cannot carry) AWS
+ * percent-encodes Key, Prefix, Delimiter and StartAfter and says so with
+ * <EncodingType>url</EncodingType>; the token is not encoded.  An endpoint
+ * that ignores the parameter (s3rver, whose getBucket leaves it
+ * unimplemented) sends no EncodingType, and its keys are taken as they are.
+ * Only the Key of each Contents is used here.
+ */
+
+#define S3_KEY_MAX 1024              /* S3's longest key, in bytes */
+#define S3_TEXT_MAX (3 * S3_KEY_MAX) /* the same, percent-encoded */
+
+enum { LP_NONE, LP_KEY, LP_SIZE, LP_MTIME, LP_TRUNC, LP_TOKEN, LP_ENC };
+
+typedef struct s3_lp_obj {
+	size_t off, len; /* of its Key in names */
+	uint64_t size;
+	int64_t mtime_s;
+} s3_lp_obj;
+
+typedef struct s3_lp {
+	XML_Parser xp;
+	const char *where;
+	unsigned page;
+	int rc;                /* the first error, with its message */
+	int depth, in_contents, field;
+	char text[S3_TOKEN_MAX + S3_TEXT_MAX + 1]; /* the field being read */
+	size_t tlen;
+	int text_long;         /* it ran past text */
+	/* the Contents being read */
+	int has_key, has_size;
+	size_t key_off, key_len;
+	uint64_t size;
+	char mtime[32];
+	/* the page */
+	char trunc[8], enc[16];
+	int has_token;
+	char *token;
+	size_t token_cap;
+	s3_lp_obj *obj;
+	size_t nobj, capobj;
+	char *names;
+	size_t nnames, capnames;
+} s3_lp;
+
+/* Stop the parse with -EPROTO and a sentence (the first error wins). */
+KVT_PRINTF(2, 3)
+static void s3_lp_fail(s3_lp *lp, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	if (lp->rc)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	lp->rc = kvt_err(-EPROTO, "%s: page %u %s", lp->where, lp->page, msg);
+	XML_StopParser(lp->xp, XML_FALSE);
+}
+
+/* An element's name without its namespace prefix, if any. */
+static const char *s3_lp_local(const XML_Char *name)
+{
+	const char *c = strrchr(name, ':');
+
+	return c ? c + 1 : name;
+}
+
+static void XMLCALL s3_lp_start(void *u, const XML_Char *name, const XML_Char **attr)
+{
+	s3_lp *lp = u;
+	const char *n = s3_lp_local(name);
+
+	(void)attr;
+	lp->depth++;
+	if (lp->depth == 1) {
+		if (strcmp(n, "ListBucketResult"))
+			s3_lp_fail(lp, "is not a ListBucketResult: its root element is <%.80s>", n);
+		return;
+	}
+	if (lp->field != LP_NONE) {
+		s3_lp_fail(lp, "has an element <%.80s> inside a text field", n);
+		return;
+	}
+	if (lp->depth == 2) {
+		if (!strcmp(n, "Contents")) {
+			lp->in_contents = 1;
+			lp->has_key = lp->has_size = 0;
+			lp->size = 0;
+			lp->mtime[0] = '\0';
+		} else if (!strcmp(n, "IsTruncated")) {
+			lp->field = LP_TRUNC;
+		} else if (!strcmp(n, "NextContinuationToken")) {
+			lp->field = LP_TOKEN;
+		} else if (!strcmp(n, "EncodingType")) {
+			lp->field = LP_ENC;
+		}
+	} else if (lp->depth == 3 && lp->in_contents) {
+		if (!strcmp(n, "Key"))
+			lp->field = LP_KEY;
+		else if (!strcmp(n, "Size"))
+			lp->field = LP_SIZE;
+		else if (!strcmp(n, "LastModified"))
+			lp->field = LP_MTIME;
+	}
+	lp->tlen = 0;
+	lp->text_long = 0;
+}
+
+static void XMLCALL s3_lp_text(void *u, const XML_Char *s, int n)
+{
+	s3_lp *lp = u;
+	size_t room = sizeof(lp->text) - 1 - lp->tlen;
+
+	if (lp->field == LP_NONE || n <= 0)
+		return;
+	if ((size_t)n > room) {
+		lp->text_long = 1;
+		n = (int)room;
+	}
+	memcpy(lp->text + lp->tlen, s, (size_t)n);
+	lp->tlen += (size_t)n;
+	lp->text[lp->tlen] = '\0';
+}
+
+/* Append the Key just read to names: 0, or the error recorded. */
+static int s3_lp_key(s3_lp *lp)
+{
+	if (lp->text_long || lp->tlen > S3_TEXT_MAX) {
+		s3_lp_fail(lp, "has a Key of more than %d bytes: '%.80s...'", S3_TEXT_MAX,
+			   lp->text);
+		return -1;
+	}
+	if (lp->nnames + lp->tlen + 1 > lp->capnames) {
+		size_t nc = lp->capnames ? 2 * lp->capnames : 65536;
+		char *nn;
+		while (nc < lp->nnames + lp->tlen + 1)
+			nc *= 2;
+		nn = realloc(lp->names, nc);
+		if (!nn) {
+			lp->rc = KVT_ENOMEM;
+			XML_StopParser(lp->xp, XML_FALSE);
+			return -1;
+		}
+		lp->names = nn;
+		lp->capnames = nc;
+	}
+	memcpy(lp->names + lp->nnames, lp->text, lp->tlen + 1);
+	lp->key_off = lp->nnames;
+	lp->key_len = lp->tlen;
+	lp->nnames += lp->tlen + 1;
+	lp->has_key = 1;
+	return 0;
+}
+
+/* Copy a short field's text to out (cap bytes), refusing one longer. */
+static void s3_lp_short(s3_lp *lp, const char *what, char *out, size_t cap)
+{
+	if (lp->text_long || lp->tlen >= cap) {
+		s3_lp_fail(lp, "has a %s of more than %zu bytes: '%.40s...'", what, cap - 1,
+			   lp->text);
+		return;
+	}
+	memcpy(out, lp->text, lp->tlen + 1);
+}
+
+static void s3_lp_field_end(s3_lp *lp)
+{
+	char sz[24];
+	size_t i;
+
+	switch (lp->field) {
+	case LP_KEY:
+		s3_lp_key(lp);
+		break;
+	case LP_SIZE:
+		s3_lp_short(lp, "Size", sz, sizeof(sz));
+		if (lp->rc)
+			break;
+		lp->size = 0;
+		for (i = 0; sz[i]; i++) {
+			if (sz[i] < '0' || sz[i] > '9' || lp->size > (UINT64_MAX - 9) / 10) {
+				s3_lp_fail(lp, "has a Size '%s' that is not a byte count", sz);
+				return;
+			}
+			lp->size = lp->size * 10 + (uint64_t)(sz[i] - '0');
+		}
+		if (!i)
+			s3_lp_fail(lp, "has an empty Size");
+		lp->has_size = 1;
+		break;
+	case LP_MTIME:
+		s3_lp_short(lp, "LastModified", lp->mtime, sizeof(lp->mtime));
+		break;
+	case LP_TRUNC:
+		s3_lp_short(lp, "IsTruncated", lp->trunc, sizeof(lp->trunc));
+		break;
+	case LP_ENC:
+		s3_lp_short(lp, "EncodingType", lp->enc, sizeof(lp->enc));
+		break;
+	case LP_TOKEN:
+		if (lp->text_long || lp->tlen >= lp->token_cap) {
+			s3_lp_fail(lp, "gives a NextContinuationToken longer than %zu bytes",
+				   lp->token_cap - 1);
+			break;
+		}
+		memcpy(lp->token, lp->text, lp->tlen + 1);
+		lp->has_token = 1;
+		break;
+	}
+}
+
+static void XMLCALL s3_lp_end(void *u, const XML_Char *name)
+{
+	s3_lp *lp = u;
+
+	(void)name;
+	if (lp->field != LP_NONE) {
+		s3_lp_field_end(lp);
+		lp->field = LP_NONE;
+	} else if (lp->depth == 2 && lp->in_contents) {
+		lp->in_contents = 0;
+		if (!lp->has_key) {
+			s3_lp_fail(lp, "has a <Contents> without a <Key>");
+		} else if (lp->nobj == lp->capobj) {
+			size_t nc = lp->capobj ? 2 * lp->capobj : 1024;
+			s3_lp_obj *no = realloc(lp->obj, nc * sizeof(*no));
+			if (!no) {
+				lp->rc = KVT_ENOMEM;
+				XML_StopParser(lp->xp, XML_FALSE);
+			} else {
+				lp->obj = no;
+				lp->capobj = nc;
+			}
+		}
+		if (!lp->rc) {
+			s3_lp_obj *o = &lp->obj[lp->nobj++];
+			o->off = lp->key_off;
+			o->len = lp->key_len;
+			o->size = lp->size;
+			o->mtime_s = s3_parse_time(lp->mtime);
+		}
+	}
+	lp->depth--;
+}
+
+/* A DTD could declare entities that expand a page past any bound: an S3
+ * answer has none. */
+static void XMLCALL s3_lp_doctype(void *u, const XML_Char *name, const XML_Char *sysid,
+				  const XML_Char *pubid, int has_internal)
+{
+	(void)name;
+	(void)sysid;
+	(void)pubid;
+	(void)has_internal;
+	s3_lp_fail(u, "has a DOCTYPE, which no S3 answer carries");
+}
+
+/* Percent-decode s[0..n) in place: its new length, or -1 for a '%' not
+ * followed by two hex digits. */
+static long s3_url_decode(char *s, size_t n)
+{
+	size_t i, o = 0;
+
+	for (i = 0; i < n; i++) {
+		if (s[i] == '%') {
+			int hi, lo;
+			if (i + 2 >= n)
+				return -1;
+			hi = kvt_hex_nibble(s[i + 1], 1);
+			lo = kvt_hex_nibble(s[i + 2], 1);
+			if (hi < 0 || lo < 0)
+				return -1;
+			s[o++] = (char)(hi << 4 | lo);
+			i += 2;
+		} else {
+			s[o++] = s[i];
+		}
+	}
+	s[o] = '\0';
+	return (long)o;
+}
+
 int kvt_s3_parse_list_page(const char *xml, size_t len, const char *prefix,
 			   s3_list_fn fn, void *arg, int *truncated, char *token,
 			   size_t token_cap, const char *where, unsigned page)
 {
-	size_t plen = strlen(prefix);
-	char trunc[16] = "";
-	const char *p;
-	int rc = 0;
+	size_t plen = strlen(prefix), i;
+	s3_lp *lp;
+	int rc = 0, url;
 
 	*truncated = 0;
 	token[0] = '\0';
-	/* A NUL would end every search below early and silently. */
+	/* expat would stop there too, but say so plainly. */
 	if (strlen(xml) != len)
 		return kvt_err(-EPROTO, "%s: page %u holds a NUL byte at %zu of %zu",
 			       where, page, strlen(xml), len);
-	if (!strstr(xml, "<ListBucketResult"))
-		return kvt_err(-EPROTO, "%s: page %u is not a ListBucketResult: '%.80s'",
-			       where, page, xml);
-	s3_xml_tag(xml, "IsTruncated", trunc, sizeof(trunc));
-	*truncated = !strcmp(trunc, "true");
-	if (*truncated) {
-		int got = s3_xml_tag(xml, "NextContinuationToken", token, token_cap);
-		s3_xml_unescape(token);
-		if (got == -2)
-			return kvt_err(-EPROTO,
-				       "%s: page %u gives a NextContinuationToken longer than %zu bytes",
-				       where, page, token_cap - 1);
-		if (got || !token[0])
-			return kvt_err(-EPROTO,
-				       "%s: page %u says IsTruncated=true but gives no "
-				       "NextContinuationToken: the rest cannot be listed",
-				       where, page);
+	if (len > INT_MAX)
+		return kvt_err(-EPROTO, "%s: page %u is %zu bytes, too long to be one page",
+			       where, page, len);
+	lp = calloc(1, sizeof(*lp));
+	if (!lp)
+		return KVT_ENOMEM;
+	lp->where = where;
+	lp->page = page;
+	lp->token = token;
+	lp->token_cap = token_cap;
+	lp->xp = XML_ParserCreate("UTF-8");
+	if (!lp->xp) {
+		free(lp);
+		return KVT_ENOMEM;
 	}
-	for (p = xml; !rc && (p = strstr(p, "<Contents>"));) {
-		const char *end = strstr(p, "</Contents>");
-		char blk[8192], key[1100], sz[32] = "0", lm[64] = "";
-		size_t bl;
-		if (!end)
-			return kvt_err(-EPROTO, "%s: page %u ends inside a <Contents> element",
-				       where, page);
-		bl = (size_t)(end - p);
-		if (bl >= sizeof(blk))
-			return kvt_err(-EPROTO, "%s: page %u has a <Contents> element of %zu bytes (at most %zu)",
-				       where, page, bl, sizeof(blk) - 1);
-		memcpy(blk, p, bl);
-		blk[bl] = '\0';
-		p = end;
-		if (s3_xml_tag(blk, "Key", key, sizeof(key)))
-			continue;
-		s3_xml_unescape(key);
-		s3_xml_tag(blk, "Size", sz, sizeof(sz));
-		s3_xml_tag(blk, "LastModified", lm, sizeof(lm));
-		if (strncmp(key, prefix, plen))
-			continue;
-		rc = fn(arg, key + plen, strlen(key + plen), strtoull(sz, NULL, 10),
-			s3_parse_time(lm));
+	XML_SetUserData(lp->xp, lp);
+	XML_SetElementHandler(lp->xp, s3_lp_start, s3_lp_end);
+	XML_SetCharacterDataHandler(lp->xp, s3_lp_text);
+	XML_SetStartDoctypeDeclHandler(lp->xp, s3_lp_doctype);
+	if (XML_Parse(lp->xp, xml, (int)len, XML_TRUE) == XML_STATUS_ERROR && !lp->rc)
+		lp->rc = kvt_err(-EPROTO, "%s: page %u is not well-formed XML (line %lu, column %lu: %s): '%.80s'",
+				 where, page, (unsigned long)XML_GetCurrentLineNumber(lp->xp),
+				 (unsigned long)XML_GetCurrentColumnNumber(lp->xp),
+				 XML_ErrorString(XML_GetErrorCode(lp->xp)), xml);
+	rc = lp->rc;
+	url = !strcmp(lp->enc, "url");
+	if (!rc && lp->enc[0] && !url)
+		rc = kvt_err(-EPROTO, "%s: page %u has EncodingType '%s'; only 'url' is understood",
+			     where, page, lp->enc);
+	if (!rc) {
+		*truncated = !strcmp(lp->trunc, "true");
+		if (*truncated && (!lp->has_token || !token[0]))
+			rc = kvt_err(-EPROTO,
+				     "%s: page %u says IsTruncated=true but gives no "
+				     "NextContinuationToken: the rest cannot be listed",
+				     where, page);
 	}
+	for (i = 0; !rc && i < lp->nobj; i++) {
+		char *key = lp->names + lp->obj[i].off;
+		long kl = (long)lp->obj[i].len;
+		if (url && (kl = s3_url_decode(key, lp->obj[i].len)) < 0) {
+			rc = kvt_err(-EPROTO, "%s: page %u has a Key that is not URL-encoded: '%.80s'",
+				     where, page, key);
+			break;
+		}
+		if ((size_t)kl > S3_KEY_MAX) {
+			rc = kvt_err(-EPROTO, "%s: page %u has a Key of %ld bytes (S3's longest is %d)",
+				     where, page, kl, S3_KEY_MAX);
+			break;
+		}
+		/* A name with a NUL (%00) is not one kvtier makes, and fn takes
+		 * strings: it is passed over like any foreign object. */
+		if (strlen(key) != (size_t)kl)
+			continue;
+		if ((size_t)kl < plen || memcmp(key, prefix, plen))
+			continue;
+		rc = fn(arg, key + plen, (size_t)kl - plen, lp->obj[i].size, lp->obj[i].mtime_s);
+	}
+	if (rc) {
+		*truncated = 0;
+		token[0] = '\0';
+	}
+	XML_ParserFree(lp->xp);
+	free(lp->obj);
+	free(lp->names);
+	free(lp);
 	return rc;
 }
 
+/* Walk every object below the prefix, 1000 a page, within the listing's
+ * deadline and page limit; *pages (may be NULL) counts the pages read.  An
+ * error ends the walk: the caller must not take what it saw for the whole
+ * prefix. */
 int s3_list(s3_tier *t, s3_list_fn fn, void *arg, uint64_t *pages)
 {
 	/* Large buffers on the heap: tokens can be long, and percent-encoding
@@ -200,7 +515,7 @@ int s3_list(s3_tier *t, s3_list_fn fn, void *arg, uint64_t *pages)
 		if (page_deadline > deadline)
 			page_deadline = deadline;
 		s3_uri_encode(b->token, b->enc_tok, sizeof(b->enc_tok));
-		snprintf(b->query, sizeof(b->query), "%s%s%slist-type=2&prefix=%s",
+		snprintf(b->query, sizeof(b->query), "%s%s%sencoding-type=url&list-type=2&prefix=%s",
 			 b->token[0] ? "continuation-token=" : "",
 			 b->token[0] ? b->enc_tok : "", b->token[0] ? "&" : "",
 			 b->enc_pre);
