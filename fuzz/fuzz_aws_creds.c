@@ -21,20 +21,18 @@
  * Checked against a reading of the format made here independently of the
  * reader: lines trimmed of white space; '#' and ';' lines are comments;
  * "[name]" opens a section ("[profile name]" in the config file); in the
- * profile's section, "key = value" with the first '=' splitting and the
- * first match winning; keys come from the credentials file, or from the
- * config file when the credentials file has no access key.  Both the
- * outcome of the open and each value read (s3_ini_get is called directly
- * too: s3_creds.c is compiled into this file, rather than linked from the
+ * profile's section, "key = value" (or "key: value") with the first '='
+ * or ':' splitting and the first match winning; keys come from the
+ * credentials file, or from the config file when the credentials file has
+ * no access key.  A file with a '[' line lacking its ']', or an unindented
+ * line that is no comment and has no '=' or ':', is malformed: the open
+ * fails with KVT_ECONFIG and every read of it too.  Both the outcome of
+ * the open and each value read (s3_ini_get is called directly too:
+ * s3_creds.c is compiled into this file, rather than linked from the
  * library archive, which is built without coverage instrumentation) must
- * agree.  The comparison leaves out files with a NUL byte (fgets reads
- * past it, the string ends at it), profile names longer than 200 bytes
- * (the config section name is cut at 255), and files with a line of more
- * than 1022 characters: the reader reads lines into a 1024-byte buffer,
- * so it cuts such a value short and takes the rest of the line for a line
- * of its own.  (AWS session tokens can be longer than that: a token of
- * 1100 characters is read as its first 1003.  Drop the exclusion once the
- * reader takes lines of any length.)
+ * agree.  The comparison leaves out files with a NUL byte (getline reads
+ * past it, the string ends at it) and profile names longer than 200 bytes
+ * (the config section name is cut at 255).
  *
  *   ./fuzz_aws_creds -max_len=4096 fuzz/corpus/aws_creds
  */
@@ -70,20 +68,10 @@ static void setup(void)
 }
 
 
-/* Lines of at most 1022 characters and no NUL: read as the reader would
- * with a buffer of any size. */
+/* No NUL byte: lines read as the reader reads them. */
 static int plain_file(const uint8_t *d, size_t len)
 {
-	size_t run = 0;
-
-	for (size_t i = 0; i < len; i++) {
-		if (!d[i])
-			return 0;
-		run = d[i] == '\n' ? 0 : run + 1;
-		if (run > 1022)
-			return 0;
-	}
-	return 1;
+	return !memchr(d, 0, len);
 }
 
 static int sp(uint8_t c)
@@ -121,7 +109,10 @@ static char *ini_value(const uint8_t *d, size_t len, const char *section, const 
 			}
 			continue;
 		}
-		const uint8_t *eq = memchr(d + a, '=', b - a);
+		const uint8_t *eq = NULL;
+		for (size_t j = a; j < b && !eq; j++)
+			if (d[j] == '=' || d[j] == ':')
+				eq = d + j;
 		if (!in || !eq)
 			continue;
 		e = (size_t)(eq - d);
@@ -142,6 +133,35 @@ static char *ini_value(const uint8_t *d, size_t len, const char *section, const 
 	return NULL;
 }
 
+/* Whether the file has a line the format refuses. */
+static int malformed(const uint8_t *d, size_t len)
+{
+	for (size_t i = 0; i < len;) {
+		size_t a = i, b;
+		int indented;
+		while (i < len && d[i] != '\n')
+			i++;
+		b = i;
+		if (i < len)
+			i++;
+		indented = a < b && sp(d[a]);
+		while (a < b && sp(d[a]))
+			a++;
+		while (b > a && sp(d[b - 1]))
+			b--;
+		if (a == b || d[a] == '#' || d[a] == ';')
+			continue;
+		if (d[a] == '[') {
+			if (!memchr(d + a, ']', b - a))
+				return 1;
+			continue;
+		}
+		if (!indented && !memchr(d + a, '=', b - a) && !memchr(d + a, ':', b - a))
+			return 1;
+	}
+	return 0;
+}
+
 static int same(const char *a, const char *b)
 {
 	return (!a && !b) || (a && b && !strcmp(a, b));
@@ -152,9 +172,19 @@ static int same(const char *a, const char *b)
 static char *lookup(const char *path, const uint8_t *d, size_t len, const char *section,
 		    const char *key, int compare)
 {
-	char *got = s3_ini_get(path, section, key);
+	char *got = NULL;
+	int rc = s3_ini_get(path, section, key, &got);
 
+	if (compare && malformed(d, len)) {
+		if (rc != KVT_ECONFIG || got)
+			abort(); /* a malformed file is refused, wherever the key is */
+		return NULL;
+	}
+	if (rc != 0 && rc != KVT_ECONFIG)
+		abort();
 	if (compare) {
+		if (rc)
+			abort(); /* refused a file the format accepts */
 		char *want = ini_value(d, len, section, key);
 		if (!same(got, want))
 			abort();
@@ -223,6 +253,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	region = lookup(conf_f.path, conf, conf_len, csec, "region", compare);
 	found = user && secret && *user && *secret;
+	if (compare && (malformed(cred, cred_len) || malformed(conf, conf_len)))
+		found = 0; /* refused: s3_credentials reads both files here */
 	if (compare && rc != (found ? KVT_EINVAL : KVT_ECONFIG))
 		abort();
 	free(user);

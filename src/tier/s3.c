@@ -1306,8 +1306,19 @@ int kvt_s3_open(const kvt_s3_opts *o, kvt_tier **out)
 	t->sigv4 = strdup(buf);
 	t->common = curl_slist_append(NULL, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
 	if (t->common && token) {
-		snprintf(buf, sizeof(buf), "x-amz-security-token: %s", token);
-		t->common = curl_slist_append(t->common, buf);
+		/* Session tokens have no stated maximum length: never cut one. */
+		size_t hl = strlen(token) + sizeof("x-amz-security-token: ");
+		char *h = malloc(hl);
+		if (h) {
+			snprintf(h, hl, "x-amz-security-token: %s", token);
+			t->common = curl_slist_append(t->common, h);
+			OPENSSL_cleanse(h, hl);
+		}
+		free(h);
+		if (!h) {
+			curl_slist_free_all(t->common);
+			t->common = NULL;
+		}
 	}
 	free(token);
 	token = NULL;

@@ -74,7 +74,10 @@ typedef struct kvt_s3_opts {
 	int path_style;       /* 1: endpoint/bucket/key; 0: bucket.host/key */
 	/* NULL: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN,
 	 * then ~/.aws/credentials (AWS_SHARED_CREDENTIALS_FILE), section
-	 * [AWS_PROFILE or default].  session_token may stay NULL. */
+	 * [AWS_PROFILE or default], then ~/.aws/config (AWS_CONFIG_FILE),
+	 * section [profile NAME] or [default].  A malformed file fails the
+	 * open with KVT_ECONFIG naming it and the line.  session_token may
+	 * stay NULL (X-Amz-Security-Token when set). */
 	const char *access_key, *secret_key, *session_token;
 	uint64_t capacity;    /* bytes; 0 = unbounded (UINT64_MAX) */
 	uint32_t max_parallel;/* connections in flight; 0 = 16 */
