@@ -6,7 +6,7 @@
  */
 #include <string.h>
 
-#include "cli/cli.h"
+#include "cli.h"
 
 static void gc_usage(FILE *f)
 {

@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
+#include "cli.h"
 
 static int report_bad(const char *path, int json, const char *what, const char *detail)
 {

@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
+#include "cli.h"
 
 #define MAX_LIST 64     /* capacities per tier list */
 #define MAX_POLICIES 8

@@ -21,8 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
-#include "cli/replay_run.h"
+#include "cli.h"
+#include "replay_run.h"
 
 /* --dram-blocks fills a scratch store N + 1 times over to size the tier:
  * beyond this it is not a test anyone waits for. */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
+#include "cli.h"
 
 /* Tiers a store can have (four kinds today), for the per-tier tallies. */
 #define PUT_MAX_TIERS 8

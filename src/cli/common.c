@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
+#include "cli.h"
 
 /* DESIGN.md's reference models (fp16/bf16, K and V). */
 const cli_model *cli_model_find(const char *name)

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
+#include "cli.h"
 
 /* The embedded default configuration: the DRAM tier only, sized so one
  * prompt fits (64 chunks of 3 MiB) but not both. */

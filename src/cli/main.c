@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
+#include "cli.h"
 
 static const struct {
 	const char *name;

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
-#include "cli/replay_run.h"
+#include "cli.h"
+#include "replay_run.h"
 
 void cli_lat_add(struct cli_lat *l, double s)
 {
