@@ -154,5 +154,31 @@ else
 	bad "replay failed: $(cat "$work/err")"
 fi
 
+# --- JSON output escapes what a path holds -----------------------------------
+# A trace whose name has a quote, a backslash and a newline, and a model
+# name with a quote (from a catalog): the JSON of plan and replay still
+# parses, and gives the names back as they are.
+odd="$work/a\"b\\c
+d.jsonl"
+head -300 "$trace" >"$odd"
+printf 'model Q"uote params=1.2e9 layers=16 d_model=2048 kv_heads=8 head_dim=64\n' >"$work/qcat.txt"
+if "$kvtier" plan "$odd" --catalog "$work/qcat.txt" --model 'Q"uote' --dram 100,inf --json --quiet \
+	>"$work/odd.json" 2>"$work/err" &&
+	"$py" -m json.tool "$work/odd.json" >/dev/null &&
+	"$py" -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(d["trace"]["path"] != sys.argv[2] or d["model"] != "Q\"uote")' \
+		"$work/odd.json" "$odd"; then
+	ok "plan --json escapes a path with a quote, backslash and newline"
+else
+	bad "plan --json with an odd path: $(head -c 300 "$work/odd.json") $(cat "$work/err")"
+fi
+if "$kvtier" replay "$odd" --limit 50 --block-bytes 4KiB --json >"$work/oddr.json" 2>"$work/err" &&
+	"$py" -m json.tool "$work/oddr.json" >/dev/null &&
+	"$py" -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["trace"] != sys.argv[2])' \
+		"$work/oddr.json" "$odd"; then
+	ok "replay --json escapes a path with a quote, backslash and newline"
+else
+	bad "replay --json with an odd path: $(head -c 300 "$work/oddr.json") $(cat "$work/err")"
+fi
+
 [ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "all passed"

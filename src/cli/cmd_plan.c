@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "jsonw.h"
 
 #define MAX_LIST 64     /* capacities per tier list */
 #define MAX_POLICIES 8
@@ -381,68 +382,70 @@ static void write_csv(const struct plan_ctx *x, FILE *f)
 	}
 }
 
-static void json_cfg(const struct plan_ctx *x, const struct cfg_out *o, FILE *f)
+/* ---- JSON (jansson: every string escaped, whatever a path holds) ----- */
+
+static json_t *jtriple(const uint64_t v[KVT_PLAN_NT])
 {
-	char a[24], b[24], c[24];
-	(void)x;
-	fprintf(f, "{\"policy\":\"%s\",\"admit\":\"%s\",\"dram_blocks\":\"%s\",\"nvme_blocks\":\"%s\","
-		   "\"shared_blocks\":\"%s\",\"nodes\":%u,\"route\":\"%s\",\"blocks\":%llu,"
-		   "\"hit_blocks\":%llu,\"hit_tier\":[%llu,%llu,%llu],\"tokens\":%llu,\"hit_tokens\":%llu,"
-		   "\"inserts\":[%llu,%llu,%llu],\"rejects\":[%llu,%llu,%llu],\"demotions\":%llu,"
-		   "\"promotions\":%llu,\"ttft_ms\":{\"mean\":%.3f,\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f},"
-		   "\"load_gib\":[%.3f,%.3f,%.3f],\"gpu_hours_saved_per_mreq\":%.4f,"
-		   "\"usd_storage_month\":%.2f,\"usd_per_mreq\":%.4f,\"usd_month\":%.2f,"
-		   "\"usd_net_month\":%.2f,\"sim_seconds\":%.6f}",
-		pol_name(o->conf.policy), o->admit_name, cap_str(o->conf.tier[0].capacity, a, sizeof(a)),
-		cap_str(o->conf.tier[1].capacity, b, sizeof(b)),
-		cap_str(o->conf.tier[2].capacity, c, sizeof(c)), o->conf.nodes,
-		o->conf.route == KVT_PLAN_ROUTE_AFFINITY ? "affinity" : "rr",
-		(unsigned long long)o->r.blocks, (unsigned long long)o->r.hit_blocks,
-		(unsigned long long)o->r.hit_tier[0], (unsigned long long)o->r.hit_tier[1],
-		(unsigned long long)o->r.hit_tier[2], (unsigned long long)o->r.tokens,
-		(unsigned long long)o->r.hit_tokens, (unsigned long long)o->r.inserts[0],
-		(unsigned long long)o->r.inserts[1], (unsigned long long)o->r.inserts[2],
-		(unsigned long long)o->r.rejects[0], (unsigned long long)o->r.rejects[1],
-		(unsigned long long)o->r.rejects[2], (unsigned long long)o->r.demotions,
-		(unsigned long long)o->r.promotions, o->ttft_mean * 1e3, o->ttft_p50 * 1e3,
-		o->ttft_p90 * 1e3, o->ttft_p99 * 1e3, o->load_bytes[0] / 1073741824.0,
-		o->load_bytes[1] / 1073741824.0, o->load_bytes[2] / 1073741824.0,
-		o->gpu_h_saved_per_m, o->usd_storage_month, o->usd_req_per_m, o->usd_month,
-		o->usd_net_month, o->sim_s);
+	return json_pack("[ooo]", cli_json_uint(v[0]), cli_json_uint(v[1]), cli_json_uint(v[2]));
 }
 
-static void write_json(const struct plan_ctx *x, const char *trace, long best, const char *why,
-		       double wall, double accesses, double sim_cpu, unsigned threads, FILE *f)
+static json_t *json_cfg(const struct cfg_out *o)
 {
-	fprintf(f, "{\"trace\":{\"path\":\"%s\",\"format\":\"%s\",\"requests\":%llu,\"blocks\":%llu,"
-		   "\"distinct_blocks\":%llu,\"block_tokens\":%u,\"block_bytes\":%.0f},"
-		   "\"model\":\"%s\",\"gpu\":\"%s\",\"tiers\":[\"%s\",\"%s\",\"%s\"],"
-		   "\"local_tiers\":\"exclusive\",\"shared_tier\":\"inclusive\","
-		   "\"no_cache\":{\"gpu_seconds\":%.3f},\"configs\":[",
-		trace, kvt_plan_format_name(x->tv.format), (unsigned long long)x->tv.requests,
-		(unsigned long long)x->tv.blocks, (unsigned long long)x->tv.distinct_blocks,
-		x->tv.block_tokens, x->block_bytes, x->model->name, x->gpu->name, x->tc[0]->name,
-		x->tc[1]->name, x->tc[2]->name, x->base_gpu_s);
-	int first = 1;
-	for (size_t i = 0; i < x->ncfg; i++) {
-		if (x->cfg[i].rc)
-			continue;
-		if (!first)
-			fputc(',', f);
-		first = 0;
-		json_cfg(x, &x->cfg[i], f);
-	}
-	fprintf(f, "],\"recommendation\":");
-	if (best >= 0) {
-		fprintf(f, "{\"index\":%ld,\"reason\":\"%s\",\"config\":", best, why);
-		json_cfg(x, &x->cfg[best], f);
-		fputc('}', f);
-	} else {
-		fprintf(f, "null");
-	}
-	fprintf(f, ",\"speed\":{\"threads\":%u,\"wall_seconds\":%.6f,\"sim_cpu_seconds\":%.6f,"
-		   "\"block_accesses\":%.0f,\"accesses_per_second_per_thread\":%.0f}}\n",
-		threads, wall, sim_cpu, accesses, sim_cpu > 0 ? accesses / sim_cpu : 0);
+	char a[24], b[24], c[24];
+	return json_pack("{s:s,s:o,s:s,s:s,s:s,s:I,s:s,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,"
+			 "s:{s:o,s:o,s:o,s:o},s:[ooo],s:o,s:o,s:o,s:o,s:o,s:o}",
+		"policy", pol_name(o->conf.policy), "admit", cli_json_str(o->admit_name),
+		"dram_blocks", cap_str(o->conf.tier[0].capacity, a, sizeof(a)),
+		"nvme_blocks", cap_str(o->conf.tier[1].capacity, b, sizeof(b)),
+		"shared_blocks", cap_str(o->conf.tier[2].capacity, c, sizeof(c)),
+		"nodes", (json_int_t)o->conf.nodes,
+		"route", o->conf.route == KVT_PLAN_ROUTE_AFFINITY ? "affinity" : "rr",
+		"blocks", cli_json_uint(o->r.blocks), "hit_blocks", cli_json_uint(o->r.hit_blocks),
+		"hit_tier", jtriple(o->r.hit_tier), "tokens", cli_json_uint(o->r.tokens),
+		"hit_tokens", cli_json_uint(o->r.hit_tokens), "inserts", jtriple(o->r.inserts),
+		"rejects", jtriple(o->r.rejects), "demotions", cli_json_uint(o->r.demotions),
+		"promotions", cli_json_uint(o->r.promotions),
+		"ttft_ms", "mean", cli_json_fixed(o->ttft_mean * 1e3, 3), "p50", cli_json_fixed(o->ttft_p50 * 1e3, 3),
+		"p90", cli_json_fixed(o->ttft_p90 * 1e3, 3), "p99", cli_json_fixed(o->ttft_p99 * 1e3, 3),
+		"load_gib", cli_json_fixed(o->load_bytes[0] / 1073741824.0, 3),
+		cli_json_fixed(o->load_bytes[1] / 1073741824.0, 3), cli_json_fixed(o->load_bytes[2] / 1073741824.0, 3),
+		"gpu_hours_saved_per_mreq", cli_json_fixed(o->gpu_h_saved_per_m, 4),
+		"usd_storage_month", cli_json_fixed(o->usd_storage_month, 2),
+		"usd_per_mreq", cli_json_fixed(o->usd_req_per_m, 4), "usd_month", cli_json_fixed(o->usd_month, 2),
+		"usd_net_month", cli_json_fixed(o->usd_net_month, 2), "sim_seconds", cli_json_fixed(o->sim_s, 6));
+}
+
+/* The whole result as one JSON document and a newline (caller frees), or
+ * NULL when out of memory. */
+static char *plan_json(const struct plan_ctx *x, const char *trace, long best, const char *why,
+		       double wall, double accesses, double sim_cpu, unsigned threads)
+{
+	json_t *cfgs = json_array(), *rec = json_null();
+	for (size_t i = 0; cfgs && i < x->ncfg; i++)
+		if (!x->cfg[i].rc)
+			json_array_append_new(cfgs, json_cfg(&x->cfg[i]));
+	if (best >= 0)
+		rec = json_pack("{s:I,s:o,s:o}", "index", (json_int_t)best, "reason", cli_json_str(why), "config",
+				json_cfg(&x->cfg[best]));
+	json_t *doc = json_pack(
+		"{s:{s:o,s:s,s:o,s:o,s:o,s:I,s:o},s:o,s:o,s:[ooo],s:s,s:s,s:{s:o},s:o,s:o,"
+		"s:{s:I,s:o,s:o,s:o,s:o}}",
+		"trace", "path", cli_json_str(trace), "format", kvt_plan_format_name(x->tv.format),
+		"requests", cli_json_uint(x->tv.requests), "blocks", cli_json_uint(x->tv.blocks),
+		"distinct_blocks", cli_json_uint(x->tv.distinct_blocks),
+		"block_tokens", (json_int_t)x->tv.block_tokens,
+		"block_bytes", json_integer((json_int_t)llround(x->block_bytes)),
+		"model", cli_json_str(x->model->name), "gpu", cli_json_str(x->gpu->name),
+		"tiers", cli_json_str(x->tc[0]->name), cli_json_str(x->tc[1]->name), cli_json_str(x->tc[2]->name),
+		"local_tiers", "exclusive", "shared_tier", "inclusive",
+		"no_cache", "gpu_seconds", cli_json_fixed(x->base_gpu_s, 3),
+		"configs", cfgs, "recommendation", rec,
+		"speed", "threads", (json_int_t)threads, "wall_seconds", cli_json_fixed(wall, 6),
+		"sim_cpu_seconds", cli_json_fixed(sim_cpu, 6),
+		"block_accesses", json_integer((json_int_t)llround(accesses)),
+		"accesses_per_second_per_thread",
+		json_integer((json_int_t)llround(sim_cpu > 0 ? accesses / sim_cpu : 0)));
+	return cli_json_text(doc);
 }
 
 /* Run gnuplot on `script` (no shell).  0 on success. */
@@ -993,13 +996,7 @@ int cmd_plan(int argc, char **argv)
 				best = (long)i;
 	}
 
-	char *jbuf = NULL;
-	size_t jlen = 0;
-	FILE *jf = open_memstream(&jbuf, &jlen);
-	if (jf) {
-		write_json(x, trace, best, why, wall, accesses, sim_cpu, threads, jf);
-		fclose(jf);
-	}
+	char *jbuf = plan_json(x, trace, best, why, wall, accesses, sim_cpu, threads);
 	if (json) {
 		fputs(jbuf ? jbuf : "{}\n", stdout);
 	} else if (csv) {

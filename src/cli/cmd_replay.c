@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "jsonw.h"
 #include "replay_run.h"
 
 /* --dram-blocks fills a scratch store N + 1 times over to size the tier:
@@ -321,21 +322,26 @@ int cmd_replay(int argc, char **argv)
 	double get_gbps = l_get.sum > 0 ? (double)gets * (double)payload / l_get.sum / 1e9 : 0;
 	double put_gbps = l_put.sum > 0 ? (double)puts * (double)payload / l_put.sum / 1e9 : 0;
 	int nt = kvt_store_tiers(st);
+	json_t *doc = NULL, *jtiers = NULL;
 	if (json) {
-		printf("{\"trace\":\"%s\",\"format\":\"%s\",\"requests\":%llu,\"blocks\":%llu,"
-		       "\"hit_blocks\":%llu,\"tokens\":%llu,\"hit_tokens\":%llu,\"block_tokens\":%u,"
-		       "\"payload_bytes\":%llu,\"gets\":%llu,\"puts\":%llu,\"bad\":%llu,\"errors\":%llu,"
-		       "\"wall_seconds\":%.6f,\"get_gbps\":%.3f,\"put_gbps\":%.3f,"
-		       "\"lookup_us\":{\"p50\":%.2f,\"p99\":%.2f},\"get_us\":{\"p50\":%.2f,\"p99\":%.2f},"
-		       "\"put_us\":{\"p50\":%.2f,\"p99\":%.2f},\"tiers\":[",
-		       trace, kvt_plan_format_name(pt.format), (unsigned long long)pt.requests,
-		       (unsigned long long)blocks, (unsigned long long)hit_blocks,
-		       (unsigned long long)tokens, (unsigned long long)hit_tokens, pt.block_tokens,
-		       (unsigned long long)payload, (unsigned long long)gets, (unsigned long long)puts,
-		       (unsigned long long)bad, (unsigned long long)errors, wall, get_gbps, put_gbps,
-		       cli_lat_pct(&l_lookup, .5) * 1e6, cli_lat_pct(&l_lookup, .99) * 1e6,
-		       cli_lat_pct(&l_get, .5) * 1e6, cli_lat_pct(&l_get, .99) * 1e6,
-		       cli_lat_pct(&l_put, .5) * 1e6, cli_lat_pct(&l_put, .99) * 1e6);
+		jtiers = json_array();
+		doc = json_pack("{s:o,s:s,s:o,s:o,s:o,s:o,s:o,s:I,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,"
+				"s:{s:o,s:o},s:{s:o,s:o},s:{s:o,s:o},s:o}",
+			"trace", cli_json_str(trace), "format", kvt_plan_format_name(pt.format),
+			"requests", cli_json_uint(pt.requests), "blocks", cli_json_uint(blocks),
+			"hit_blocks", cli_json_uint(hit_blocks), "tokens", cli_json_uint(tokens),
+			"hit_tokens", cli_json_uint(hit_tokens), "block_tokens", (json_int_t)pt.block_tokens,
+			"payload_bytes", cli_json_uint(payload), "gets", cli_json_uint(gets),
+			"puts", cli_json_uint(puts), "bad", cli_json_uint(bad),
+			"errors", cli_json_uint(errors), "wall_seconds", cli_json_fixed(wall, 6),
+			"get_gbps", cli_json_fixed(get_gbps, 3), "put_gbps", cli_json_fixed(put_gbps, 3),
+			"lookup_us", "p50", cli_json_fixed(cli_lat_pct(&l_lookup, .5) * 1e6, 2),
+			"p99", cli_json_fixed(cli_lat_pct(&l_lookup, .99) * 1e6, 2),
+			"get_us", "p50", cli_json_fixed(cli_lat_pct(&l_get, .5) * 1e6, 2),
+			"p99", cli_json_fixed(cli_lat_pct(&l_get, .99) * 1e6, 2),
+			"put_us", "p50", cli_json_fixed(cli_lat_pct(&l_put, .5) * 1e6, 2),
+			"p99", cli_json_fixed(cli_lat_pct(&l_put, .99) * 1e6, 2),
+			"tiers", json_incref(jtiers));
 	} else {
 		printf("trace %s: %llu requests, %llu blocks of %u tokens, %llu-byte chunks\n",
 		       trace, (unsigned long long)pt.requests, (unsigned long long)blocks,
@@ -357,20 +363,22 @@ int cmd_replay(int argc, char **argv)
 		if (kvt_store_stats(st, k, &ts))
 			continue;
 		if (json)
-			printf("%s{\"name\":\"%s\",\"hits\":%llu,\"misses\":%llu,\"puts\":%llu,"
-			       "\"bytes_in\":%llu,\"bytes_out\":%llu,\"evictions\":%llu,\"chunks\":%llu}",
-			       k ? "," : "", ts.name, (unsigned long long)ts.hits,
-			       (unsigned long long)ts.misses, (unsigned long long)ts.puts,
-			       (unsigned long long)ts.bytes_in, (unsigned long long)ts.bytes_out,
-			       (unsigned long long)ts.evictions, (unsigned long long)ts.chunks);
+			json_array_append_new(jtiers, json_pack("{s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}",
+				"name", cli_json_str(ts.name), "hits", cli_json_uint(ts.hits),
+				"misses", cli_json_uint(ts.misses), "puts", cli_json_uint(ts.puts),
+				"bytes_in", cli_json_uint(ts.bytes_in), "bytes_out", cli_json_uint(ts.bytes_out),
+				"evictions", cli_json_uint(ts.evictions), "chunks", cli_json_uint(ts.chunks)));
 		else
 			printf("%-6s %10llu %10llu %10llu %12llu %12llu %10llu\n", ts.name,
 			       (unsigned long long)ts.hits, (unsigned long long)ts.misses,
 			       (unsigned long long)ts.puts, (unsigned long long)ts.bytes_in,
 			       (unsigned long long)ts.bytes_out, (unsigned long long)ts.evictions);
 	}
-	if (json)
-		printf("]}\n");
+	if (json) {
+		json_decref(jtiers);
+		if (cli_json_write(doc, stdout))
+			fprintf(stderr, "kvtier replay: out of memory writing JSON\n");
+	}
 	if (bad || errors)
 		fprintf(stderr, "kvtier replay: %llu chunks came back wrong, %llu calls failed\n",
 			(unsigned long long)bad, (unsigned long long)errors);
