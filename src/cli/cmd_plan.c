@@ -7,6 +7,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -688,92 +689,139 @@ static const char plan_help[] =
 	"TRACE (\"-\" = stdin) is read line by line; a line is at most 16 MiB, and a\n"
 	"trace with no request or no whole block is refused (docs/PLANNING.md).\n";
 
+static void plan_usage(FILE *f)
+{
+	fputs(plan_help, f);
+}
+
+enum {
+	O_FORMAT = 0x100, O_BLOCK_TOKENS, O_LIMIT, O_DRAM, O_NVME, O_SHARED, O_SHARED_TIER,
+	O_POLICY, O_ADMIT, O_NODES, O_ROUTE, O_MODEL, O_GPU, O_CATALOG, O_TARGET_HIT,
+	O_TARGET_TTFT, O_THREADS, O_REPEAT, O_REPORT, O_JSON, O_CSV, O_QUIET, O_LIST,
+};
+
+/* What the options say; lists are checked once the trace is read (a size
+ * needs the block's bytes), the rest as they come. */
+struct plan_args {
+	const char *dram, *nvme, *shared, *shared_tier, *policy, *admit, *model, *gpu, *report,
+		*catalog;
+	int fmt, json, csv, quiet, list, route;
+	uint32_t nodes, threads, repeat, block_tokens;
+	uint64_t limit;
+	double target_hit, target_ttft;
+};
+
+static int plan_opt(void *arg, int id, const char *v)
+{
+	struct plan_args *p = arg;
+
+	switch (id) {
+	case O_FORMAT:
+		p->fmt = kvt_plan_format_parse(v);
+		if (p->fmt < 0) {
+			fprintf(stderr, "kvtier plan: unknown format %s\n", v);
+			return 2;
+		}
+		return -1;
+	case O_BLOCK_TOKENS:
+		return cli_parse_u32("plan", "--block-tokens", v, 1, 1u << 20, &p->block_tokens) ? 2 : -1;
+	case O_LIMIT:
+		return cli_parse_u64("plan", "--limit", v, 1, MAX_LIMIT, &p->limit) ? 2 : -1;
+	case O_NODES:
+		return cli_parse_u32("plan", "--nodes", v, 1, KVT_PLAN_MAX_NODES, &p->nodes) ? 2 : -1;
+	case O_ROUTE:
+		if (!strcmp(v, "rr") || !strcmp(v, "round-robin")) {
+			p->route = KVT_PLAN_ROUTE_RR;
+		} else if (!strcmp(v, "affinity") || !strcmp(v, "prefix")) {
+			p->route = KVT_PLAN_ROUTE_AFFINITY;
+		} else {
+			fprintf(stderr, "kvtier plan: --route rr or affinity\n");
+			return 2;
+		}
+		return -1;
+	case O_TARGET_HIT:
+		return cli_parse_double("plan", "--target-hit", v, 0, 1, &p->target_hit) ? 2 : -1;
+	case O_TARGET_TTFT:
+		return cli_parse_double("plan", "--target-ttft-ms", v, 1e-3, 1e9, &p->target_ttft) ? 2
+											       : -1;
+	case O_THREADS:
+		return cli_parse_u32("plan", "--threads", v, 1, MAX_THREADS, &p->threads) ? 2 : -1;
+	case O_REPEAT:
+		return cli_parse_u32("plan", "--repeat", v, 1, 1000, &p->repeat) ? 2 : -1;
+	case O_DRAM: p->dram = v; return -1;
+	case O_NVME: p->nvme = v; return -1;
+	case O_SHARED: p->shared = v; return -1;
+	case O_SHARED_TIER: p->shared_tier = v; return -1;
+	case O_POLICY: p->policy = v; return -1;
+	case O_ADMIT: p->admit = v; return -1;
+	case O_MODEL: p->model = v; return -1;
+	case O_GPU: p->gpu = v; return -1;
+	case O_CATALOG: p->catalog = v; return -1;
+	case O_REPORT: p->report = v; return -1;
+	case O_JSON: p->json = 1; return -1;
+	case O_CSV: p->csv = 1; return -1;
+	case O_QUIET: p->quiet = 1; return -1;
+	case O_LIST: p->list = 1; return -1;
+	}
+	return 2;
+}
+
 int cmd_plan(int argc, char **argv)
 {
-	const char *trace = NULL, *dram = "1000,2000,5000,10000,20000,50000,inf", *nvme = "0",
-		   *shared = "0", *shared_tier = "fs", *policy = "lru,s3fifo", *admit = "none",
-		   *model = "Llama-3.1-8B", *gpu = "H100", *report = NULL, *catalog = NULL;
-	int fmt = KVT_PLAN_FMT_AUTO, json = 0, csv = 0, quiet = 0, list = 0;
-	uint32_t nodes = 1, threads = 0, repeat = 1;
-	int route = KVT_PLAN_ROUTE_RR;
-	uint32_t block_tokens = 0;
-	uint64_t limit = 0;
-	double target_hit = -1, target_ttft = -1;
-
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define VAL() do { if (!v) { fprintf(stderr, "kvtier plan: %s needs a value\n", a); return 2; } i++; } while (0)
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			fputs(plan_help, stdout);
-			return 0;
-		} else if (!strcmp(a, "--format")) {
-			VAL();
-			fmt = kvt_plan_format_parse(v);
-			if (fmt < 0) {
-				fprintf(stderr, "kvtier plan: unknown format %s\n", v);
-				return 2;
-			}
-		} else if (!strcmp(a, "--block-tokens")) {
-			VAL();
-			if (cli_parse_u32("plan", a, v, 1, 1u << 20, &block_tokens))
-				return 2;
-		} else if (!strcmp(a, "--limit")) {
-			VAL();
-			if (cli_parse_u64("plan", a, v, 1, MAX_LIMIT, &limit))
-				return 2;
-		} else if (!strcmp(a, "--dram")) { VAL(); dram = v;
-		} else if (!strcmp(a, "--nvme")) { VAL(); nvme = v;
-		} else if (!strcmp(a, "--shared")) { VAL(); shared = v;
-		} else if (!strcmp(a, "--shared-tier")) { VAL(); shared_tier = v;
-		} else if (!strcmp(a, "--policy")) { VAL(); policy = v;
-		} else if (!strcmp(a, "--admit")) { VAL(); admit = v;
-		} else if (!strcmp(a, "--nodes")) {
-			VAL();
-			if (cli_parse_u32("plan", a, v, 1, KVT_PLAN_MAX_NODES, &nodes))
-				return 2;
-		} else if (!strcmp(a, "--route")) {
-			VAL();
-			if (!strcmp(v, "rr") || !strcmp(v, "round-robin"))
-				route = KVT_PLAN_ROUTE_RR;
-			else if (!strcmp(v, "affinity") || !strcmp(v, "prefix"))
-				route = KVT_PLAN_ROUTE_AFFINITY;
-			else {
-				fprintf(stderr, "kvtier plan: --route rr or affinity\n");
-				return 2;
-			}
-		} else if (!strcmp(a, "--model")) { VAL(); model = v;
-		} else if (!strcmp(a, "--gpu")) { VAL(); gpu = v;
-		} else if (!strcmp(a, "--catalog")) { VAL(); catalog = v;
-		} else if (!strcmp(a, "--target-hit")) {
-			VAL();
-			if (cli_parse_double("plan", a, v, 0, 1, &target_hit))
-				return 2;
-		} else if (!strcmp(a, "--target-ttft-ms")) {
-			VAL();
-			if (cli_parse_double("plan", a, v, 1e-3, 1e9, &target_ttft))
-				return 2;
-		} else if (!strcmp(a, "--threads")) {
-			VAL();
-			if (cli_parse_u32("plan", a, v, 1, MAX_THREADS, &threads))
-				return 2;
-		} else if (!strcmp(a, "--repeat")) {
-			VAL();
-			if (cli_parse_u32("plan", a, v, 1, 1000, &repeat))
-				return 2;
-		} else if (!strcmp(a, "--report")) { VAL(); report = v;
-		} else if (!strcmp(a, "--json")) { json = 1;
-		} else if (!strcmp(a, "--csv")) { csv = 1;
-		} else if (!strcmp(a, "--quiet")) { quiet = 1;
-		} else if (!strcmp(a, "--list")) { list = 1;
-		} else if (a[0] == '-' && a[1]) {
-			fprintf(stderr, "kvtier plan: unknown option %s\n", a);
-			return 2;
-		} else {
-			trace = a;
-		}
-#undef VAL
+	static const struct option opts[] = {
+		{ "format", required_argument, NULL, O_FORMAT },
+		{ "block-tokens", required_argument, NULL, O_BLOCK_TOKENS },
+		{ "limit", required_argument, NULL, O_LIMIT },
+		{ "dram", required_argument, NULL, O_DRAM },
+		{ "nvme", required_argument, NULL, O_NVME },
+		{ "shared", required_argument, NULL, O_SHARED },
+		{ "shared-tier", required_argument, NULL, O_SHARED_TIER },
+		{ "policy", required_argument, NULL, O_POLICY },
+		{ "admit", required_argument, NULL, O_ADMIT },
+		{ "nodes", required_argument, NULL, O_NODES },
+		{ "route", required_argument, NULL, O_ROUTE },
+		{ "model", required_argument, NULL, O_MODEL },
+		{ "gpu", required_argument, NULL, O_GPU },
+		{ "catalog", required_argument, NULL, O_CATALOG },
+		{ "target-hit", required_argument, NULL, O_TARGET_HIT },
+		{ "target-ttft-ms", required_argument, NULL, O_TARGET_TTFT },
+		{ "threads", required_argument, NULL, O_THREADS },
+		{ "repeat", required_argument, NULL, O_REPEAT },
+		{ "report", required_argument, NULL, O_REPORT },
+		{ "json", no_argument, NULL, O_JSON },
+		{ "csv", no_argument, NULL, O_CSV },
+		{ "quiet", no_argument, NULL, O_QUIET },
+		{ "list", no_argument, NULL, O_LIST },
+		{ 0 },
+	};
+	struct plan_args pa = {
+		.dram = "1000,2000,5000,10000,20000,50000,inf", .nvme = "0", .shared = "0",
+		.shared_tier = "fs", .policy = "lru,s3fifo", .admit = "none",
+		.model = "Llama-3.1-8B", .gpu = "H100", .fmt = KVT_PLAN_FMT_AUTO,
+		.route = KVT_PLAN_ROUTE_RR, .nodes = 1, .repeat = 1, .target_hit = -1,
+		.target_ttft = -1,
+	};
+	int first;
+	int orc = cli_getopt("plan", argc, argv, NULL, opts, NULL, plan_opt, &pa, plan_usage, &first);
+	if (orc >= 0)
+		return orc;
+	if (first + 1 < argc) {
+		fprintf(stderr, "kvtier plan: unexpected argument \"%s\" (one TRACE)\n\n",
+			argv[first + 1]);
+		plan_usage(stderr);
+		return 2;
 	}
+	const char *trace = first < argc ? argv[first] : NULL, *dram = pa.dram, *nvme = pa.nvme,
+		   *shared = pa.shared, *shared_tier = pa.shared_tier, *policy = pa.policy,
+		   *admit = pa.admit, *model = pa.model, *gpu = pa.gpu, *report = pa.report,
+		   *catalog = pa.catalog;
+	int fmt = pa.fmt, json = pa.json, csv = pa.csv, quiet = pa.quiet, list = pa.list;
+	uint32_t nodes = pa.nodes, threads = pa.threads, repeat = pa.repeat;
+	int route = pa.route;
+	uint32_t block_tokens = pa.block_tokens;
+	uint64_t limit = pa.limit;
+	double target_hit = pa.target_hit, target_ttft = pa.target_ttft;
+
 	if (catalog) {
 		int rc = kvt_plan_catalog_load(catalog);
 		if (rc)

@@ -15,6 +15,7 @@
  * since the store may keep headroom its policy does not fill) the hit blocks
  * equal those of `kvtier plan --dram N --policy lru` on the same trace.
  */
+#include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,63 +136,83 @@ static const char replay_help[] =
 	"  --json              machine output\n"
 	"  --config FILE, --set KEY=VALUE, --dir PATH   the store (see kvtier put --help)\n";
 
+static void replay_usage(FILE *f)
+{
+	fputs(replay_help, f);
+}
+
+enum { O_FORMAT = 0x100, O_BLOCK_TOKENS, O_BLOCK_BYTES, O_DRAM_BLOCKS, O_LIMIT, O_PACE, O_JSON };
+
+struct replay_args {
+	int fmt, json;
+	uint32_t block_tokens;
+	uint64_t limit, dram_blocks, block_bytes;
+	double pace;
+};
+
+static int replay_opt(void *arg, int id, const char *v)
+{
+	struct replay_args *r = arg;
+
+	switch (id) {
+	case O_FORMAT:
+		r->fmt = kvt_plan_format_parse(v);
+		if (r->fmt < 0) {
+			fprintf(stderr, "kvtier replay: unknown format %s\n", v);
+			return 2;
+		}
+		return -1;
+	case O_BLOCK_TOKENS:
+		return cli_parse_u32("replay", "--block-tokens", v, 1, 1u << 20, &r->block_tokens) ? 2
+												   : -1;
+	case O_BLOCK_BYTES:
+		return cli_parse_size("replay", "--block-bytes", v, 1, 1ull << 30, &r->block_bytes) ? 2
+												    : -1;
+	case O_DRAM_BLOCKS:
+		return cli_parse_u64("replay", "--dram-blocks", v, 1, MAX_DRAM_BLOCKS, &r->dram_blocks)
+			       ? 2 : -1;
+	case O_LIMIT:
+		return cli_parse_u64("replay", "--limit", v, 1, 1000000000000ull, &r->limit) ? 2 : -1;
+	case O_PACE:
+		return cli_parse_double("replay", "--pace", v, 1e-6, 1e6, &r->pace) ? 2 : -1;
+	case O_JSON:
+		r->json = 1;
+		return -1;
+	}
+	return 2;
+}
+
 int cmd_replay(int argc, char **argv)
 {
+	static const struct option opts[] = {
+		{ "format", required_argument, NULL, O_FORMAT },
+		{ "block-tokens", required_argument, NULL, O_BLOCK_TOKENS },
+		{ "block-bytes", required_argument, NULL, O_BLOCK_BYTES },
+		{ "dram-blocks", required_argument, NULL, O_DRAM_BLOCKS },
+		{ "limit", required_argument, NULL, O_LIMIT },
+		{ "pace", required_argument, NULL, O_PACE },
+		{ "json", no_argument, NULL, O_JSON },
+		{ 0 },
+	};
 	cli_common cc;
 	memset(&cc, 0, sizeof(cc));
-	const char *trace = NULL;
-	int fmt = KVT_PLAN_FMT_AUTO, json = 0;
-	uint32_t block_tokens = 0;
-	uint64_t limit = 0, dram_blocks = 0, block_bytes = 64 * 1024;
-	double pace = 0;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-		int r = cli_common_arg(&cc, argc, argv, &i);
-		if (r < 0)
-			return 2;
-		if (r > 0)
-			continue;
-#define VAL() do { if (!v) { fprintf(stderr, "kvtier replay: %s needs a value\n", a); return 2; } i++; } while (0)
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			fputs(replay_help, stdout);
-			return 0;
-		} else if (!strcmp(a, "--format")) {
-			VAL();
-			fmt = kvt_plan_format_parse(v);
-			if (fmt < 0) {
-				fprintf(stderr, "kvtier replay: unknown format %s\n", v);
-				return 2;
-			}
-		} else if (!strcmp(a, "--block-tokens")) {
-			VAL();
-			if (cli_parse_u32("replay", a, v, 1, 1u << 20, &block_tokens))
-				return 2;
-		} else if (!strcmp(a, "--block-bytes")) {
-			VAL();
-			if (cli_parse_size("replay", a, v, 1, 1ull << 30, &block_bytes))
-				return 2;
-		} else if (!strcmp(a, "--dram-blocks")) {
-			VAL();
-			if (cli_parse_u64("replay", a, v, 1, MAX_DRAM_BLOCKS, &dram_blocks))
-				return 2;
-		} else if (!strcmp(a, "--limit")) {
-			VAL();
-			if (cli_parse_u64("replay", a, v, 1, 1000000000000ull, &limit))
-				return 2;
-		} else if (!strcmp(a, "--pace")) {
-			VAL();
-			if (cli_parse_double("replay", a, v, 1e-6, 1e6, &pace))
-				return 2;
-		} else if (!strcmp(a, "--json")) { json = 1;
-		} else if (a[0] == '-' && a[1]) {
-			fprintf(stderr, "kvtier replay: unknown option %s\n", a);
-			return 2;
-		} else {
-			trace = a;
-		}
-#undef VAL
+	struct replay_args ra = {.fmt = KVT_PLAN_FMT_AUTO, .block_bytes = 64 * 1024};
+	int first;
+	int orc = cli_getopt("replay", argc, argv, NULL, opts, &cc, replay_opt, &ra, replay_usage,
+			     &first);
+	if (orc >= 0)
+		return orc;
+	if (first + 1 < argc) {
+		fprintf(stderr, "kvtier replay: unexpected argument \"%s\" (one TRACE)\n\n",
+			argv[first + 1]);
+		replay_usage(stderr);
+		return 2;
 	}
+	const char *trace = first < argc ? argv[first] : NULL;
+	int fmt = ra.fmt, json = ra.json;
+	uint32_t block_tokens = ra.block_tokens;
+	uint64_t limit = ra.limit, dram_blocks = ra.dram_blocks, block_bytes = ra.block_bytes;
+	double pace = ra.pace;
 	if (!trace) {
 		fputs(replay_help, stderr);
 		return 2;
