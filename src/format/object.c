@@ -1083,6 +1083,34 @@ int kvt_obj_verify_iov(const kvt_obj_hdr *h, const struct iovec *src,
 	return 0;
 }
 
+int kvt_obj_verify_layer_iov(const kvt_obj_hdr *h, const struct iovec *src,
+			     int n_src, uint32_t layer)
+{
+	const kvt_obj_layer *l;
+	struct seg_cursor c;
+	uint64_t sum;
+	int rc;
+
+	rc = hdr_usable(h, "kvt_obj_verify_layer_iov");
+	if (rc)
+		return rc;
+	if (layer >= h->n_layers)
+		return kvt_err(KVT_EINVAL, "layer %u, the object has %u", layer,
+			       h->n_layers);
+	if (!src && n_src)
+		return kvt_err(KVT_EINVAL, "kvt_obj_verify_layer_iov: NULL argument");
+	rc = src_holds(h, src, n_src);
+	if (rc)
+		return rc;
+	l = &h->layers[layer];
+	cursor_init(&c, src, n_src);
+	cursor_skip(&c, h->header_len + l->offset);
+	sum = seg_pass(&c, NULL, l->length, PASS_HASH_ONLY, 0);
+	if (sum != l->csum)
+		return corrupt_layer(layer, l->csum, sum);
+	return 0;
+}
+
 void kvt_obj_size_why(char *why, size_t len, uint64_t have, uint64_t want)
 {
 	snprintf(why, len, "file is %llu bytes, header says %llu (%s: %llu bytes %s)",

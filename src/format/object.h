@@ -132,4 +132,10 @@ int kvt_obj_verify_iov(const kvt_obj_hdr *h, const struct iovec *src,
  * lets the CPU decide again.  Not for use while other threads copy. */
 void kvt_obj_force_portable(int on);
 
+/* Verify layer `layer` alone without copying it (a connector checks each
+ * layer just before writing it to the engine).  KVT_EINVAL if `layer` >=
+ * n_layers; KVT_ECORRUPT on mismatch. */
+int kvt_obj_verify_layer_iov(const kvt_obj_hdr *h, const struct iovec *src,
+			     int n_src, uint32_t layer);
+
 #endif
