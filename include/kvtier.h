@@ -1069,7 +1069,16 @@ typedef struct kvt_conn_desc {
 	 * kvt_conn_lookup loads only the prefix worth loading
 	 * (kvt_lookup_worth); 0 loads every chunk found. */
 	double recompute_s;
+	/* Where the planes live: enum kvt_conn_memory.  Engine memory on a
+	 * GPU needs a build with the CUDA backend (KVT_ENOTSUP otherwise). */
+	uint32_t memory;
+	int32_t cuda_device;    /* with KVT_CONN_MEM_CUDA: the device ordinal */
 } kvt_conn_desc;
+
+enum kvt_conn_memory {
+	KVT_CONN_MEM_HOST = 0, /* host memory (engines on CPU, SGLang's host pool) */
+	KVT_CONN_MEM_CUDA = 1, /* CUDA device memory */
+};
 
 typedef struct kvt_conn kvt_conn;
 
@@ -1080,7 +1089,9 @@ typedef struct kvt_conn kvt_conn;
  * nor num_layers, no blocks, a NULL base or scale pointer the layout needs,
  * a zero stride of a dimension longer than 1, an unknown durability, more
  * than 64 threads), KVT_ELAYOUT (block_tokens does not divide chunk_tokens),
- * with the field named in kvt_errmsg().  Starts the worker threads. */
+ * KVT_ENOTSUP (engine memory this build cannot copy: CUDA without the CUDA
+ * backend), with the field named in kvt_errmsg().  Starts the worker
+ * threads. */
 KVT_API int kvt_conn_open(kvt_store *st, const kvt_ns *ns, const kvt_conn_desc *desc,
 		  kvt_conn **out);
 

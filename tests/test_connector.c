@@ -413,6 +413,12 @@ out:
 	d.durability = 7;
 	CHECK_EQ(kvt_conn_open(st, &ns, &d, &c), KVT_EINVAL);
 	d.durability = 0;
+	d.memory = KVT_CONN_MEM_CUDA;
+	CHECK_EQ(kvt_conn_open(st, &ns, &d, &c), KVT_ENOTSUP);
+	CHECK(strstr(kvt_errmsg(), "no CUDA backend") != NULL);
+	d.memory = 9;
+	CHECK_EQ(kvt_conn_open(st, &ns, &d, &c), KVT_EINVAL);
+	d.memory = KVT_CONN_MEM_HOST;
 	CHECK_EQ(kvt_conn_open(NULL, &ns, &d, &c), KVT_EINVAL);
 	CHECK(c == NULL);
 	kvt_conn_close(NULL);

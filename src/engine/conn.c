@@ -413,6 +413,11 @@ int kvt_conn_open(kvt_store *st, const kvt_ns *ns, const kvt_conn_desc *d, kvt_c
 		return kvt_err(KVT_EINVAL, "durability %d is not a kvt_durability", d->durability);
 	if (d->threads > CONN_MAX_THREADS)
 		return kvt_err(KVT_EINVAL, "threads %u exceeds %u", d->threads, CONN_MAX_THREADS);
+	if (d->memory == KVT_CONN_MEM_CUDA)
+		return kvt_err(KVT_ENOTSUP, "engine memory on CUDA device %d: this build has no CUDA backend",
+			       d->cuda_device);
+	if (d->memory != KVT_CONN_MEM_HOST)
+		return kvt_err(KVT_EINVAL, "memory %u is not a kvt_conn_memory", d->memory);
 	if (!(d->recompute_s >= 0))
 		return kvt_err(KVT_EINVAL, "recompute_s must be 0 or more");
 	c = calloc(1, sizeof(*c));
