@@ -26,6 +26,7 @@ int bench_sharedfs(int argc, char **argv);
 int bench_s3(int argc, char **argv);
 int bench_plan(int argc, char **argv);
 int bench_hier(int argc, char **argv);
+int bench_connector(int argc, char **argv);
 
 /* Median, min and max of a figure over rounds. */
 struct summary {

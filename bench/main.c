@@ -20,6 +20,7 @@ static const struct {
 	{ "s3", bench_s3, "[--json] [--quick] [--endpoint URL]" },
 	{ "plan", bench_plan, "[TRACE] [--caps LIST] [--repeat N] [--json]" },
 	{ "hierarchy", bench_hier, "[--json] [--quick] [--dir DIR] [--trace PATH]" },
+	{ "connector", bench_connector, "[--json] [--quick]" },
 };
 #define N_BENCHES (sizeof(benches) / sizeof(benches[0]))
 
