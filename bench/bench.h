@@ -42,9 +42,9 @@ const char *bench_fmt_summary(struct summary s, char *buf, size_t cap);
 /* "name":{"median":..,"min":..,"max":..} on stdout. */
 void bench_json_summary(const char *name, struct summary s);
 
-/* "name":"value" on stdout, the characters JSON would need escaped (control
- * characters, quote, backslash) printed as '_': paths and versions are
- * reported, not round-tripped. */
+/* "name":"value" on stdout, value escaped by jansson (quotes, backslashes,
+ * control characters), so that a path reads back as it is; bytes of a value
+ * that is not UTF-8 print as '?'; null if it cannot be encoded at all. */
 void bench_json_str(const char *name, const char *value);
 
 /* Report a failed library call: "kvtier-bench CMD: WHAT: reason (detail)";

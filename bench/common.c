@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "bench.h"
 #include "cli/cli.h"
 #include "common/err.h"
@@ -59,10 +61,25 @@ void bench_json_summary(const char *name, struct summary s)
 
 void bench_json_str(const char *name, const char *value)
 {
-	printf("\"%s\":\"", name);
-	for (const char *p = value; *p; p++)
-		putchar((unsigned char)*p < 0x20 || *p == '"' || *p == '\\' ? '_' : *p);
-	putchar('"');
+	json_t *s = json_string(value);
+	char *txt = NULL;
+
+	if (!s) {
+		/* Not UTF-8 (a path may be any bytes): what is not ASCII
+		 * prints as '?' rather than the field going missing. */
+		char *a = strdup(value);
+
+		for (char *p = a; p && *p; p++)
+			if ((unsigned char)*p >= 0x80)
+				*p = '?';
+		s = a ? json_string(a) : NULL;
+		free(a);
+	}
+	if (s)
+		txt = json_dumps(s, JSON_ENCODE_ANY);
+	printf("\"%s\":%s", name, txt ? txt : "null");
+	free(txt);
+	json_decref(s);
 }
 
 int bench_fail(const char *cmd, const char *what, int rc)

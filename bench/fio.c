@@ -14,10 +14,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "bench.h"
 #include "cli/cli.h"
 #include "fio.h"
-#include "json.h"
 
 extern char **environ;
 
@@ -85,20 +86,50 @@ void bench_fio_version(struct bench_fio *f, const char *scratch)
 		len--;
 	if (len >= sizeof(f->version))
 		len = sizeof(f->version) - 1;
-	for (size_t i = 0; i < len; i++) /* printed into JSON unescaped */
-		if (txt[i] < 0x20 || txt[i] == '"' || txt[i] == '\\')
-			txt[i] = '_';
 	memcpy(f->version, txt, len);
 	f->version[len] = '\0';
 	free(txt);
 	unlink(out);
 }
 
+/* jobs[0].<op>.bw_bytes of fio's JSON report txt[0..len): bytes/s, or -1
+ * after printing what was missing.  fio may print notes ahead of its JSON
+ * (a warning about the ioengine, say): the document starts at the first
+ * '{'. */
+static double fio_bw_bytes(const char *cmd, const char *out, const char *op,
+			   const char *txt, size_t len)
+{
+	const char *start = memchr(txt, '{', len);
+	json_error_t e;
+	json_t *doc, *bw;
+	double v = -1;
+
+	if (!start) {
+		fprintf(stderr, "kvtier-bench %s: %s holds no JSON object\n", cmd, out);
+		return -1;
+	}
+	doc = json_loadb(start, len - (size_t)(start - txt), 0, &e);
+	if (!doc) {
+		fprintf(stderr, "kvtier-bench %s: %s: line %d: %s\n", cmd, out, e.line, e.text);
+		return -1;
+	}
+	bw = json_object_get(json_object_get(json_array_get(json_object_get(doc, "jobs"), 0),
+					     op),
+			     "bw_bytes");
+	if (json_is_number(bw))
+		v = json_number_value(bw);
+	else
+		fprintf(stderr, "kvtier-bench %s: %s has no number at jobs[0].%s.bw_bytes\n",
+			cmd, out, op);
+	json_decref(doc);
+	return v;
+}
+
 int bench_fio_run(const struct bench_fio *f, const char *cmd, const char *scratch,
 		  const char *op, uint64_t bs, uint64_t size, double *gbps)
 {
 	char dir[1100], out[1100], err[1100], a_dir[1200], a_rw[32], a_bs[48],
-		a_size[48], a_out[1200], path[32];
+		a_size[48], a_out[1200];
 	char *argv[] = {
 		(char *)f->path, "--name=kvtier-bound", a_dir, "--ioengine=io_uring",
 		"--direct=1", a_rw, a_bs, "--iodepth=16", "--numjobs=1", a_size,
@@ -122,11 +153,10 @@ int bench_fio_run(const struct bench_fio *f, const char *cmd, const char *scratc
 	snprintf(a_bs, sizeof(a_bs), "--bs=%llu", (unsigned long long)bs);
 	snprintf(a_size, sizeof(a_size), "--size=%llu", (unsigned long long)size);
 	snprintf(a_out, sizeof(a_out), "--output=%s", out);
-	snprintf(path, sizeof(path), "jobs.0.%s.bw_bytes", op);
 	unlink(out);
 	rc = run_child(argv, NULL, err);
 	if (rc == 0 && cli_read_file(out, &txt, &len) == 0)
-		rc = bench_json_number((const char *)txt, len, path, &bw) || bw <= 0 ? -1 : 0;
+		rc = (bw = fio_bw_bytes(cmd, out, op, (const char *)txt, len)) > 0 ? 0 : -1;
 	else
 		rc = -1;
 	free(txt);

@@ -7,7 +7,7 @@
  *       --rw=write|read --bs=BS --iodepth=16 --numjobs=1 --size=SIZE
  *       --output-format=json --output=OUT
  * run as a child process without a shell; the bandwidth is
- * jobs[0].<write|read>.bw_bytes of its JSON (json.h reads it).  The write
+ * jobs[0].<write|read>.bw_bytes of its JSON (read with jansson).  The write
  * job creates the file (fallocate'd up front, random buffer contents); a
  * read job after it reads that same file back.
  */
@@ -18,7 +18,7 @@
 
 struct bench_fio {
 	char path[1024];   /* the fio binary */
-	char version[64];  /* "fio-3.33", or "unknown"; safe to print in JSON */
+	char version[64];  /* "fio-3.33", or "unknown" */
 };
 
 /* fio on PATH into f->path: 1, or 0 if there is none. */

@@ -676,7 +676,9 @@ static void print_json(const struct bench *b)
 	       (unsigned long long)b->free_inodes);
 	printf("\"fio\":{");
 	bench_json_str("path", b->fio.path);
-	printf(",\"version\":\"%s\",\"command\":\"" BENCH_FIO_COMMAND "\"},", b->fio.version);
+	putchar(',');
+	bench_json_str("version", b->fio.version);
+	printf(",\"command\":\"" BENCH_FIO_COMMAND "\"},");
 	printf("\"store\":{\"local_cpu\":false,\"nvme_queue_depth\":16,"
 	       "\"nvme_io_uring\":true,\"workers\":16,\"in_flight\":%d,"
 	       "\"durability\":\"crash_safe\"},",

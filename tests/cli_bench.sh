@@ -39,6 +39,20 @@ assert d["exact"] and d["ratio_vs_reference"] > 0, d
 assert d["trace"].startswith(sys.argv[2] + "/bench-data/"), d["trace"]
 PY
 
+# Paths reach the JSON escaped (jansson), whatever their characters.
+odd="$work/a \"quoted\" \\ dir"
+mkdir -p "$odd"
+expect "sharedfs --quick --json under a directory whose name JSON must escape" \
+	"$bench" sharedfs --quick --json --dir "$odd"
+$py - "$work/out" "$odd" <<'PY' && ok "sharedfs JSON names that directory as it is, with every ratio" || bad "sharedfs JSON: $(head -c 400 "$work/out")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["dir"] == sys.argv[2], d["dir"]
+assert d["sizes"] and all(s[op]["ratio_vs_raw"]["median"] > 0
+			  for s in d["sizes"] for op in ("write", "read")), d["sizes"]
+PY
+[ -z "$(ls -A "$odd")" ] && ok "sharedfs removed its scratch directory" || bad "left in $odd: $(ls -A "$odd")"
+
 expect_fail "an unknown benchmark" "unknown benchmark" "$bench" frobnicate
 expect_fail "no benchmark named" "usage" "$bench"
 expect "--help" "$bench" --help
