@@ -85,6 +85,10 @@ int bench_path_join(char *out, size_t cap, const char *a, const char *b);
 int bench_scratch_dir(const char *cmd, const char *parent, const char *name, char *out,
 		      size_t cap);
 
+/* Ask the file system to place the directories made under `path` away from
+ * the rest (ext4's "top directory" flag; common.c says why).  Best effort. */
+void bench_spread_dir(const char *path);
+
 /* rm -rf of a benchmark's own scratch directory; -1 if anything stayed. */
 int bench_remove_tree(const char *path);
 

@@ -26,7 +26,8 @@
  * size).  Policies: DRAM eviction lru | s3fifo x NVMe admission always |
  * seen:2, NVMe written through; and two write-back variants (NVMe takes
  * DRAM's victims by demotion, not every put).  --quick: the first 3,000
- * requests.
+ * requests.  Each configuration's store is a fresh directory with a
+ * random name under the run's (see bench_spread_dir), removed after it.
  *
  * Figures per tier: block-weighted hit ratio (prefix blocks found in that
  * tier / all blocks), bytes read from and written to the tier, promotions,
@@ -149,7 +150,7 @@ static void tr_key(kvt_key *k, uint64_t id)
 	bench_chunk_key(k, 0x48494552u /* "HIER" */, 'H', id, "kvthier!");
 }
 
-static int tr_run(struct hier_bench *b, const struct plan_trace *pt, const char *dir,
+static int tr_run(struct hier_bench *b, const struct plan_trace *pt,
 		  const struct hier_tr_conf *c, struct hier_tr_result *res)
 {
 	kvt_ns_desc d = {
@@ -169,11 +170,17 @@ static int tr_run(struct hier_bench *b, const struct plan_trace *pt, const char 
 	kvt_ns ns;
 	kvt_tier_stats prev[2], now[2];
 	struct cli_replay rr;
+	char dir[1100];
 	double t0;
 	int rc, ret = 1;
 
-	(void)b;
 	memset(res, 0, sizeof(*res));
+	/* A directory of its own per configuration, under the run's (which
+	 * hierarchy.c marked with bench_spread_dir): a random name puts the
+	 * tree in block groups of its own, away from the inodes the
+	 * configuration before freed (common.c says why that matters). */
+	if (bench_scratch_dir(HIER_CMD, b->base, "replay", dir, sizeof(dir)))
+		return 1;
 	for (uint64_t r = 0; r < t->nreq; r++)
 		if (t->off[r + 1] - t->off[r] > maxn)
 			maxn = t->off[r + 1] - t->off[r];
@@ -186,7 +193,6 @@ static int tr_run(struct hier_bench *b, const struct plan_trace *pt, const char 
 		goto out;
 	}
 	bench_fill_random(payload, HIER_TR_PAYLOAD, 0x2545f4914f6cdd1dull);
-	bench_remove_tree(dir);
 	if (tr_open(dir, c, &st))
 		goto out;
 	if ((rc = kvt_ns_init(st, &d, &ns))) {
@@ -293,7 +299,6 @@ out:
 int hier_replay(struct hier_bench *b, const char *trace_opt)
 {
 	struct plan_trace pt;
-	char dir[1100];
 	uint64_t need = ((uint64_t)HIER_TR_NVME_BLOCKS * HIER_TR_IMAGE) * 12 / 10 + (256u << 20);
 	int rc;
 
@@ -320,16 +325,12 @@ int hier_replay(struct hier_bench *b, const char *trace_opt)
 	b->tr_nreq = pt.t.nreq;
 	b->tr_blocks = pt.t.nblocks;
 	b->tr_ids = pt.t.nids;
-	if (bench_path_join(dir, sizeof(dir), b->base, "replay")) {
-		plan_trace_free(&pt);
-		return bench_fail(HIER_CMD, "path", KVT_EINVAL);
-	}
 	for (int i = 0; i < HIER_N_TR; i++) {
 		if (!b->json)
 			fprintf(stderr, "kvtier-bench " HIER_CMD ": replay %d/%d: dram %s, nvme %s, "
 				"nvme write %s ...\n", i + 1, HIER_N_TR, hier_tr_confs[i].evict,
 				hier_tr_confs[i].admit, hier_tr_confs[i].write);
-		if (tr_run(b, &pt, dir, &hier_tr_confs[i], &b->tr[i])) {
+		if (tr_run(b, &pt, &hier_tr_confs[i], &b->tr[i])) {
 			plan_trace_free(&pt);
 			return 1;
 		}

@@ -363,6 +363,7 @@ int bench_hier(int argc, char **argv)
 	}
 	ret = 1;
 	b->base_made = 1;
+	bench_spread_dir(b->base);
 	if (hier_free_space(b))
 		goto out;
 	if (!b->json)
