@@ -693,7 +693,9 @@ static void check_pass_length(uint32_t layer_bytes, const size_t *sizes,
 	make_key(&key, 3);
 	CHECK_EQ(kvt_obj_hdr_init(&h, &ns, &key), 0);
 	payload = malloc(h.payload_len);
-	out = malloc(h.payload_len);
+	/* Aligned, so that a big enough read streams into it. */
+	if (posix_memalign((void **)&out, 64, h.payload_len))
+		out = NULL;
 	test_fill(payload, h.payload_len, layer_bytes);
 	layers[0] = payload;
 	layers[1] = payload + layer_bytes;

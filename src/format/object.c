@@ -560,7 +560,8 @@ static uint64_t segs_total(const struct iovec *iov, int n)
 #define STRIPE 64u
 #define STRIPES_PER_BLOCK 16u
 #define XXH3_SHORT_MAX 240u
-/* Images from this size up are streamed to their segments (write_iov). */
+/* Images from this size up are streamed to their destination (write_iov,
+ * verified read_iov). */
 #define STREAM_MIN_BYTES (1u << 20)
 
 static _Alignas(64) const uint8_t xxh3_secret[192] = {
@@ -983,7 +984,7 @@ int kvt_obj_read_iov(const kvt_obj_hdr *h, const struct iovec *src, int n_src,
 {
 	struct seg_cursor c;
 	uint8_t *o = out;
-	int rc;
+	int rc, stream;
 
 	rc = hdr_usable(h, "kvt_obj_read_iov");
 	if (rc)
@@ -1014,9 +1015,17 @@ int kvt_obj_read_iov(const kvt_obj_hdr *h, const struct iovec *src, int n_src,
 		}
 		return 0;
 	}
+	/* A verified chunk of a megabyte or more is streamed into the
+	 * caller's buffer: memcpy (rep movsb) stores whole lines without
+	 * reading them in first, plain vector stores do not, and that read
+	 * alone held the verified get at 0.85-0.93x of memcpy (streamed:
+	 * 1.0-1.4x from 14 MiB up, about even at 3 MiB).  The bytes are bound for
+	 * the engine's device copy, not for this core's cache. */
+	stream = h->payload_len >= STREAM_MIN_BYTES;
 	for (uint32_t i = 0; i < h->n_layers; i++) {
 		const kvt_obj_layer *l = &h->layers[i];
-		uint64_t sum = seg_pass(&c, o + l->offset, l->length, PASS_FROM_SEGS, 0);
+		uint64_t sum = seg_pass(&c, o + l->offset, l->length, PASS_FROM_SEGS,
+					stream);
 
 		if (sum != l->csum)
 			return corrupt_layer(i, l->csum, sum);
