@@ -39,3 +39,13 @@ if [ ! -d "$here/tests/s3/node_modules/@20minutes/s3rver" ] ||
   echo "install-deps: npm ci in tests/s3"
   npm ci --prefix "$here/tests/s3" --no-audit --no-fund --loglevel=error
 fi
+
+# llama.cpp for the llama.cpp adapter's test and benchmark: its shared
+# libraries and its source bundle, from two pinned npm packages
+# (tests/llama/package.json).  Their install scripts are not run: they would
+# fetch or build llama.cpp, and kvtier only needs the files shipped.
+if [ ! -d "$here/tests/llama/node_modules/@node-llama-cpp/linux-x64" ] ||
+   [ "$here/tests/llama/package-lock.json" -nt "$here/tests/llama/node_modules" ]; then
+  echo "install-deps: npm ci in tests/llama"
+  npm ci --prefix "$here/tests/llama" --ignore-scripts --no-audit --no-fund --loglevel=error
+fi
