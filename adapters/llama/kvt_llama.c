@@ -527,8 +527,13 @@ static void kll_save(kvt_llama *a, llama_seq_id seq, const kvt_key *keys, uint32
 		kll_log(a, "could not read the sequence state (%zu bytes): nothing stored", len);
 		goto out;
 	}
-	if (kll_parse(a, blob, len, 0, &m, why, sizeof(why)) || m.cells < last * a->chunk) {
+	if (kll_parse(a, blob, len, 0, &m, why, sizeof(why))) {
 		kll_log(a, "llama.cpp state layout not known (%s): nothing stored", why);
+		goto out;
+	}
+	if (m.cells < last * a->chunk) {
+		kll_log(a, "the sequence holds %u tokens, not the %u decoded: nothing stored",
+			m.cells, last * a->chunk);
 		goto out;
 	}
 	for (c = first; c < last; c++) {
