@@ -21,6 +21,9 @@ static const struct {
 	{ "plan", bench_plan, "[TRACE] [--caps LIST] [--repeat N] [--json]" },
 	{ "hierarchy", bench_hier, "[--json] [--quick] [--dir DIR] [--trace PATH]" },
 	{ "connector", bench_connector, "[--json] [--quick]" },
+#ifdef KVT_BENCH_LLAMA
+	{ "llama", bench_llama, "[--json] [--quick] [--dir DIR] [--threads N] [--rounds N]" },
+#endif
 };
 #define N_BENCHES (sizeof(benches) / sizeof(benches[0]))
 
