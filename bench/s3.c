@@ -247,6 +247,7 @@ int bench_s3(int argc, char **argv)
 	const char *endpoint = NULL;
 	uint64_t index_n = 0;
 	double evict_pct = 10;
+	int index_mode = 0;
 	char ep[256], dir[256], sdir[300], cmd[16384];
 	double kp[2][BENCH_MAX_ROUNDS], kg[2][BENCH_MAX_ROUNDS];
 	double cp[2][BENCH_MAX_ROUNDS], cg[2][BENCH_MAX_ROUNDS];
@@ -262,11 +263,13 @@ int bench_s3(int argc, char **argv)
 			quick = 1;
 		else if (!strcmp(argv[i], "--endpoint") && i + 1 < argc)
 			endpoint = argv[++i];
-		else if (!strcmp(argv[i], "--index") && i + 1 < argc)
+		else if (!strcmp(argv[i], "--index") && i + 1 < argc) {
+			index_mode = 1;
 			index_n = strtoull(argv[++i], NULL, 10);
-		else if (!strcmp(argv[i], "--evict-pct") && i + 1 < argc)
+		} else if (!strcmp(argv[i], "--evict-pct") && i + 1 < argc) {
+			index_mode = 1;
 			evict_pct = strtod(argv[++i], NULL);
-		else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			printf("usage: kvtier-bench s3 [--json] [--quick] [--endpoint URL]\n"
 			       "       kvtier-bench s3 --index N [--evict-pct P] [--json] [--quick]\n\n"
 			       "The S3 tier's PUT and GET of 14 and 32 MiB chunks against one curl\n"
@@ -283,7 +286,7 @@ int bench_s3(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (index_n || evict_pct != 10) {
+	if (index_mode) {
 		if (index_n < 1 || index_n > 100000000 || !(evict_pct > 0 && evict_pct <= 100)) {
 			fprintf(stderr, "kvtier-bench s3: --index wants 1..100000000 objects and "
 				"--evict-pct a percentage in (0, 100]\n");

@@ -173,5 +173,22 @@ curl -sf "$pep/__fault?mode=none" >/dev/null
 grep -q "kvt-loop-token" "$work/err" && grep -qi "could not be listed" "$work/err" &&
 	ok "stat says the listing loops, naming the repeated token" || bad "looping listing: $(cat "$work/err")"
 
+# --- kvtier-bench s3 --index: the existence cache alone, no server ---------
+bench="$(dirname "$kvtier")/kvtier-bench"
+if "$bench" s3 --index 20000 --json --quick >"$work/ix.json" 2>"$work/ix.err"; then
+	python3 - "$work/ix.json" <<'PY' && ok "bench s3 --index: 20000 listed, 2000 evicted, ratios reported" ||
+import json, sys
+ix = json.load(open(sys.argv[1]))["index"]
+assert ix["objects"] == 20000 and ix["victims"] == 2000, ix
+assert ix["evict_ratio_vs_qsort"] > 0 and ix["fill_ratio_vs_qsort"] > 0, ix
+PY
+		bad "bench s3 --index JSON: $(cat "$work/ix.json")"
+else
+	bad "bench s3 --index failed: $(tail -3 "$work/ix.err")"
+fi
+"$bench" s3 --index 0 >"$work/out" 2>&1
+[ $? -eq 2 ] && grep -q "index wants 1..100000000 objects" "$work/out" &&
+	ok "bench s3 --index 0 is refused, saying what it wants" || bad "--index 0: $(cat "$work/out")"
+
 [ "$fails" -eq 0 ] && echo "all S3 CLI checks passed" || echo "$fails check(s) failed"
 [ "$fails" -eq 0 ]
