@@ -1090,7 +1090,6 @@ static void s3_close(kvt_tier *tier)
 		OPENSSL_cleanse(t->secret, strlen(t->secret));
 	free(t->secret);
 	free(t->sigv4);
-	free(t->token_hdr);
 	if (t->hmac_key)
 		OPENSSL_cleanse(t->hmac_key, t->hmac_key_len);
 	free(t->hmac_key);

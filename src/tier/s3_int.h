@@ -61,7 +61,6 @@ typedef struct s3_tier {
 	char *base_url;    /* up to the bucket, no trailing '/' */
 	char *user, *secret, *sigv4;
 	struct curl_slist *common; /* headers on every request (copied) */
-	char *token_hdr;
 	uint64_t capacity, part_bytes, multipart_bytes;
 	uint32_t max_parallel;
 	int timeout_ms, retries, refresh_s, path_style, list_timeout_ms;
