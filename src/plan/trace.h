@@ -64,9 +64,11 @@ const char *plan_fmt_name(enum plan_fmt f);
  * hash_ids means Mooncake, else token ids.  block_tokens 0 takes the
  * format's own (512, 16, 256).  max_req > 0 keeps only the first max_req
  * requests (and reads no further).  Every line of a JSON format must be an
- * object with a hash_ids array of integers below 2^64; timestamp,
- * input_length and output_length are optional numbers within the bounds
- * above.  A trace with no request, or with no whole block in any, is
+ * object (parsed whole by jansson; its fields are taken by name, and one
+ * named twice is refused) with a hash_ids array of integers below 2^64;
+ * timestamp, input_length and output_length are optional numbers within
+ * the bounds above.  Long traces are parsed by several threads; what is
+ * read, and which error is reported, are those of one.  A trace with no request, or with no whole block in any, is
  * refused: there is nothing to plan from.  0, KVT_ENOMEM, or KVT_EINVAL
  * with kvt_errmsg() naming the file, the line and the field ("t.jsonl:3:
  * timestamp: ..."), or -errno if the file cannot be read.  On success free
