@@ -28,6 +28,9 @@
 #include "common/log.h"
 #include "engine/paged.h"
 #include "store/store_int.h"
+#ifdef KVT_HAVE_CUDA
+#include "engine/cuda.h"
+#endif
 
 #define CONN_MAX_THREADS 64
 
@@ -72,6 +75,9 @@ struct kvt_conn {
 	kvt_ns ns;
 	struct conn_geom g;
 	kvt_paged_layer *layers; /* num_layers, expanded */
+#ifdef KVT_HAVE_CUDA
+	struct conn_cuda *cuda;  /* engine memory on a device; else NULL */
+#endif
 	int durability;
 	double recompute_s;
 
@@ -84,6 +90,24 @@ struct kvt_conn {
 	uint32_t n_thr;
 	struct conn_req *reqs;
 };
+
+/* One layer of one chunk between the segments `iov` (from byte `pos`) and
+ * the blocks, on the CPU or, for device memory, through the CUDA backend. */
+static int conn_copy(kvt_conn *c, uint32_t l, const uint32_t *blocks, uint32_t ntok,
+		     const struct iovec *iov, int n_iov, uint64_t pos, int dir)
+{
+	struct conn_cur cur;
+	int rc;
+
+#ifdef KVT_HAVE_CUDA
+	if (c->cuda)
+		return conn_cuda_copy(c->cuda, &c->g, &c->layers[l], blocks, ntok, iov, n_iov, pos,
+				      dir);
+#endif
+	if ((rc = conn_cur_init(&cur, iov, n_iov, pos)))
+		return rc;
+	return conn_paged_copy(&c->g, &c->layers[l], blocks, ntok, &cur, dir);
+}
 
 /* --- requests ------------------------------------------------------------ */
 
@@ -263,8 +287,6 @@ static void load_run(kvt_conn *c, struct conn_req *r)
 	}
 	for (uint32_t l = 0; l < c->g.num_layers; l++) {
 		for (uint32_t i = 0; i < n; i++) {
-			struct conn_cur cur;
-
 			if (!refs[i])
 				continue;
 			rc = 0;
@@ -278,11 +300,9 @@ static void load_run(kvt_conn *c, struct conn_req *r)
 				continue;
 			}
 			if (rc == 0)
-				rc = conn_cur_init(&cur, refs[i]->iov, refs[i]->n_iov,
-						   (uint64_t)l * c->g.layer_bytes);
-			if (rc == 0)
-				rc = conn_paged_copy(&c->g, &c->layers[l], r->lblocks + (size_t)i * bpc,
-						     chunk_tokens_of(c, r, i), &cur, CONN_SCATTER);
+				rc = conn_copy(c, l, r->lblocks + (size_t)i * bpc,
+					       chunk_tokens_of(c, r, i), refs[i]->iov, refs[i]->n_iov,
+					       (uint64_t)l * c->g.layer_bytes, CONN_SCATTER);
 			if (rc)
 				load_bad(c, r, i, rc);
 			if (rc || l + 1 == c->g.num_layers) {
@@ -339,13 +359,9 @@ static void save_layer_run(kvt_conn *c, struct conn_req *r, uint32_t l)
 
 	for (uint32_t i = 0; i < r->n_schunks && !rc; i++) {
 		struct iovec v = { r->staging + i * per, per };
-		struct conn_cur cur;
 
-		rc = conn_cur_init(&cur, &v, 1, (uint64_t)l * c->g.layer_bytes);
-		if (rc == 0)
-			rc = conn_paged_copy(&c->g, &c->layers[l],
-					     r->sblocks + (size_t)i * c->g.blocks_per_chunk,
-					     c->g.chunk_tokens, &cur, CONN_GATHER);
+		rc = conn_copy(c, l, r->sblocks + (size_t)i * c->g.blocks_per_chunk,
+			       c->g.chunk_tokens, &v, 1, (uint64_t)l * c->g.layer_bytes, CONN_GATHER);
 	}
 	pthread_mutex_lock(&c->mu);
 	if (rc && !r->save_rc)
@@ -413,10 +429,13 @@ int kvt_conn_open(kvt_store *st, const kvt_ns *ns, const kvt_conn_desc *d, kvt_c
 		return kvt_err(KVT_EINVAL, "durability %d is not a kvt_durability", d->durability);
 	if (d->threads > CONN_MAX_THREADS)
 		return kvt_err(KVT_EINVAL, "threads %u exceeds %u", d->threads, CONN_MAX_THREADS);
+#ifndef KVT_HAVE_CUDA
 	if (d->memory == KVT_CONN_MEM_CUDA)
-		return kvt_err(KVT_ENOTSUP, "engine memory on CUDA device %d: this build has no CUDA backend",
+		return kvt_err(KVT_ENOTSUP,
+			       "engine memory on CUDA device %d: this build has no CUDA backend",
 			       d->cuda_device);
-	if (d->memory != KVT_CONN_MEM_HOST)
+#endif
+	if (d->memory != KVT_CONN_MEM_HOST && d->memory != KVT_CONN_MEM_CUDA)
 		return kvt_err(KVT_EINVAL, "memory %u is not a kvt_conn_memory", d->memory);
 	if (!(d->recompute_s >= 0))
 		return kvt_err(KVT_EINVAL, "recompute_s must be 0 or more");
@@ -431,6 +450,14 @@ int kvt_conn_open(kvt_store *st, const kvt_ns *ns, const kvt_conn_desc *d, kvt_c
 		free(c);
 		return rc;
 	}
+#ifdef KVT_HAVE_CUDA
+	if (d->memory == KVT_CONN_MEM_CUDA &&
+	    (rc = conn_cuda_open(d->cuda_device, &c->g, &c->cuda))) {
+		free(c->layers);
+		free(c);
+		return rc;
+	}
+#endif
 	c->st = st;
 	c->ns = *ns;
 	c->durability = d->durability;
@@ -473,6 +500,9 @@ void kvt_conn_close(kvt_conn *c)
 	pthread_cond_destroy(&c->changed);
 	free(c->thr);
 	free(c->layers);
+#ifdef KVT_HAVE_CUDA
+	conn_cuda_close(c->cuda);
+#endif
 	free(c);
 }
 
@@ -503,10 +533,8 @@ static int copy_one(kvt_conn *c, uint32_t layer, const uint32_t *ids, uint32_t n
 		    void *chunk, int dir)
 {
 	struct iovec v = { chunk, c->g.layer_bytes };
-	struct conn_cur cur;
 
-	conn_cur_init(&cur, &v, 1, 0);
-	return conn_paged_copy(&c->g, &c->layers[layer], ids, n_tokens, &cur, dir);
+	return conn_copy(c, layer, ids, n_tokens, &v, 1, 0, dir);
 }
 
 int kvt_conn_gather(kvt_conn *c, uint32_t layer, const uint32_t *block_ids,
