@@ -1089,9 +1089,11 @@ typedef struct kvt_conn kvt_conn;
  * nor num_layers, no blocks, a NULL base or scale pointer the layout needs,
  * a zero stride of a dimension longer than 1, an unknown durability, more
  * than 64 threads), KVT_ELAYOUT (block_tokens does not divide chunk_tokens),
- * KVT_ENOTSUP (engine memory this build cannot copy: CUDA without the CUDA
- * backend), with the field named in kvt_errmsg().  Starts the worker
- * threads. */
+ * KVT_ENOTSUP (engine memory this build or machine cannot copy: CUDA
+ * memory without the CUDA backend, or no such device), -EIO (the device's
+ * stream or staging could not be set up), with the field or the CUDA error
+ * in kvt_errmsg().  Starts the worker threads; with CUDA memory, also a
+ * stream and one layer of device staging. */
 KVT_API int kvt_conn_open(kvt_store *st, const kvt_ns *ns, const kvt_conn_desc *desc,
 		  kvt_conn **out);
 
@@ -1112,7 +1114,9 @@ KVT_API void kvt_conn_close(kvt_conn *c);
  * KVT_EINVAL (a NULL pointer, a layer or token count out of range, fewer
  * blocks than n_tokens needs, a block id >= num_blocks), KVT_ESMALL (`cap`
  * or `len` below the layer's bytes).  Thread-safe: calls on disjoint
- * engine memory may run at once (the engine's memory is not locked). */
+ * engine memory may run at once (the engine's memory is not locked; with
+ * CUDA memory they take turns on the connector's stream), and each returns
+ * with its copy complete. */
 KVT_API int kvt_conn_gather(kvt_conn *c, uint32_t layer, const uint32_t *block_ids,
 		    size_t n_blocks, uint32_t n_tokens, void *chunk, size_t cap);
 KVT_API int kvt_conn_scatter(kvt_conn *c, uint32_t layer, const uint32_t *block_ids,
