@@ -17,7 +17,11 @@
  * engine pool of the same size, cycling over the pool as the subjects do,
  * so both sides touch the same amount of memory from the same buffers.
  * The subjects: kvt_conn_gather of every layer of a chunk into the chunk
- * buffer, and kvt_conn_scatter of every layer back.
+ * buffer, and kvt_conn_scatter of every layer back.  For Llama-3.1-8B also
+ * the whole load path: kvt_conn_load of a prompt whose every chunk is in
+ * the DRAM tier, waited on layer by layer as an engine does, against
+ * memcpy of the prompt's bytes into the pool (the chunks, borrowed from
+ * the arena's pages, are scattered straight into the blocks: no staging).
  *
  * Method: as dram.c: each figure calibrates an op count that lasts at least
  * 50 ms (20 ms with --quick), then 7 rounds (3) time bound and subject back
@@ -52,13 +56,14 @@ static const struct shape shapes[] = {
 };
 #define N_SHAPES (sizeof(shapes) / sizeof(shapes[0]))
 
-enum { OP_GATHER = 0, OP_SCATTER = 1 };
-static const char *const op_names[] = { "gather", "scatter" };
+enum { OP_GATHER = 0, OP_SCATTER = 1, OP_LOAD = 2 };
+static const char *const op_names[] = { "gather", "scatter", "load_dram" };
 
 struct figure {
 	const struct shape *s;
 	int op;
 	uint64_t chunk_bytes;
+	uint64_t bytes_per_op; /* a chunk; the whole prompt for a load */
 	long n;
 	double bound[MAX_ROUNDS], subj[MAX_ROUNDS];
 };
@@ -69,6 +74,9 @@ struct ctx {
 	uint8_t *pool, *chunk;
 	uint32_t *table; /* n_chunks × blocks per chunk */
 	uint32_t n_chunks;
+	uint32_t *tokens; /* the load's prompt: n_chunks whole chunks */
+	uint8_t *src;     /* the load's bound: the prompt's bytes, contiguous */
+	uint64_t req;
 	uint64_t chunk_bytes, layer_bytes;
 };
 
@@ -84,7 +92,24 @@ static int run(struct ctx *x, int op, int subject, long n, double *secs)
 {
 	double t0 = now_s();
 
-	for (long k = 0; k < n; k++) {
+	for (long k = 0; k < n && op == OP_LOAD; k++) {
+		int rc;
+
+		if (!subject) {
+			bound_memcpy(x->pool, x->src, x->chunk_bytes * x->n_chunks);
+			continue;
+		}
+		rc = kvt_conn_load(x->c, ++x->req, x->tokens, (size_t)x->n_chunks * CT, NULL,
+				   x->table, (size_t)x->n_chunks * (CT / BT),
+				   (size_t)x->n_chunks * CT, -1);
+		for (uint32_t l = 0; !rc && l < x->s->layers; l++)
+			rc = kvt_conn_wait_layer(x->c, x->req, l, -1);
+		if (rc == 0)
+			rc = kvt_conn_end(x->c, x->req);
+		if (rc)
+			return bench_fail(CMD, "load", rc > 0 ? KVT_ENOTFOUND : rc);
+	}
+	for (long k = 0; k < n && op != OP_LOAD; k++) {
 		uint32_t ci = (uint32_t)(k % x->n_chunks);
 		uint8_t *region = x->pool + ci * x->chunk_bytes;
 		const uint32_t *ids = x->table + (size_t)ci * (CT / BT);
@@ -132,7 +157,8 @@ static int measure(struct ctx *x, struct figure *f, int rounds, double min_s)
 	return 0;
 }
 
-static int open_shape(kvt_store *st, const struct shape *s, struct ctx *x, uint32_t n_chunks)
+static int open_shape(kvt_store *st, const struct shape *s, struct ctx *x, uint32_t n_chunks,
+		      int with_load)
 {
 	kvt_ns_desc nd = { 0 };
 	kvt_ns ns;
@@ -180,7 +206,28 @@ static int open_shape(kvt_store *st, const struct shape *s, struct ctx *x, uint3
 	d.threads = 1;
 	rc = kvt_conn_open(st, &ns, &d, &x->c);
 	free(L);
-	return rc ? bench_fail(CMD, "kvt_conn_open", rc) : 0;
+	if (rc)
+		return bench_fail(CMD, "kvt_conn_open", rc);
+	if (!with_load)
+		return 0;
+	/* The load's prompt, saved from the pool into the DRAM tier. */
+	x->tokens = malloc((size_t)n_chunks * CT * sizeof(*x->tokens));
+	x->src = bench_buffer(x->chunk_bytes * n_chunks);
+	if (!x->tokens || !x->src)
+		return bench_fail(CMD, "load prompt", KVT_ENOMEM);
+	bench_fill_random(x->src, x->chunk_bytes * n_chunks, 43);
+	for (size_t i = 0; i < (size_t)n_chunks * CT; i++)
+		x->tokens[i] = (uint32_t)(i * 2654435761u % 128000);
+	rc = kvt_conn_save(x->c, 0, x->tokens, (size_t)n_chunks * CT, NULL, x->table, nb);
+	if (rc != (int)n_chunks)
+		return bench_fail(CMD, "save of the load prompt", rc < 0 ? rc : KVT_EEXIST);
+	if ((rc = kvt_conn_save_layer(x->c, 0, KVT_CONN_ALL_LAYERS)) ||
+	    (rc = kvt_conn_wait(x->c, 0, -1)) || (rc = kvt_conn_end(x->c, 0)))
+		return bench_fail(CMD, "save of the load prompt", rc);
+	if (kvt_conn_lookup(x->c, x->tokens, (size_t)n_chunks * CT, NULL) !=
+	    (int)(n_chunks * CT - 1))
+		return bench_fail(CMD, "the load prompt is not all in the store", KVT_ENOTFOUND);
+	return 0;
 }
 
 static void close_shape(struct ctx *x)
@@ -189,11 +236,13 @@ static void close_shape(struct ctx *x)
 	free(x->pool);
 	free(x->chunk);
 	free(x->table);
+	free(x->tokens);
+	free(x->src);
 }
 
 static double gbps(const struct figure *f, double secs)
 {
-	return (double)f->chunk_bytes * f->n / secs / 1e9;
+	return (double)f->bytes_per_op * f->n / secs / 1e9;
 }
 
 static struct summary fig_sum(const struct figure *f, const double *v, int rounds)
@@ -217,12 +266,12 @@ static void print_text(const struct figure *fig, int n, int rounds, double min_s
 	char b1[64], b2[64], b3[64];
 
 	printf("kvtier-bench connector: %d rounds, >= %.0f ms per timed run; GB/s = 1e9 B/s\n"
-	       "  %-16s %-20s %-8s %-24s %-24s %-22s %s\n", rounds, min_s * 1e3, "model",
+	       "  %-16s %-20s %-10s %-24s %-24s %-22s %s\n", rounds, min_s * 1e3, "model",
 	       "layout", "op", "memcpy GB/s", "connector GB/s", "ratio_vs_memcpy", "target");
 	for (int i = 0; i < n; i++) {
 		const struct figure *f = &fig[i];
 		struct summary r = fig_ratio(f, rounds);
-		printf("  %-16s %-20s %-8s %-24s %-24s %-22s %.2fx %s\n", f->s->model, f->s->layout,
+		printf("  %-16s %-20s %-10s %-24s %-24s %-22s %.2fx %s\n", f->s->model, f->s->layout,
 		       op_names[f->op], bench_fmt_summary(fig_sum(f, f->bound, rounds), b1, sizeof(b1)),
 		       bench_fmt_summary(fig_sum(f, f->subj, rounds), b2, sizeof(b2)),
 		       bench_fmt_summary(r, b3, sizeof(b3)), TARGET,
@@ -245,9 +294,9 @@ static void print_json(const struct figure *fig, int n, int rounds, int quick, d
 		bench_json_str("layout", f->s->layout);
 		printf(",\"layers\":%u,\"kv_heads\":%u,\"head_dim\":%u,\"planes\":%u,"
 		       "\"block_tokens\":%u,\"chunk_tokens\":%u,\"chunk_bytes\":%llu,"
-		       "\"ops_per_run\":%ld,",
+		       "\"bytes_per_op\":%llu,\"ops_per_run\":%ld,",
 		       f->s->layers, f->s->heads, f->s->dim, f->s->planes, BT, CT,
-		       (unsigned long long)f->chunk_bytes, f->n);
+		       (unsigned long long)f->chunk_bytes, (unsigned long long)f->bytes_per_op, f->n);
 		bench_json_summary("memcpy_gbps", fig_sum(f, f->bound, rounds));
 		printf(",");
 		bench_json_summary("subject_gbps", fig_sum(f, f->subj, rounds));
@@ -269,13 +318,15 @@ static void usage(FILE *f)
 		"same bytes: 16-token vLLM FlashAttention NHD blocks of Llama-3.1-8B\n"
 		"(32 layers, 8 KV heads x 128, bf16) and an MLA latent cache (61\n"
 		"layers, 576, one plane).  Block tables are shuffled over the pool.\n"
+		"For Llama-3.1-8B also load_dram: kvt_conn_load of a prompt held in the\n"
+		"DRAM tier, waited on layer by layer, against memcpy of its bytes.\n"
 		"  --json    every figure as JSON; ratios in ratio_vs_memcpy\n"
 		"  --quick   3 rounds of >= 20 ms, a pool of 2 chunks (default 7, 50 ms, 4)\n");
 }
 
 int bench_connector(int argc, char **argv)
 {
-	struct figure fig[N_SHAPES * 2];
+	struct figure fig[N_SHAPES * 3];
 	int json = 0, quick = 0, n = 0, rc = 0, err;
 	kvt_config *cfg;
 	kvt_store *st;
@@ -297,12 +348,13 @@ int bench_connector(int argc, char **argv)
 	int rounds = quick ? 3 : MAX_ROUNDS;
 	double min_s = quick ? 0.02 : 0.05;
 
-	/* The connector needs a store to name its namespace; no chunk is
-	 * stored by this benchmark. */
+	/* The store names the namespace and, for the load figure, holds the
+	 * prompt in its DRAM tier. */
 	cfg = kvt_config_new();
 	if (!cfg)
 		return bench_fail(CMD, "configuration", KVT_ENOMEM);
-	err = kvt_config_set(cfg, "max_local_cpu_size", "8MiB");
+	/* Room for the load figure's prompt (4 chunks of 32 MiB) and more. */
+	err = kvt_config_set(cfg, "max_local_cpu_size", "256MiB");
 	if (!err)
 		err = kvt_config_set(cfg, "dram_lock_memory", "false");
 	if (!err)
@@ -312,13 +364,16 @@ int bench_connector(int argc, char **argv)
 	for (size_t s = 0; s < N_SHAPES && !rc; s++) {
 		struct ctx x;
 
-		if ((rc = open_shape(st, &shapes[s], &x, quick ? 2 : 4)) == 0) {
-			for (int op = 0; op < 2 && !rc; op++) {
+		int with_load = s == 0;
+
+		if ((rc = open_shape(st, &shapes[s], &x, quick ? 2 : 4, with_load)) == 0) {
+			for (int op = 0; op < 2 + with_load && !rc; op++) {
 				struct figure *f = &fig[n];
 				memset(f, 0, sizeof(*f));
 				f->s = &shapes[s];
 				f->op = op;
 				f->chunk_bytes = x.chunk_bytes;
+				f->bytes_per_op = x.chunk_bytes * (op == OP_LOAD ? x.n_chunks : 1);
 				if ((rc = measure(&x, f, rounds, min_s)) == 0)
 					n++;
 			}
