@@ -93,6 +93,10 @@ void bench_spread_dir(const char *path);
 /* rm -rf of a benchmark's own scratch directory; -1 if anything stayed. */
 int bench_remove_tree(const char *path);
 
+/* Remove every file under `path` and keep its directories (a store's
+ * fan-out tree, for the next store to take); -1 if anything stayed. */
+int bench_empty_tree(const char *path);
+
 /* What the build copied into <dir of this program>/bench-data (CMake's
  * kvtier_bench_data target): `rel` there into out.  1 if it is readable, 0
  * if not (out still names where it was looked for). */

@@ -216,8 +216,9 @@ int bench_data_path(const char *rel, char *out, size_t cap)
 	return access(out, R_OK) == 0;
 }
 
-/* rm -rf, one entry at a time. */
-static int remove_serial(const char *path)
+/* rm -rf, one entry at a time; with keep_dirs, only what is not a
+ * directory (the tree stays). */
+static int remove_serial(const char *path, int keep_dirs)
 {
 	struct stat sb;
 	DIR *d;
@@ -235,11 +236,12 @@ static int remove_serial(const char *path)
 
 		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
 			continue;
-		if (bench_path_join(sub, sizeof(sub), path, e->d_name) || remove_serial(sub))
+		if (bench_path_join(sub, sizeof(sub), path, e->d_name) ||
+		    remove_serial(sub, keep_dirs))
 			bad = 1;
 	}
 	closedir(d);
-	if (rmdir(path))
+	if (!keep_dirs && rmdir(path))
 		bad = 1;
 	return bad ? -1 : 0;
 }
@@ -257,6 +259,7 @@ static int remove_serial(const char *path)
 
 struct remover {
 	const char *path;
+	int keep_dirs;
 	char (*names)[256];
 	size_t n, next;
 	int bad;
@@ -277,7 +280,8 @@ static void *remover_run(void *arg)
 		pthread_mutex_unlock(&r->mu);
 		if (i >= r->n)
 			return NULL;
-		bad = bench_path_join(sub, sizeof(sub), r->path, r->names[i]) || remove_serial(sub);
+		bad = bench_path_join(sub, sizeof(sub), r->path, r->names[i]) ||
+		      remove_serial(sub, r->keep_dirs);
 		if (bad) {
 			pthread_mutex_lock(&r->mu);
 			r->bad = 1;
@@ -286,9 +290,10 @@ static void *remover_run(void *arg)
 	}
 }
 
-int bench_remove_tree(const char *path)
+static int remove_tree(const char *path, int keep_dirs)
 {
-	struct remover r = { .path = path, .mu = PTHREAD_MUTEX_INITIALIZER };
+	struct remover r = { .path = path, .keep_dirs = keep_dirs,
+			     .mu = PTHREAD_MUTEX_INITIALIZER };
 	pthread_t th[REMOVERS];
 	size_t cap = 0;
 	int nth = 0;
@@ -299,7 +304,7 @@ int bench_remove_tree(const char *path)
 	if (lstat(path, &sb))
 		return errno == ENOENT ? 0 : -1;
 	if (!S_ISDIR(sb.st_mode) || !(d = opendir(path)))
-		return remove_serial(path);
+		return remove_serial(path, keep_dirs);
 	while ((e = readdir(d))) {
 		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
 		    strlen(e->d_name) >= sizeof(r.names[0]))
@@ -326,7 +331,17 @@ int bench_remove_tree(const char *path)
 		pthread_join(th[i], NULL);
 	free(r.names);
 	/* What a name too long for the list skipped, remove_serial finds. */
-	return remove_serial(path) || r.bad ? -1 : 0;
+	return remove_serial(path, keep_dirs) || r.bad ? -1 : 0;
+}
+
+int bench_remove_tree(const char *path)
+{
+	return remove_tree(path, 0);
+}
+
+int bench_empty_tree(const char *path)
+{
+	return remove_tree(path, 1);
 }
 
 void bench_fill_random(uint8_t *p, size_t n, uint64_t x)

@@ -27,7 +27,9 @@
  * seen:2, NVMe written through; and two write-back variants (NVMe takes
  * DRAM's victims by demotion, not every put).  --quick: the first 3,000
  * requests.  Each configuration's store is a fresh directory with a
- * random name under the run's (see bench_spread_dir), removed after it.
+ * random name under the run's (see bench_spread_dir); the next one takes
+ * over its fan-out directories, emptied of files, as a store that has run
+ * before has them (the first configuration's loop makes them).
  *
  * Figures per tier: block-weighted hit ratio (prefix blocks found in that
  * tier / all blocks), bytes read from and written to the tier, promotions,
@@ -43,6 +45,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -150,8 +153,32 @@ static void tr_key(kvt_key *k, uint64_t id)
 	bench_chunk_key(k, 0x48494552u /* "HIER" */, 'H', id, "kvthier!");
 }
 
+/* Move the fan-out directories the previous configuration's store made
+ * (emptied of files by bench_empty_tree) into `dir`, then remove what is
+ * left of `prev` (its tmp/).  Nothing moved if anything fails: the new
+ * store then makes its tree itself. */
+static void tr_take_tree(const char *prev, const char *dir)
+{
+	DIR *d = opendir(prev);
+	struct dirent *e;
+
+	while (d && (e = readdir(d))) {
+		char from[1400], to[1400];
+
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+		    !strcmp(e->d_name, "tmp"))
+			continue;
+		if (bench_path_join(from, sizeof(from), prev, e->d_name) ||
+		    bench_path_join(to, sizeof(to), dir, e->d_name) || rename(from, to))
+			break;
+	}
+	if (d)
+		closedir(d);
+	bench_remove_tree(prev);
+}
+
 static int tr_run(struct hier_bench *b, const struct plan_trace *pt,
-		  const struct hier_tr_conf *c, struct hier_tr_result *res)
+		  const struct hier_tr_conf *c, char last[1100], struct hier_tr_result *res)
 {
 	kvt_ns_desc d = {
 		.model = "kvtier/bench-hierarchy",
@@ -176,11 +203,15 @@ static int tr_run(struct hier_bench *b, const struct plan_trace *pt,
 
 	memset(res, 0, sizeof(*res));
 	/* A directory of its own per configuration, under the run's (which
-	 * hierarchy.c marked with bench_spread_dir): a random name puts the
-	 * tree in block groups of its own, away from the inodes the
-	 * configuration before freed (common.c says why that matters). */
+	 * hierarchy.c marked with bench_spread_dir): a random name puts its
+	 * tmp/, where the tier creates every file, in block groups of its
+	 * own, away from the inodes the configuration before freed (common.c
+	 * says why that matters).  The fan-out directories move over. */
 	if (bench_scratch_dir(HIER_CMD, b->base, "replay", dir, sizeof(dir)))
 		return 1;
+	if (last[0])
+		tr_take_tree(last, dir);
+	memcpy(last, dir, sizeof(dir));
 	for (uint64_t r = 0; r < t->nreq; r++)
 		if (t->off[r + 1] - t->off[r] > maxn)
 			maxn = t->off[r + 1] - t->off[r];
@@ -288,7 +319,8 @@ static int tr_run(struct hier_bench *b, const struct plan_trace *pt,
 	ret = 0;
 out:
 	kvt_store_close(st);
-	bench_remove_tree(dir);
+	if (bench_empty_tree(dir)) /* the next configuration takes the tree */
+		bench_remove_tree(dir);
 	free(payload);
 	free(buf);
 	free(keys);
@@ -299,6 +331,7 @@ out:
 int hier_replay(struct hier_bench *b, const char *trace_opt)
 {
 	struct plan_trace pt;
+	char prev[1100] = "";
 	uint64_t need = ((uint64_t)HIER_TR_NVME_BLOCKS * HIER_TR_IMAGE) * 12 / 10 + (256u << 20);
 	int rc;
 
@@ -330,13 +363,14 @@ int hier_replay(struct hier_bench *b, const char *trace_opt)
 			fprintf(stderr, "kvtier-bench " HIER_CMD ": replay %d/%d: dram %s, nvme %s, "
 				"nvme write %s ...\n", i + 1, HIER_N_TR, hier_tr_confs[i].evict,
 				hier_tr_confs[i].admit, hier_tr_confs[i].write);
-		if (tr_run(b, &pt, &hier_tr_confs[i], &b->tr[i])) {
-			plan_trace_free(&pt);
-			return 1;
-		}
+		rc = tr_run(b, &pt, &hier_tr_confs[i], prev, &b->tr[i]);
+		if (rc)
+			break;
 		b->n_tr++;
 	}
 	plan_trace_free(&pt);
-	return 0;
+	if (prev[0])
+		bench_remove_tree(prev);
+	return rc ? 1 : 0;
 }
 
