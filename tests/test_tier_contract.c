@@ -1681,6 +1681,51 @@ static void fault_run(const tc_tier *T, int idx)
  * whole.  An I/O error proves nothing about the object, so if the tier
  * lists the file as bad it must not list it as proven damaged (a repair
  * would then move a good chunk into the quarantine). */
+/* get_into's reserve: one aligned segment, room for the rounded tail. */
+typedef struct tc_into {
+	struct iovec v;
+	uint8_t *buf;
+} tc_into;
+
+static int tc_into_reserve(void *arg, uint64_t len, const struct iovec **iov,
+			   int *n_iov)
+{
+	tc_into *r = arg;
+	size_t room = (size_t)((len + 65535) & ~(uint64_t)65535);
+
+	free(r->buf);
+	r->buf = NULL;
+	if (posix_memalign((void **)&r->buf, 65536, room))
+		return KVT_ENOMEM;
+	r->v = (struct iovec){ r->buf, (size_t)len };
+	*iov = &r->v;
+	*n_iov = 1;
+	return 0;
+}
+
+/* A promotion's read straight into reserved memory (get_into, preadv
+ * through the table): EIO once is reported and removes nothing; then the
+ * image lands whole. */
+static void fault_into_run(const tc_tier *T, kvt_tier *t, tc_io *f,
+			   const kvt_key *k, uint64_t seed)
+{
+	tc_into r = { { NULL, 0 }, NULL };
+	kvt_tier_rbuf rb = { *k, 0, &r.v, 1 };
+
+	if (!t->ops->get_into)
+		return;
+	tc_io_arm(f, OP_PREAD, -EIO, 1, 0, 0);
+	TC_EQ(t->ops->get_into(t, k, tc_into_reserve, &r), -EIO);
+	TC_EQ(f->fired, 1);
+	f->op = OP_NONE;
+	TC_EQ(t->ops->exists(t, k), 1);
+	TC_EQ(t->ops->get_into(t, k, tc_into_reserve, &r), 0);
+	rb.len = r.v.iov_len;
+	TC_EQ(tc_rbuf_is(&rb, &ns, k, seed), 0);
+	free(r.buf);
+	(void)T;
+}
+
 static void fault_read_run(const tc_tier *T, int ring)
 {
 	const char *where = tc_where(T, ring ? "c7-read-ring" : "c7-read");
@@ -1715,6 +1760,8 @@ static void fault_read_run(const tc_tier *T, int ring)
 		f.op = OP_NONE;
 		TC_EQ(tc_get_is(t, &ns, &k1, 7901), 0);
 	}
+	if (!ring)
+		fault_into_run(T, t, &f, &k1, 7901);
 	tc_io_arm(&f, op, -EIO, 1, 0, 0);
 	rc = t->ops->get(t, &k0, &r);
 	TC_EQ(f.fired, 1);

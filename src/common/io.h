@@ -27,8 +27,9 @@
  * Optional members.  ring_done and preadv may be NULL (preadv: the helper
  * kvt_io_preadv reads segment by segment through pread).  Every other
  * member is required of a table a tier writes through; a NULL ftruncate or
- * statx makes the helpers below fail with -ENOSYS rather than crash, so a
- * table written before they existed fails a put loudly.
+ * statx makes the helpers below fail with -ENOSYS rather than crash (a put
+ * that must cut a pad then fails, saying so; NVMe's alignment probe takes
+ * the default, as it does when the kernel lacks STATX_DIOALIGN).
  */
 #ifndef KVT_IO_H
 #define KVT_IO_H
