@@ -144,12 +144,65 @@ static int lb_loaded(kvt_llama *ad, const llama_token *tok, size_t n, uint32_t w
 	return 0;
 }
 
+/*
+ * The measured speeds in kvtier plan's catalog form (docs/PLANNING.md): the
+ * model, llama.cpp on this machine as a "gpu" whose tflops (at mfu 1) make
+ * the planner's prefill cost (2·params·T + 2·layers·d_model·T² flops) equal
+ * the longest recompute measured, and per tier the latency and bandwidth of
+ * a straight line through the loads of the shortest and longest prefix (one
+ * prefix: no latency).  Tier names are the planner's, so its prices stay.
+ */
+static int lb_catalog(const char *path, const lgg_shape *m, const uint32_t *plen, int n_p,
+		      double rec[][BENCH_MAX_ROUNDS], double ld[][LB_TIERS][BENCH_MAX_ROUNDS],
+		      int rec_rounds, int rounds, uint64_t chunk_bytes, uint32_t chunk_tokens)
+{
+	static const char *const plan_name[LB_TIERS] = { "dram", "nvme", "fs", "s3" };
+	double kv = (double)m->kv_heads * (m->embd / m->heads);
+	double params = 2.0 * m->vocab * m->embd + m->embd +
+			m->layers * (2.0 * m->embd * m->embd + 2.0 * m->embd * kv +
+				     3.0 * m->embd * m->ff + 2.0 * m->embd);
+	double tok = plen[n_p - 1] + LB_Q;
+	double tsec = bench_summarize(rec[n_p - 1], rec_rounds).median;
+	double flops = 2.0 * params * tok + 2.0 * m->layers * (double)m->embd * tok * tok;
+	FILE *f = fopen(path, "w");
+	int t;
+
+	if (!f) {
+		perror(path);
+		return 1;
+	}
+	fprintf(f, "# kvtier-bench llama: llama.cpp prefill and kvtier loads measured here\n"
+		"model Qwen2.5-0.5B-shaped-random params=%.6g layers=%u d_model=%u kv_heads=%u "
+		"head_dim=%u\n", params, m->layers, m->embd, m->kv_heads, m->embd / m->heads);
+	fprintf(f, "gpu   llama.cpp-cpu tflops=%.6g mfu=1 usd_hour=0\n", flops / tsec / 1e12);
+	for (t = 0; t < LB_TIERS; t++) {
+		double b0 = (double)(plen[0] / chunk_tokens) * chunk_bytes;
+		double b1 = (double)(plen[n_p - 1] / chunk_tokens) * chunk_bytes;
+		double s0 = bench_summarize(ld[0][t], rounds).median;
+		double s1 = bench_summarize(ld[n_p - 1][t], rounds).median;
+		double gbps = b1 / s1 / 1e9, lat = 0;
+
+		if (n_p > 1 && s1 > s0) {
+			gbps = (b1 - b0) / (s1 - s0) / 1e9;
+			lat = s0 - b0 / (gbps * 1e9);
+			if (lat < 0)
+				lat = 0;
+		}
+		fprintf(f, "tier  %s gbps=%.6g latency_us=%.6g\n", plan_name[t], gbps, lat * 1e6);
+	}
+	if (fclose(f)) {
+		perror(path);
+		return 1;
+	}
+	return 0;
+}
+
 int bench_llama(int argc, char **argv)
 {
 	lgg_shape shape = { .layers = 24, .embd = 896, .heads = 14, .kv_heads = 2, .ff = 4864,
 			    .vocab = LB_VOCAB, .ctx = 8192, .seed = 5, .f16 = 1 };
 	int json = 0, quick = 0, threads = 1, rounds = 3, rec_rounds = 1, i, p, t, r, rc = 1;
-	const char *parent = "/tmp";
+	const char *parent = "/tmp", *catalog = NULL;
 	uint32_t plen[LB_MAX_P] = { 1024, 4096 };
 	int n_p = 2;
 	char dir[4096], path[4200], why[4300], script[4096], endpoint[64] = "";
@@ -172,6 +225,8 @@ int bench_llama(int argc, char **argv)
 			quick = 1;
 		else if (!strcmp(argv[i], "--dir") && i + 1 < argc)
 			parent = argv[++i];
+		else if (!strcmp(argv[i], "--catalog") && i + 1 < argc)
+			catalog = argv[++i];
 		else if (!strcmp(argv[i], "--threads") && i + 1 < argc && atoi(argv[i + 1]) > 0)
 			threads = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--rounds") && i + 1 < argc && atoi(argv[i + 1]) > 0 &&
@@ -182,13 +237,15 @@ int bench_llama(int argc, char **argv)
 			rec_rounds = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--help")) {
 			printf("usage: kvtier-bench llama [--json] [--quick] [--dir DIR] [--threads N]\n"
-			       "                          [--rounds N] [--recompute-rounds N]\n"
+			       "                          [--rounds N] [--recompute-rounds N] [--catalog FILE]\n"
 			       "Time to first token on llama.cpp (a random Qwen2.5-0.5B-shaped model)\n"
 			       "with a 1k or 4k-token prefix loaded from DRAM, NVMe, the shared FS\n"
 			       "or S3, against llama.cpp recomputing it (ratio_vs_recompute).\n"
 			       "--quick: the 1k prefix alone.  Loads are timed --rounds times (3);\n"
 			       "the recompute, which takes minutes for 4k tokens on one core, once\n"
-			       "(the prefill that stores the prefix) unless --recompute-rounds says.\n");
+			       "(the prefill that stores the prefix) unless --recompute-rounds says.\n"
+			       "--catalog FILE: write the measured prefill speed (as a \"gpu\") and\n"
+			       "each tier's load bandwidth and latency for kvtier plan --catalog.\n");
 			return 0;
 		} else {
 			fprintf(stderr, "kvtier-bench llama: unknown or incomplete option \"%s\"\n",
@@ -333,7 +390,8 @@ int bench_llama(int argc, char **argv)
 		printf("],\"seconds\":%.1f}\n", lb_now() - t0);
 	else
 		printf("  (%.0f s)\n", lb_now() - t0);
-	rc = 0;
+	rc = catalog ? lb_catalog(catalog, &shape, plen, n_p, rec, ld, rec_rounds, rounds,
+				  chunk_bytes, chunk_tokens) : 0;
 out:
 	for (t = 0; t < LB_TIERS; t++) {
 		kvt_llama_close(ad[t]);
