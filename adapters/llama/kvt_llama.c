@@ -15,6 +15,9 @@
  *   V transposed: i32 v_type, u32 v_el_bytes, u32 n_embd_v, then for each
  *   of the n_embd_v elements its cell_count values.
  *
+ * Chunks are cut and assembled by the engine connector's gather and scatter
+ * (kll_conn_open): the blob is engine memory with strides like any other.
+ *
  * The adapter knows that layout for a one-stream cache whose cells are the
  * sequence's positions 0..n-1 in order (what a prefill from empty makes), K
  * and V in f32, f16 or bf16, no per-cell extension (M-RoPE and PLE models
@@ -222,50 +225,49 @@ static int kll_parse(kvt_llama *a, const uint8_t *b, size_t len, int learn, kll_
 }
 
 /*
- * Copy tokens [t0, t0 + nt) of one layer between a blob mapped by `m` and
- * one chunk layer laid out as K [chunk][n_embd_k] then V [chunk][n_embd_v]
- * `to_chunk` says the direction.
- * K rows and untransposed V rows are contiguous runs; transposed V is a
- * transpose of an n_embd_v x nt block.
+ * The blob mapped by `m`, described to kvtier's engine connector as if it
+ * were the engine's KV memory (kvtier.h, "Engine connector"): block b is
+ * tokens [b·chunk, (b+1)·chunk), K rows (and V rows when not transposed)
+ * hold n_head_kv × head_dim elements, and transposed V is one row of
+ * m->cells values per element (token stride one element, element stride a
+ * row).  kvt_conn_gather and kvt_conn_scatter then move a chunk's layer in
+ * kvtier's payload order.  The blob's offsets depend on its cell count, so
+ * each blob gets its connector, closed with it.
  */
-static void kll_copy_layer(const kvt_llama *a, uint8_t *blob, const kll_map *m, uint32_t l,
-			   uint8_t *layer, uint32_t t0, uint32_t nt, int to_chunk)
+static int kll_conn_open(const kvt_llama *a, uint8_t *blob, const kll_map *m, kvt_conn **c)
 {
-	uint64_t krow = (uint64_t)a->n_embd_k * a->el, vrow = (uint64_t)a->n_embd_v * a->el;
-	uint8_t *kc = layer;
-	uint8_t *vc = layer + (uint64_t)a->chunk * krow;
-	uint8_t *kb = blob + m->k_off[l] + (uint64_t)t0 * krow;
-	uint32_t j, t;
+	uint64_t el = a->el, hd = a->ns.layout.head_dim, row = (uint64_t)a->n_embd_k * el;
+	kvt_paged_layer *pl = calloc(a->n_layer, sizeof(*pl));
+	kvt_conn_desc d;
+	uint32_t l;
+	int rc;
 
-	if (to_chunk)
-		memcpy(kc, kb, nt * krow);
-	else
-		memcpy(kb, kc, nt * krow);
-	if (!a->v_trans) {
-		uint8_t *vb = blob + m->v_off[l] + (uint64_t)t0 * vrow;
-
-		if (to_chunk)
-			memcpy(vc, vb, nt * vrow);
+	if (!pl)
+		return KVT_ENOMEM;
+	for (l = 0; l < a->n_layer; l++) {
+		pl[l].plane[0] = (kvt_paged_plane){ blob + m->k_off[l], a->chunk * row, row,
+						    hd * el, el };
+		if (a->v_trans)
+			pl[l].plane[1] = (kvt_paged_plane){ blob + m->v_off[l], a->chunk * el, el,
+							    hd * m->cells * el, m->cells * el };
 		else
-			memcpy(vb, vc, nt * vrow);
-		return;
+			pl[l].plane[1] = (kvt_paged_plane){ blob + m->v_off[l], a->chunk * row, row,
+							    hd * el, el };
 	}
-	for (j = 0; j < a->n_embd_v; j++) {
-		uint8_t *vb = blob + m->v_off[l] + ((uint64_t)j * m->cells + t0) * a->el;
-
-		for (t = 0; t < nt; t++) {
-			uint8_t *e = vc + (uint64_t)t * vrow + (uint64_t)j * a->el;
-
-			if (to_chunk)
-				memcpy(e, vb + (uint64_t)t * a->el, a->el);
-			else
-				memcpy(vb + (uint64_t)t * a->el, e, a->el);
-		}
-	}
+	memset(&d, 0, sizeof(d));
+	d.layers = pl;
+	d.n_layer_descs = a->n_layer;
+	d.num_blocks = (m->cells + a->chunk - 1) / a->chunk;
+	d.block_tokens = a->chunk;
+	d.threads = 1;
+	d.durability = a->o.durability;
+	rc = kvt_conn_open(a->st, &a->ns, &d, c);
+	free(pl);
+	return rc;
 }
 
 /* The header and cells of a blob for positions 0..cells-1 of `seq`, and its
- * map; the K and V bytes are left for kll_copy_layer. */
+ * map; the K and V bytes are left for the connector (kll_conn_open). */
 static uint8_t *kll_blob_new(const kvt_llama *a, llama_seq_id seq, uint32_t cells, kll_map *m,
 			     size_t *len)
 {
@@ -466,14 +468,15 @@ static uint32_t kll_restore(kvt_llama *a, llama_seq_id seq, const kvt_key *keys,
 	uint64_t payload = a->layer_bytes * a->n_layer;
 	uint8_t *chunks = malloc(payload * n_chunks), *blob = NULL;
 	kll_map m = { 0 };
+	kvt_conn *conn = NULL;
 	uint32_t c, l, got = 0;
 	size_t len = 0;
+	int rc;
 
 	if (!chunks || kll_map_alloc(a, &m))
 		goto out;
 	for (c = 0; c < n_chunks; c++) {
-		int rc = kvt_get(a->st, &a->ns, &keys[c], chunks + c * payload, payload, NULL);
-
+		rc = kvt_get(a->st, &a->ns, &keys[c], chunks + c * payload, payload, NULL);
 		if (rc) {
 			kll_log(a, "chunk %u of the prefix did not load (%s: %s): the prefix "
 				"ends there", c, kvt_strerror(rc), kvt_errmsg());
@@ -489,15 +492,23 @@ static uint32_t kll_restore(kvt_llama *a, llama_seq_id seq, const kvt_key *keys,
 		got = 0;
 		goto out;
 	}
-	for (c = 0; c * a->chunk < got; c++) {
+	rc = kll_conn_open(a, blob, &m, &conn);
+	for (c = 0; !rc && c * a->chunk < got; c++) {
 		uint32_t t0 = c * a->chunk;
 		uint32_t nt = got - t0 < a->chunk ? got - t0 : a->chunk;
 
-		for (l = 0; l < a->n_layer; l++)
-			kll_copy_layer(a, blob, &m, l, chunks + c * payload + l * a->layer_bytes,
-				       t0, nt, 0);
+		for (l = 0; !rc && l < a->n_layer; l++)
+			rc = kvt_conn_scatter(conn, l, &c, 1, nt,
+					      chunks + c * payload + l * a->layer_bytes,
+					      a->layer_bytes);
 	}
-	if (llama_state_seq_set_data(a->ctx, blob, len, seq) != len) {
+	kvt_conn_close(conn);
+	if (rc) {
+		kll_log(a, "assembling the state of %u tokens failed (%s: %s): recomputing", got,
+			kvt_strerror(rc), kvt_errmsg());
+		res->fallback = 1;
+		got = 0;
+	} else if (llama_state_seq_set_data(a->ctx, blob, len, seq) != len) {
 		kll_log(a, "llama.cpp refused the assembled state of %u tokens: recomputing",
 			got);
 		res->fallback = 1;
@@ -519,8 +530,10 @@ static void kll_save(kvt_llama *a, llama_seq_id seq, const kvt_key *keys, uint32
 	uint64_t payload = a->layer_bytes * a->n_layer;
 	uint8_t *blob = malloc(len ? len : 1), *chunk = malloc(payload);
 	kll_map m = { 0 };
+	kvt_conn *conn = NULL;
 	char why[256];
 	uint32_t c, l;
+	int rc, put;
 
 	if (!blob || !chunk || kll_map_alloc(a, &m) ||
 	    llama_state_seq_get_data(a->ctx, blob, len, seq) != len) {
@@ -536,20 +549,25 @@ static void kll_save(kvt_llama *a, llama_seq_id seq, const kvt_key *keys, uint32
 			m.cells, last * a->chunk);
 		goto out;
 	}
-	for (c = first; c < last; c++) {
-		int rc;
-
-		for (l = 0; l < a->n_layer; l++)
-			kll_copy_layer(a, blob, &m, l, chunk + l * a->layer_bytes,
-				       c * a->chunk, a->chunk, 1);
-		rc = kvt_put(a->st, &a->ns, &keys[c], chunk, payload, a->o.durability);
-		if (rc == 0 || rc == KVT_EEXIST)
+	rc = kll_conn_open(a, blob, &m, &conn);
+	for (c = first; !rc && c < last; c++) {
+		for (l = 0; !rc && l < a->n_layer; l++)
+			rc = kvt_conn_gather(conn, l, &c, 1, a->chunk, chunk + l * a->layer_bytes,
+					     a->layer_bytes);
+		if (rc) {
+			kll_log(a, "chunk %u not cut from the state: %s (%s)", c,
+				kvt_strerror(rc), kvt_errmsg());
+			break;
+		}
+		put = kvt_put(a->st, &a->ns, &keys[c], chunk, payload, a->o.durability);
+		if (put == 0 || put == KVT_EEXIST)
 			res->stored++;
 		else
-			kll_log(a, "chunk %u not stored: %s (%s)", c, kvt_strerror(rc),
+			kll_log(a, "chunk %u not stored: %s (%s)", c, kvt_strerror(put),
 				kvt_errmsg());
 	}
 out:
+	kvt_conn_close(conn);
 	free(m.k_off);
 	free(chunk);
 	free(blob);
