@@ -741,8 +741,9 @@ typedef struct kvt_tier_stats {
 	char state[160];          /* why the tier is degraded ("" if healthy) */
 } kvt_tier_stats;
 
-/* Wait until the background copies queued so far (write-through to lower
- * tiers, demotions) have run, or `timeout_ms` passes (-1: no limit).  0 or
+/* Wait until the background work queued so far (promotions of hits in lower
+ * tiers, write-through to lower tiers, demotions, and what those queue in
+ * turn) has run, or `timeout_ms` passes (-1: no limit).  0 or
  * KVT_ETIMEDOUT.  A copy that failed is counted in its tier's
  * write_errors and last_write_error; kvt_locate then says where each chunk
  * is.  A short-lived process that put chunks calls this before it exits. */

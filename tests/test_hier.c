@@ -129,6 +129,7 @@ static void write_through_and_policies(const char *eviction)
 	CHECK_EQ(kvt_lookup(st, &ns, k, 40, NULL), 40);
 	for (int i = 0; i < 40; i++)
 		CHECK(get_ok(st, &ns, &k[i], 100 + (uint64_t)i));
+	CHECK_EQ(kvt_store_flush(st, 60000), 0); /* the promotions those hits queued */
 	s0 = stats(st, 0);
 	CHECK(s0.used_bytes <= s0.capacity_bytes);
 	CHECK(s0.policy_evictions > 0); /* the policy, not the arena, chose */

@@ -89,9 +89,11 @@ void *store_worker_main(void *arg)
 		if (!j) /* stopping and drained */
 			return NULL;
 		j->run(st, j);
-		if (prio == PRIO_BACKGROUND) {
+		if (prio != PRIO_URGENT) {
 			pthread_mutex_lock(&st->qlock);
-			st->running_bg--;
+			if (prio == PRIO_BACKGROUND)
+				st->running_bg--;
+			st->moves_pending--;
 			pthread_cond_broadcast(&st->qcond);
 			pthread_mutex_unlock(&st->qlock);
 		}
@@ -115,6 +117,8 @@ int store_job_submit(kvt_store *st, struct job *j, int prio)
 	st->qtail[prio] = j;
 	if (prio == PRIO_BACKGROUND)
 		st->queued_bg++;
+	if (prio != PRIO_URGENT)
+		st->moves_pending++;
 	pthread_cond_signal(&st->qcond);
 	pthread_mutex_unlock(&st->qlock);
 	return 0;

@@ -1417,13 +1417,13 @@ int kvt_store_flush(kvt_store *st, int timeout_ms)
 		return kvt_err(KVT_EINVAL, "store missing");
 	until = kvt_deadline_after(timeout_ms);
 	pthread_mutex_lock(&st->qlock);
-	while (!rc && (st->queued_bg || st->running_bg)) {
+	while (!rc && st->moves_pending) {
 		if (timeout_ms < 0)
 			pthread_cond_wait(&st->qcond, &st->qlock);
 		else if (pthread_cond_timedwait(&st->qcond, &st->qlock, &until))
 			rc = kvt_err(KVT_ETIMEDOUT,
-				     "%u background copies still queued or running after %d ms",
-				     st->queued_bg + st->running_bg, timeout_ms);
+				     "%u promotions or background copies still queued or running after %d ms",
+				     st->moves_pending, timeout_ms);
 	}
 	pthread_mutex_unlock(&st->qlock);
 	return rc;

@@ -71,6 +71,8 @@ struct kvt_store {
 	pthread_cond_t qcond;
 	struct job *qhead[N_PRIO], *qtail[N_PRIO];
 	uint32_t queued_bg, running_bg, max_bg;
+	uint32_t moves_pending; /* promotions and background copies queued or
+				 * running: what kvt_store_flush waits out */
 	uint64_t queued_bg_bytes, max_bg_bytes; /* images held by queued copies */
 	int stopping;
 	pthread_t *workers;
