@@ -21,7 +21,13 @@
  *  - plan_trace_read on the same bytes (an in-memory file, memfd) gives the
  *    same answer as plan_trace_parse: the same code and, past the file
  *    name, the same message; the same requests, ids, arrivals and lengths;
- *  - a replay of what was parsed replays every block once.
+ *  - a replay of what was parsed replays every block once;
+ *  - the fast path against jansson, on every line of the input (blanks
+ *    trimmed, as the reader does) and on the whole input, for both JSON
+ *    formats: a line the fast path takes whole, jansson reads as the same
+ *    record (the same ids, the same timestamp to the bit, the same
+ *    lengths, the same answer to "is there a chat_id"); one whose fields
+ *    it refuses, jansson refuses too.
  * Nothing is written to any file system: the file is a memfd.
  *
  * The reader and the builder are compiled into this file rather than
@@ -163,6 +169,64 @@ static void replay_once(const struct kvt_trace *t)
 		abort();
 }
 
+/* The fast path (fast_take's two steps) against jansson (json_parse and
+ * json_fields) on one record, p[0..n). */
+static void diff_record(const char *p, size_t n, enum plan_fmt fmt)
+{
+	static struct jctx c;
+	struct idvec fv = {0}, jv = {0};
+	struct fastrec sc;
+	struct jrec fr, jr;
+	json_t *o;
+	int fixed;
+
+	c.name = "trace";
+	c.line = 1;
+	c.fmt = fmt;
+	if (fast_scan(p, n, &sc, &fv)) {
+		if (fv.n)
+			abort(); /* a refused line leaves no ids behind */
+		free(fv.v);
+		return;
+	}
+	int fast_ok = !fast_rec(&c, &sc, &fr);
+	if (json_parse(&c, p, n, &o, &fixed))
+		abort(); /* the fast path took what is not a JSON record */
+	if ((json_object_get(o, "chat_id") != NULL) != sc.chat_id)
+		abort();
+	int rc = json_fields(&c, o, fixed, &jr, &jv);
+	json_decref(o);
+	if (!fast_ok) {
+		if (!rc)
+			abort(); /* refused a field jansson takes: no harm, but not exact */
+	} else if (rc || fr.nid != jr.nid || fv.n != jv.n || fr.in != jr.in ||
+		   fr.out != jr.out || memcmp(&fr.ts, &jr.ts, sizeof(fr.ts)) ||
+		   (fv.n && memcmp(fv.v, jv.v, fv.n * sizeof(*fv.v)))) {
+		abort();
+	}
+	free(fv.v);
+	free(jv.v);
+}
+
+static void diff_lines(const char *buf, size_t len)
+{
+	for (const char *p = buf, *end = buf + len; p < end;) {
+		const char *eol = memchr(p, '\n', (size_t)(end - p));
+		const char *a = p, *b = eol ? eol : end;
+		p = b + 1;
+		while (a < b && is_blank(*a))
+			a++;
+		while (b > a && is_blank(b[-1]))
+			b--;
+		if (a < b && !memchr(a, '\0', (size_t)(b - a))) {
+			diff_record(a, (size_t)(b - a), PLAN_FMT_MOONCAKE);
+			diff_record(a, (size_t)(b - a), PLAN_FMT_BAILIAN);
+		}
+	}
+	if (len && !memchr(buf, '\0', len))
+		diff_record(buf, len, PLAN_FMT_MOONCAKE);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static char msg_parse[1024];
@@ -181,6 +245,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	max_req = data[0] >> 5;
 	buf = (const char *)data + 1;
 	len = size - 1;
+	diff_lines(buf, len);
 
 	/* The planner, from memory and from a file. */
 	ra = plan_trace_parse(buf, len, fmt, bt, max_req, &pa);

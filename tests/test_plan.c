@@ -124,6 +124,76 @@ static void refused(const char *t, enum plan_fmt fmt, const char *want)
 	}
 }
 
+/* The canonical records are read by the fast path, the rest by jansson,
+ * and either way a record is its fields, never text inside a string. */
+static void fast_path(void)
+{
+	struct plan_trace pt;
+
+	/* The canonical shape: all by the fast path, the same fields. */
+	const char *mc = "{\"timestamp\": 1000, \"input_length\": 600, \"output_length\": 3, \"hash_ids\": [7, 8]}\n"
+			 "{\"timestamp\": 1.5e3, \"input_length\": 1100, \"output_length\": 4, \"hash_ids\": [7, 8, 9]}\n";
+	CHECK_EQ(plan_trace_parse(mc, strlen(mc), PLAN_FMT_AUTO, 0, 0, &pt), 0);
+	CHECK_EQ(pt.nrec_fast, 2);
+	CHECK_EQ(pt.nrec_json, 0);
+	CHECK_EQ(pt.fmt, PLAN_FMT_MOONCAKE);
+	CHECK_EQ(pt.t.nblocks, 5);
+	CHECK_EQ(pt.t.nids, 3);
+	CHECK_EQ(pt.in_len[1], 1100);
+	CHECK_EQ(pt.out_len[1], 4);
+	CHECK(fabs(pt.arrive_s[1] - 0.5) < 1e-9);
+	plan_trace_free(&pt);
+
+	/* Bailian's too: a negative parent, a string, a real timestamp. */
+	const char *bl =
+		"{\"chat_id\": 1, \"parent_chat_id\": -1, \"timestamp\": 10.5, \"input_length\": 40, "
+		"\"output_length\": 7, \"type\": \"text\", \"turn\": 1, \"hash_ids\": [1, 2, 3]}\n"
+		"{\"chat_id\": 2, \"parent_chat_id\": 1, \"timestamp\": 12.0, \"input_length\": 70, "
+		"\"output_length\": 9, \"type\": \"text\", \"turn\": 2, \"hash_ids\": [1, 2, 3, 4, 5]}\n";
+	CHECK_EQ(plan_trace_parse(bl, strlen(bl), PLAN_FMT_AUTO, 0, 0, &pt), 0);
+	CHECK_EQ(pt.nrec_fast, 2);
+	CHECK_EQ(pt.fmt, PLAN_FMT_BAILIAN);
+	CHECK_EQ(pt.block_tokens, 16);
+	CHECK(fabs(pt.arrive_s[1] - 1.5) < 1e-9);
+	plan_trace_free(&pt);
+
+	/* A "hash_ids": [1,2] inside a string value (after an escaped quote
+	 * and an escaped backslash) is text: the record's ids are its field's. */
+	const char *str = "{\"note\": \"say \\\"hash_ids\\\": [1,2] \\\\\", \"hash_ids\": [5, 6, 7], "
+			  "\"tag\": \"\\\\\\\"hash_ids\\\": [9]\"}\n";
+	CHECK_EQ(plan_trace_parse(str, strlen(str), PLAN_FMT_MOONCAKE, 0, 0, &pt), 0);
+	CHECK_EQ(pt.nrec_fast, 1);
+	CHECK_EQ(pt.t.nblocks, 3);
+	CHECK_EQ(pt.t.nids, 3);
+	plan_trace_free(&pt);
+	refused("{\"note\": \"\\\"hash_ids\\\": [1, 2]\"}\n", PLAN_FMT_MOONCAKE,
+		"trace:1: no \"hash_ids\" field");
+
+	/* An escaped key is jansson's to read, and it reads the field. */
+	const char *esc = "{\"time\\u0073tamp\": 2000, \"hash\\u005fids\": [1, 2], \"input_length\": 1024}\n"
+			  "{\"timestamp\": 3000, \"hash_ids\": [1, 2, 3], \"ok\": true}\n"
+			  "{\"timestamp\": 4000, \"hash_ids\": [1, 2, 3, 4]}\n";
+	CHECK_EQ(plan_trace_parse(esc, strlen(esc), PLAN_FMT_AUTO, 0, 0, &pt), 0);
+	CHECK_EQ(pt.nrec_json, 2);
+	CHECK_EQ(pt.nrec_fast, 1);
+	CHECK_EQ(pt.t.nreq, 3);
+	CHECK_EQ(pt.t.nblocks, 2 + 3 + 4);
+	CHECK_EQ(pt.in_len[0], 1024);
+	CHECK(fabs(pt.arrive_s[1] - 1.0) < 1e-9);
+	CHECK(fabs(pt.arrive_s[2] - 2.0) < 1e-9);
+	plan_trace_free(&pt);
+
+	/* What the fast path leaves keeps jansson's messages. */
+	refused("{\"hash_ids\": [1, 2], \"hash_ids\": [3]}\n", PLAN_FMT_MOONCAKE,
+		"trace:1: hash_ids: the field appears twice");
+	refused("{\"hash_ids\": [1, 02]}\n", PLAN_FMT_MOONCAKE, "trace:1: hash_ids: element 2");
+	refused("{\"hash_ids\": [1], \"input_length\": 1.5}\n", PLAN_FMT_MOONCAKE,
+		"trace:1: input_length: 1.5 is not a token count");
+	refused("{\"hash_ids\": [1]} x\n", PLAN_FMT_MOONCAKE, "trace:1: not valid JSON");
+	refused("{\"hash_ids\": [1, -2]}\n", PLAN_FMT_MOONCAKE,
+		"trace:1: hash_ids: element 2 is not a non-negative integer");
+}
+
 /* A trace long enough to be read by several threads: what it gives, and
  * which error it reports, are those of a line-by-line read. */
 static void large(void)
@@ -467,6 +537,7 @@ static void api(const struct plan_trace *pt, const char *buf, size_t len)
 int main(void)
 {
 	readers();
+	fast_path();
 	inputs();
 	large();
 	catalog();
@@ -479,6 +550,9 @@ int main(void)
 	free(buf);
 	CHECK_EQ(pt.t.nreq, 12031);
 	CHECK_EQ(pt.t.nblocks, 288500);
+	/* A canonical trace: every record by the fast path. */
+	CHECK_EQ(pt.nrec_fast, 12031);
+	CHECK_EQ(pt.nrec_json, 0);
 
 	/* The numbers, to the block. */
 	static const uint64_t caps[] = {1000, 5000, 20000, PLAN_UNBOUNDED};

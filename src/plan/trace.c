@@ -5,10 +5,13 @@
  * fields the planner uses and hands each request's ids to the trace
  * builder of policy/replay.c, which renumbers them densely, so the
  * planner, the replay tool and tools/policy_compare see the same ids.  A
- * JSON record is parsed whole by jansson and its fields taken by name;
- * long traces are parsed by several threads, a window of lines at a time,
- * and committed in line order (json_window), so that what is read and
- * which error is reported are those of one thread.  Every refusal is
+ * JSON record of the usual shape is read by a one-pass tokenizer exact on
+ * what it takes (fast_scan); any other is parsed whole by jansson, the
+ * authority on JSON and the author of every message; either way the
+ * fields are taken by name.  Long traces are parsed by several threads, a
+ * window of lines at a time, and committed in line order (json_window),
+ * so that what is read and which error is reported are those of one
+ * thread.  Every refusal is
  * KVT_EINVAL naming the file, the line and the field, with the accepted
  * range where there is one.
  */
@@ -94,6 +97,7 @@ struct reader {
 	 * thread's scratch for reading one (struct jctx, below). */
 	int detect;
 	struct jctx *jc;
+	uint64_t nfast, njson; /* records read by each path (plan_trace) */
 
 	/* Token-id lines: the namespace they are keyed in, scratch arrays. */
 	int ns_ready;
@@ -243,6 +247,7 @@ struct jrec {
 	size_t nid;
 	double ts;         /* in the format's unit; -1: absent */
 	int64_t in, out;   /* -1: absent */
+	int fast;          /* read by the fast path (fast_take), not jansson */
 };
 
 /* Where in a record a parse error lies, found by walking its text up to the
@@ -560,6 +565,7 @@ static int json_fields(struct jctx *c, json_t *o, int fixed, struct jrec *rec, s
 	int integral, rc;
 
 	rec->line = c->line;
+	rec->fast = 0;
 	if (!ids)
 		return bad_rec(c, "no \"hash_ids\" field");
 	if (!json_is_array(ids))
@@ -616,6 +622,10 @@ static int json_commit(struct reader *r, const struct jrec *rec, const uint64_t 
 	rc = kvt_trace_build_add(&r->b, ids, nb);
 	if (rc)
 		return kvt_err(rc, "%s: out of memory", r->name);
+	if (rec->fast)
+		r->nfast++;
+	else
+		r->njson++;
 	return add_request(r, ts, rec->in < 0 ? nb * pt->block_tokens : (uint64_t)rec->in,
 			   rec->out < 0 ? 0 : (uint64_t)rec->out);
 }
@@ -631,6 +641,311 @@ static struct jctx *reader_jctx(struct reader *r)
 	r->jc->line = r->line;
 	r->jc->fmt = r->pt->fmt;
 	return r->jc;
+}
+
+/* ---- the fast path: canonical records --------------------------------------- */
+
+/* Most records are one shape: an object of plain keys (no escapes) mapped
+ * to numbers, strings, or arrays of non-negative integers.  fast_scan
+ * reads that shape in one pass, skipping string values escape by escape
+ * (a "hash_ids" inside one is text), and fast_rec checks its fields as
+ * json_fields would.  A line it does not take whole (an escape in a key,
+ * a \u escape or a non-ASCII byte in a string, a negative id, true/false/
+ * null, a nested object, a duplicate key, a number jansson would read
+ * differently or refuse, a field out of range, a syntax error, anything
+ * else) goes to jansson, which decides and says what is wrong.  So what
+ * the fast path takes is the record jansson would give (fuzz/fuzz_trace.c
+ * checks it line by line), and every message is the jansson path's. */
+
+enum { FAST_TS, FAST_IN, FAST_OUT, FAST_NFIELD };
+
+#define FAST_MAX_KEYS 32
+
+struct fastrec {
+	int chat_id;               /* has a "chat_id" field */
+	int has[FAST_NFIELD];      /* timestamp, input_length, output_length */
+	int integral[FAST_NFIELD];
+	double v[FAST_NFIELD];
+	size_t nid;                /* elements of hash_ids (has_ids) */
+	int has_ids;
+};
+
+static int fast_is_ws(char c)
+{
+	return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
+static const char *fast_ws(const char *p, const char *end)
+{
+	while (p < end && fast_is_ws(*p))
+		p++;
+	return p;
+}
+
+/* A string at p (its '"'): past its closing quote, or NULL to leave it to
+ * jansson.  Printable ASCII only (jansson checks UTF-8 and \u escapes);
+ * a key takes no escape at all, a value the two-character ones, so a
+ * "hash_ids" inside a value is never seen as a key. */
+static const char *fast_string(const char *p, const char *end, int key)
+{
+	for (p++; p < end; p++) {
+		unsigned char c = (unsigned char)*p;
+		if (c == '"')
+			return p + 1;
+		if (c < 0x20 || c > 0x7e)
+			return NULL;
+		if (c == '\\') {
+			if (key || ++p == end || !strchr("\"\\/bfnrt", *p) || !*p)
+				return NULL;
+		}
+	}
+	return NULL;
+}
+
+/* A number as JSON writes it, followed by a delimiter: past it (*v,
+ * *integral, and *u its magnitude), or NULL.  An integer is one jansson
+ * holds (magnitude below 2^63), a real one strtod reads the way jansson
+ * does, finite and without ERANGE; anything else is jansson's to judge. */
+static const char *fast_number(const char *p, const char *end, double *v, int *integral,
+			       uint64_t *u)
+{
+	const char *s = p;
+	int nd = 0;
+
+	int neg = p < end && *p == '-';
+
+	*u = 0;
+	p += neg;
+	if (p == end || *p < '0' || *p > '9')
+		return NULL;
+	if (*p == '0') {
+		p++;
+	} else {
+		while (p < end && *p >= '0' && *p <= '9') {
+			if (++nd > 19)
+				return NULL;
+			*u = *u * 10 + (uint64_t)(*p++ - '0');
+		}
+		if (*u > (uint64_t)INT64_MAX)
+			return NULL;
+	}
+	*integral = 1;
+	if (p < end && *p == '.') {
+		*integral = 0;
+		if (++p == end || *p < '0' || *p > '9')
+			return NULL;
+		while (p < end && *p >= '0' && *p <= '9')
+			p++;
+	}
+	if (p < end && (*p == 'e' || *p == 'E')) {
+		*integral = 0;
+		if (++p < end && (*p == '+' || *p == '-'))
+			p++;
+		if (p == end || *p < '0' || *p > '9')
+			return NULL;
+		while (p < end && *p >= '0' && *p <= '9')
+			p++;
+	}
+	/* A delimiter must follow (the record's '}' is always after it), so
+	 * strtod below stops where the scan did. */
+	if (p == end || !(fast_is_ws(*p) || *p == ',' || *p == '}' || *p == ']'))
+		return NULL;
+	if (*integral) {
+		/* As jansson's json_int_t: -0 is the integer 0. */
+		*v = (double)(neg ? -(int64_t)*u : (int64_t)*u);
+		return p;
+	}
+	char *e;
+	errno = 0;
+	*v = strtod(s, &e);
+	if (e != p || errno || !isfinite(*v))
+		return NULL;
+	return p;
+}
+
+/* An array of non-negative integers at p (its '['): past its ']', or
+ * NULL.  With iv, its elements are appended there. */
+static const char *fast_array(const char *p, const char *end, struct idvec *iv, size_t *n)
+{
+	double v;
+	int integral;
+	uint64_t u;
+
+	*n = 0;
+	p = fast_ws(p + 1, end);
+	if (p < end && *p == ']')
+		return p + 1;
+	for (;;) {
+		/* The common element, a short integer and then ',' or ']',
+		 * is read here; anything longer goes through fast_number. */
+		const char *s = p;
+		u = 0;
+		while (p < end && p - s < 18 && *p >= '0' && *p <= '9')
+			u = u * 10 + (uint64_t)(*p++ - '0');
+		if (p == s || p == end || (*s == '0' && p - s > 1) ||
+		    (*p != ',' && *p != ']')) {
+			if (*s == '-')
+				return NULL; /* a negative id: jansson's message */
+			p = s;
+			if (!(p = fast_number(p, end, &v, &integral, &u)) || !integral)
+				return NULL;
+		}
+		if (iv && idvec_push(iv, u))
+			return NULL; /* out of memory: jansson's path says so */
+		++*n;
+		p = fast_ws(p, end);
+		if (p == end)
+			return NULL;
+		if (*p == ']')
+			return p + 1;
+		if (*p != ',')
+			return NULL;
+		p = fast_ws(p + 1, end);
+	}
+}
+
+static int fast_key_is(const char *k, size_t n, const char *name)
+{
+	return strlen(name) == n && !memcmp(k, name, n);
+}
+
+/* One record (blanks trimmed) of the canonical shape into *fr, its ids
+ * appended to iv: 0, or 1 (iv as it was) to leave the line to jansson. */
+static int fast_scan(const char *p, size_t n, struct fastrec *fr, struct idvec *iv)
+{
+	static const char *const field[FAST_NFIELD] = {"timestamp", "input_length",
+						       "output_length"};
+	const char *end = p + n, *key[FAST_MAX_KEYS];
+	size_t klen[FAST_MAX_KEYS], nkeys = 0, n0 = iv->n;
+
+	memset(fr, 0, sizeof(*fr));
+	if (!n || *p != '{')
+		return 1;
+	p = fast_ws(p + 1, end);
+	if (p < end && *p == '}')
+		goto refuse; /* no hash_ids */
+	for (;;) {
+		const char *k = p, *q;
+		size_t kl;
+		int f = -1;
+		if (p == end || *p != '"' || nkeys == FAST_MAX_KEYS ||
+		    !(q = fast_string(p, end, 1)))
+			goto refuse;
+		k++;
+		kl = (size_t)(q - 1 - k);
+		for (size_t i = 0; i < nkeys; i++)
+			if (klen[i] == kl && !memcmp(key[i], k, kl))
+				goto refuse; /* named twice: jansson refuses it */
+		key[nkeys] = k;
+		klen[nkeys++] = kl;
+		p = fast_ws(q, end);
+		if (p == end || *p != ':')
+			goto refuse;
+		p = fast_ws(p + 1, end);
+		if (p == end)
+			goto refuse;
+		for (int i = 0; i < FAST_NFIELD && f < 0; i++)
+			if (fast_key_is(k, kl, field[i]))
+				f = i;
+		int ids = fast_key_is(k, kl, "hash_ids");
+		if (fast_key_is(k, kl, "chat_id"))
+			fr->chat_id = 1;
+		if (*p == '"') {
+			if (f >= 0 || ids || !(p = fast_string(p, end, 0)))
+				goto refuse;
+		} else if (*p == '[') {
+			size_t nel;
+			if (f >= 0 || !(p = fast_array(p, end, ids ? iv : NULL, &nel)))
+				goto refuse;
+			if (ids) {
+				fr->has_ids = 1;
+				fr->nid = nel;
+			}
+		} else {
+			double v;
+			int integral;
+			uint64_t u;
+			if (ids || !(p = fast_number(p, end, &v, &integral, &u)))
+				goto refuse;
+			if (f >= 0) {
+				fr->has[f] = 1;
+				fr->v[f] = v;
+				fr->integral[f] = integral;
+			}
+		}
+		p = fast_ws(p, end);
+		if (p == end)
+			goto refuse;
+		if (*p == '}')
+			break;
+		if (*p != ',')
+			goto refuse;
+		p = fast_ws(p + 1, end);
+	}
+	if (!fr->has_ids || fast_ws(p + 1, end) != end)
+		goto refuse;
+	return 0;
+refuse:
+	iv->n = n0;
+	return 1;
+}
+
+/* The fields of a scanned record as json_fields takes them, for the
+ * format in c: 0 (*rec), or 1 where json_fields would refuse one. */
+static int fast_rec(const struct jctx *c, const struct fastrec *fr, struct jrec *rec)
+{
+	double max_ts = PLAN_TRACE_MAX_SECONDS * (c->fmt == PLAN_FMT_MOONCAKE ? 1e3 : 1);
+	int64_t *len[2] = {&rec->in, &rec->out};
+
+	rec->line = c->line;
+	rec->nid = fr->nid;
+	rec->ts = -1;
+	if (fr->has[FAST_TS]) {
+		if (fr->v[FAST_TS] < 0 || fr->v[FAST_TS] > max_ts)
+			return 1;
+		rec->ts = fr->v[FAST_TS];
+	}
+	for (int i = 0; i < 2; i++) {
+		double v = fr->v[FAST_IN + i];
+		*len[i] = -1;
+		if (!fr->has[FAST_IN + i])
+			continue;
+		if (!fr->integral[FAST_IN + i] || v < 0 || v > PLAN_TRACE_MAX_TOKENS)
+			return 1;
+		*len[i] = (int64_t)v;
+	}
+	return 0;
+}
+
+/* A record the fast path takes whole: 0 (*rec, its ids appended to iv),
+ * or 1 (iv as it was) to leave it to jansson. */
+static int fast_take(const struct jctx *c, const char *p, size_t n, struct jrec *rec,
+		     struct idvec *iv)
+{
+	struct fastrec fr;
+	size_t n0 = iv->n;
+
+	if (fast_scan(p, n, &fr, iv))
+		return 1;
+	if (fast_rec(c, &fr, rec)) {
+		iv->n = n0;
+		return 1;
+	}
+	rec->fast = 1;
+	return 0;
+}
+
+/* The first record of an AUTO trace decides its format: a chat_id field
+ * means Bailian. */
+static void json_detected(struct reader *r, struct jctx *c, int chat_id)
+{
+	struct plan_trace *pt = r->pt;
+
+	r->detect = 0;
+	pt->fmt = chat_id ? PLAN_FMT_BAILIAN : PLAN_FMT_MOONCAKE;
+	c->fmt = pt->fmt;
+	if (!pt->block_tokens)
+		pt->block_tokens = pt->fmt == PLAN_FMT_MOONCAKE ? 512 : 16;
 }
 
 /* One JSON Lines record (Mooncake, Bailian) on the calling thread, parsed
@@ -657,17 +972,26 @@ static int json_line(struct reader *r, const char *p, const char *end)
 	}
 	if (!(c = reader_jctx(r)))
 		return kvt_err(KVT_ENOMEM, "%s: out of memory", r->name);
-	if ((rc = json_parse(c, p, (size_t)(end - p), &o, &fixed)))
-		return rc;
-	if (r->detect) {
-		r->detect = 0;
-		pt->fmt = json_object_get(o, "chat_id") ? PLAN_FMT_BAILIAN : PLAN_FMT_MOONCAKE;
-		c->fmt = pt->fmt;
-		if (!pt->block_tokens)
-			pt->block_tokens = pt->fmt == PLAN_FMT_MOONCAKE ? 512 : 16;
-	}
 	r->nids = 0;
 	struct idvec iv = {r->ids, 0, r->idcap};
+	struct fastrec fr;
+	int fast = !fast_scan(p, (size_t)(end - p), &fr, &iv);
+	r->ids = iv.v;
+	r->idcap = iv.cap;
+	if (fast && r->detect)
+		c->fmt = fr.chat_id ? PLAN_FMT_BAILIAN : PLAN_FMT_MOONCAKE;
+	if (fast && !fast_rec(c, &fr, &rec)) {
+		rec.fast = 1;
+		if (r->detect)
+			json_detected(r, c, fr.chat_id);
+		return json_commit(r, &rec, r->ids);
+	}
+	c->fmt = pt->fmt;
+	if ((rc = json_parse(c, p, (size_t)(end - p), &o, &fixed)))
+		return rc;
+	if (r->detect)
+		json_detected(r, c, json_object_get(o, "chat_id") != NULL);
+	iv.n = 0;
 	rc = json_fields(c, o, fixed, &rec, &iv);
 	r->ids = iv.v;
 	r->idcap = iv.cap;
@@ -742,6 +1066,11 @@ static void pchunk_run(struct pwin *w, struct jctx *c, struct pchunk *k)
 		json_t *o;
 		int fixed, rc;
 		c->line = w->lineno[l];
+		/* The fast path never takes a NUL (it is no byte of its shape). */
+		if (!fast_take(c, w->base + w->start[l], w->len[l], &k->rec[k->nrec], &k->ids)) {
+			k->nrec++;
+			continue;
+		}
 		if (memchr(w->base + w->start[l], '\0', w->len[l]))
 			rc = bad_rec(c, "a NUL byte: binary data, not a trace");
 		else
@@ -1117,6 +1446,8 @@ static int reader_finish(struct reader *r)
 			     r->name, (unsigned long long)r->nreq, pt->block_tokens);
 		goto out;
 	}
+	pt->nrec_fast = r->nfast;
+	pt->nrec_json = r->njson;
 	pt->arrive_s = r->arrive;
 	pt->in_len = r->in_len;
 	pt->out_len = r->out_len;

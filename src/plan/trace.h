@@ -41,6 +41,9 @@ struct plan_trace {
 	double *arrive_s;       /* nreq: arrival, seconds from the first */
 	uint32_t *in_len;       /* nreq: prompt tokens */
 	uint32_t *out_len;      /* nreq: generated tokens (0 if unknown) */
+	/* Of the JSON records read, how many the fast path took whole and how
+	 * many jansson read (plan_trace_read): a measure for the tests. */
+	uint64_t nrec_fast, nrec_json;
 };
 
 /* Bounds of what the readers accept (docs/PLANNING.md).  A trace is read
@@ -64,8 +67,9 @@ const char *plan_fmt_name(enum plan_fmt f);
  * hash_ids means Mooncake, else token ids.  block_tokens 0 takes the
  * format's own (512, 16, 256).  max_req > 0 keeps only the first max_req
  * requests (and reads no further).  Every line of a JSON format must be an
- * object (parsed whole by jansson; its fields are taken by name, and one
- * named twice is refused) with a hash_ids array of integers below 2^64;
+ * object (of the usual shape, read in one pass, else parsed whole by
+ * jansson, which gives every message; either way its fields are taken by
+ * name, and one named twice is refused) with a hash_ids array of integers below 2^64;
  * timestamp, input_length and output_length are optional numbers within
  * the bounds above.  Long traces are parsed by several threads; what is
  * read, and which error is reported, are those of one.  A trace with no request, or with no whole block in any, is
