@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -784,7 +785,7 @@ static const char *fast_array(const char *p, const char *end, struct idvec *iv, 
 			u = u * 10 + (uint64_t)(*p++ - '0');
 		if (p == s || p == end || (*s == '0' && p - s > 1) ||
 		    (*p != ',' && *p != ']')) {
-			if (*s == '-')
+			if (s == end || *s == '-')
 				return NULL; /* a negative id: jansson's message */
 			p = s;
 			if (!(p = fast_number(p, end, &v, &integral, &u)) || !integral)
@@ -1121,7 +1122,8 @@ static int pchunk_commit(struct reader *r, const struct pchunk *k)
 		int rc = json_commit(r, &k->rec[i], ids);
 		if (rc)
 			return rc;
-		ids += k->rec[i].nid;
+		if (k->rec[i].nid)
+			ids += k->rec[i].nid; /* NULL while every record so far was [] */
 	}
 	if (k->rc && !r->full) {
 		r->line = k->rc_line;
@@ -1130,9 +1132,14 @@ static int pchunk_commit(struct reader *r, const struct pchunk *k)
 	return 0;
 }
 
+/* Threads for a window of nlines: no more than the CPUs this process may
+ * run on (a helper pinned to the same core as the caller only adds
+ * switches), nor than the lines make worth it. */
 static unsigned par_threads(size_t nlines)
 {
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	cpu_set_t cs;
+	long n = sched_getaffinity(0, sizeof(cs), &cs) == 0 ? CPU_COUNT(&cs)
+							   : sysconf(_SC_NPROCESSORS_ONLN);
 	size_t t = nlines / (PAR_MIN_LINES / 2);
 	if (n < 1)
 		n = 1;
