@@ -33,8 +33,8 @@ static int report_bad(const char *path, int json, const char *what, const char *
 static const char *const sig_text[] = {
 	[KVT_SIG_NONE] = "unsigned",
 	[KVT_SIG_VERIFIED] = "signed, HMAC verified",
-	[KVT_SIG_UNCHECKED] = "signed (32-byte HMAC trailer), key not given: tag not checked "
-			      "(--set object_auth_key=HEX)",
+	[KVT_SIG_UNCHECKED] = ("signed (32-byte HMAC trailer), key not given: tag not checked "
+			       "(--set object_auth_key=HEX)"),
 	[KVT_SIG_MISSING] = "unsigned (no HMAC trailer; a tier with object_auth_key refuses it)",
 };
 static const char *const sig_json[] = {
