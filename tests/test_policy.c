@@ -461,6 +461,37 @@ static void test_build(void)
 	kvt_trace_free(&t);
 }
 
+/* Dense ids are mapped by index, sparse ones by hash; an id first seen
+ * while sparse (100000 after one block) and seen again once the dense run
+ * has grown the index table over it keeps its first dense id. */
+static void test_build_dense_and_sparse(void)
+{
+	enum { N = 200000 };
+	uint64_t *dense = malloc(N * sizeof(*dense));
+	static const uint64_t first[] = {7, 100000, 1ull << 40};
+	static const uint64_t again[] = {100000, 1ull << 40, 7};
+	CHECK(dense != NULL);
+	for (uint64_t i = 0; i < N; i++)
+		dense[i] = i;
+	const uint64_t *reqs[] = {first, dense, again};
+	const size_t n[] = {3, N, 3};
+	struct kvt_trace t;
+	CHECK_EQ(build(&t, reqs, n, 3), 0);
+	CHECK_EQ(t.nids, N + 1); /* 0..N-1 and 2^40 */
+	CHECK_EQ(t.ids[0], 0);   /* 7 */
+	CHECK_EQ(t.ids[1], 1);   /* 100000, hashed */
+	CHECK_EQ(t.ids[2], 2);   /* 2^40 */
+	CHECK_EQ(t.ids[3 + 7], 0);
+	CHECK_EQ(t.ids[3 + 100000], 1); /* found in the hash, not renumbered */
+	CHECK_EQ(t.ids[3 + 0], 3);      /* the first id new in the run */
+	CHECK_EQ(t.ids[3 + 8], 10);     /* after 0..6 and 7 (seen before) */
+	CHECK_EQ(t.ids[3 + N + 0], 1);
+	CHECK_EQ(t.ids[3 + N + 1], 2);
+	CHECK_EQ(t.ids[3 + N + 2], 0);
+	kvt_trace_free(&t);
+	free(dense);
+}
+
 /* The reference numbers of the capacity-planning issue, from a plain exact
  * simulation: our policies must reproduce them to the block. */
 static void test_trace_exact(void)
@@ -516,6 +547,7 @@ int main(void)
 	test_sketch();
 	test_admit_rules();
 	test_build();
+	test_build_dense_and_sparse();
 	test_trace_exact();
 	TEST_DONE();
 }

@@ -11,8 +11,12 @@
 
 /* ---- building ------------------------------------------------------------- */
 
-/* The id map (struct kvt_trace_idmap, replay.h): open addressing over
- * the trace's 64-bit ids. */
+/* The id map (struct kvt_trace_idmap, replay.h): traces number their
+ * blocks densely (Mooncake's ids count up from 0), so ids that fall in a
+ * table no sparser than 1 slot in 4 of the ids seen are looked up by
+ * index; others go to open addressing over the 64-bit ids.  An id is in
+ * one of the two: a lookup in the table's range that finds nothing there
+ * still asks the hash, which may have taken it before the table grew. */
 #define idmap kvt_trace_idmap
 
 #define mix64 kvt_mix64
@@ -44,10 +48,29 @@ static int idmap_grow(struct idmap *m)
 	return 0;
 }
 
-/* Dense id of `key`, assigning the next one on first sight (*fresh = 1). */
-static int idmap_get(struct idmap *m, uint64_t key, uint32_t *out, int *fresh)
+/* Grow the direct table to cover `key` if it stays dense enough: 0 if it
+ * covers it now, 1 if the key is for the hash, or KVT_ENOMEM. */
+static int idmap_direct_cover(struct idmap *m, uint64_t key)
 {
-	if (!m->keys || (m->n + 1) * 2 > m->mask + 1) {
+	if (key < m->direct_cap)
+		return 0;
+	if (key >= 4 * (m->n + 4096))
+		return 1;
+	uint64_t nc = m->direct_cap ? m->direct_cap : 4096;
+	while (nc <= key)
+		nc *= 2;
+	uint32_t *d = realloc(m->direct, nc * sizeof(*d));
+	if (!d)
+		return KVT_ENOMEM;
+	memset(d + m->direct_cap, 0, (nc - m->direct_cap) * sizeof(*d));
+	m->direct = d;
+	m->direct_cap = nc;
+	return 0;
+}
+
+static int idmap_hash_get(struct idmap *m, uint64_t key, uint32_t *out, int *fresh, int insert)
+{
+	if (!m->keys || (m->hashed + 1) * 2 > m->mask + 1) {
 		int rc = idmap_grow(m);
 		if (rc)
 			return rc;
@@ -61,10 +84,37 @@ static int idmap_get(struct idmap *m, uint64_t key, uint32_t *out, int *fresh)
 		}
 		j = (j + 1) & m->mask;
 	}
+	if (!insert)
+		return 1;
 	if (m->n >= UINT32_MAX - 1)
 		return KVT_ENOMEM;
 	m->keys[j] = key;
 	m->vals[j] = (uint32_t)++m->n;
+	m->hashed++;
+	*out = (uint32_t)(m->n - 1);
+	*fresh = 1;
+	return 0;
+}
+
+/* Dense id of `key`, assigning the next one on first sight (*fresh = 1). */
+static int idmap_get(struct idmap *m, uint64_t key, uint32_t *out, int *fresh)
+{
+	int rc = idmap_direct_cover(m, key);
+	if (rc < 0)
+		return rc;
+	if (rc == 1)
+		return idmap_hash_get(m, key, out, fresh, 1);
+	uint32_t v = m->direct[key];
+	if (v) {
+		*out = v - 1;
+		*fresh = 0;
+		return 0;
+	}
+	if (m->hashed && (rc = idmap_hash_get(m, key, out, fresh, 0)) <= 0)
+		return rc; /* taken by the hash before the table reached it */
+	if (m->n >= UINT32_MAX - 1)
+		return KVT_ENOMEM;
+	m->direct[key] = (uint32_t)++m->n;
 	*out = (uint32_t)(m->n - 1);
 	*fresh = 1;
 	return 0;
@@ -146,6 +196,7 @@ void kvt_trace_build_end(struct kvt_trace_builder *b)
 {
 	free(b->map.keys);
 	free(b->map.vals);
+	free(b->map.direct);
 	memset(&b->map, 0, sizeof(b->map));
 }
 

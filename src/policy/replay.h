@@ -61,6 +61,9 @@ struct kvt_trace_builder {
 		uint64_t *keys;
 		uint32_t *vals; /* dense id + 1; 0 = empty */
 		uint64_t mask, n;
+		uint64_t hashed;  /* of n, those in keys/vals */
+		uint32_t *direct; /* [id] = dense id + 1 for ids below direct_cap */
+		uint64_t direct_cap;
 	} map;
 	uint64_t off_cap, ids_cap, pos_cap;
 };
