@@ -52,6 +52,20 @@ void bench_json_str(const char *name, const char *value);
  * returns 1. */
 int bench_fail(const char *cmd, const char *what, int rc);
 
+/* One table row: `fmt` lays out seven columns; the row ends at its last
+ * character, not in padding (an empty verdict column leaves no spaces). */
+void bench_print_row(const char *fmt, const char *c0, const char *c1, const char *c2,
+		     const char *c3, const char *c4, const char *c5, const char *c6);
+
+/* The options the disk benchmarks share: --json, --quick, --dir DIR (or
+ * --dir=DIR).  1 if argv[*i] is one (its value consumed), 0 if not, -1
+ * after saying that --dir needs a value. */
+struct bench_opts {
+	int json, quick;
+	const char *dir;
+};
+int bench_common_opt(const char *cmd, int argc, char **argv, int *i, struct bench_opts *o);
+
 /* Set n key/value pairs of configuration, stopping at the first refused:
  * 0 or kvt_config_set's code. */
 int bench_config_set_all(kvt_config *cfg, const char *const kv[][2], size_t n);

@@ -425,3 +425,38 @@ int bench_store_open(const char *cmd, const char *what, kvt_config *cfg, int rc,
 		return 0;
 	return quiet ? rc : bench_fail(cmd, what, rc ? rc : KVT_ENOMEM);
 }
+
+void bench_print_row(const char *fmt, const char *c0, const char *c1, const char *c2,
+		     const char *c3, const char *c4, const char *c5, const char *c6)
+{
+	char line[256];
+	size_t n;
+
+	snprintf(line, sizeof(line), fmt, c0, c1, c2, c3, c4, c5, c6);
+	n = strlen(line);
+	while (n && line[n - 1] == ' ')
+		line[--n] = '\0';
+	puts(line);
+}
+
+int bench_common_opt(const char *cmd, int argc, char **argv, int *i, struct bench_opts *o)
+{
+	const char *a = argv[*i];
+
+	if (!strcmp(a, "--json")) {
+		o->json = 1;
+	} else if (!strcmp(a, "--quick")) {
+		o->quick = 1;
+	} else if (!strcmp(a, "--dir")) {
+		if (*i + 1 >= argc) {
+			fprintf(stderr, "kvtier-bench %s: --dir needs a value\n", cmd);
+			return -1;
+		}
+		o->dir = argv[++*i];
+	} else if (!strncmp(a, "--dir=", 6) && a[6]) {
+		o->dir = a + 6;
+	} else {
+		return 0;
+	}
+	return 1;
+}

@@ -65,6 +65,8 @@
 #define LOOKUP_TOKENS (LOOKUP_CHUNK_TOKENS * LOOKUP_CHUNKS)
 
 /* Per-rank chunks of the reference models: 256 tokens of bf16 K and V. */
+#define ROW_FMT "  %-8s %-7s %-26s %-26s %-9s %-8s %s"
+
 static const char *const chunk_models[] = {
 	"qwen2.5-0.5b", /*  3 MiB */
 	"qwen2.5-7b",   /* 14 MiB */
@@ -725,22 +727,6 @@ static const char *fmt_size(uint64_t n, char *buf, size_t cap)
 	return buf;
 }
 
-/* One table row; the verdict column may be empty, and a row ends at its
- * last character, not in padding. */
-static void print_row(const char *c0, const char *c1, const char *c2,
-		      const char *c3, const char *c4, const char *c5,
-		      const char *c6)
-{
-	char line[256];
-	size_t n;
-
-	snprintf(line, sizeof(line), "  %-8s %-7s %-26s %-26s %-9s %-8s %s", c0,
-		 c1, c2, c3, c4, c5, c6);
-	n = strlen(line);
-	while (n && line[n - 1] == ' ')
-		line[--n] = '\0';
-	puts(line);
-}
 
 static void print_table(const struct bench *b)
 {
@@ -775,7 +761,7 @@ static void print_table(const struct bench *b)
 		printf("\n%s\n", sections[k].title);
 		snprintf(h1, sizeof(h1), "%s %s", sections[k].bound, sections[k].unit);
 		snprintf(h2, sizeof(h2), "%s %s", sections[k].subj, sections[k].unit);
-		print_row(sections[k].op == OP_LOOKUP ? "hash" : "chunk",
+		bench_print_row(ROW_FMT, sections[k].op == OP_LOOKUP ? "hash" : "chunk",
 			  sections[k].op == OP_LOOKUP ? "" : "page", h1, h2, "ratio",
 			  "target", "");
 		for (int i = 0; i < b->n_fig; i++) {
@@ -793,7 +779,7 @@ static void print_table(const struct bench *b)
 					 f->lower_is_better ? "<=" : ">=", f->target);
 			else
 				snprintf(tg, sizeof(tg), "-");
-			print_row(f->op == OP_LOOKUP ? f->what
+			bench_print_row(ROW_FMT, f->op == OP_LOOKUP ? f->what
 						     : fmt_size(f->chunk_bytes, c1, sizeof(c1)),
 				  f->op == OP_LOOKUP ? ""
 						     : fmt_size(f->page_bytes, c2, sizeof(c2)),

@@ -332,15 +332,17 @@ int bench_hier(int argc, char **argv)
 
 	if (!b)
 		return bench_fail(HIER_CMD, "setup", KVT_ENOMEM);
+	struct bench_opts o = { .dir = parent };
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--json")) {
-			b->json = 1;
-		} else if (!strcmp(argv[i], "--quick")) {
-			b->quick = 1;
-		} else if (!strcmp(argv[i], "--dir") && i + 1 < argc) {
-			parent = argv[++i];
-		} else if (!strncmp(argv[i], "--dir=", 6) && argv[i][6]) {
-			parent = argv[i] + 6;
+		int r = bench_common_opt(HIER_CMD, argc, argv, &i, &o);
+		if (r < 0) {
+			free(b);
+			return 2;
+		}
+		if (r) {
+			b->json = o.json;
+			b->quick = o.quick;
+			parent = o.dir;
 		} else if (!strcmp(argv[i], "--trace") && i + 1 < argc) {
 			trace = argv[++i];
 		} else if (!strncmp(argv[i], "--trace=", 8) && argv[i][8]) {

@@ -91,6 +91,8 @@
 #define MIN_REBUILD 1000
 #define REBUILD_FILE_BYTES (16u << 10) /* 12 KiB image + inode, dirents */
 
+#define ROW_FMT "  %-7s %-7s %-22s %-22s %-8s %-8s %s"
+
 static const char *const chunk_models[] = {
 	"qwen2.5-7b",  /* 14 MiB */
 	"llama3.1-8b", /* 32 MiB */
@@ -583,20 +585,6 @@ out:
 /* Reports                                                                   */
 /* ------------------------------------------------------------------------ */
 
-static void print_row(const char *c0, const char *c1, const char *c2,
-		      const char *c3, const char *c4, const char *c5,
-		      const char *c6)
-{
-	char line[256];
-	size_t n;
-
-	snprintf(line, sizeof(line), "  %-7s %-7s %-22s %-22s %-8s %-8s %s", c0, c1,
-		 c2, c3, c4, c5, c6);
-	n = strlen(line);
-	while (n && line[n - 1] == ' ')
-		line[--n] = '\0';
-	puts(line);
-}
 
 static void print_table(const struct bench *b)
 {
@@ -618,7 +606,7 @@ static void print_table(const struct bench *b)
 	} else {
 		if (b->bw_scaled)
 			printf("  (chunk counts scaled down to fit the free space)\n");
-		print_row("op", "chunk", "fio GB/s", "kvtier GB/s", "ratio", "target", "");
+		bench_print_row(ROW_FMT, "op", "chunk", "fio GB/s", "kvtier GB/s", "ratio", "target", "");
 		for (int i = 0; i < b->n_fig; i++) {
 			const struct figure *f = &b->fig[i];
 			struct summary r = fig_ratio(f, b->rounds);
@@ -628,7 +616,7 @@ static void print_table(const struct bench *b)
 				 (unsigned long long)(f->chunk_bytes >> 20));
 			snprintf(rt, sizeof(rt), "%.3fx", r.median);
 			snprintf(tg, sizeof(tg), ">=%.2fx", TARGET_VS_FIO);
-			print_row(op_names[f->op], c1,
+			bench_print_row(ROW_FMT, op_names[f->op], c1,
 				  bench_fmt_summary(bench_summarize(f->bound, b->rounds), a, sizeof(a)),
 				  bench_fmt_summary(bench_summarize(f->subj, b->rounds), s, sizeof(s)),
 				  rt, tg, r.median >= TARGET_VS_FIO ? "PASS" : "BELOW");
@@ -649,11 +637,11 @@ static void print_table(const struct bench *b)
 
 		if (b->rebuild_scaled)
 			printf("  (chunk count scaled down to fit the free space)\n");
-		print_row("chunks", "", "raw_scan chunks/s", "open chunks/s", "ratio",
+		bench_print_row(ROW_FMT, "chunks", "", "raw_scan chunks/s", "open chunks/s", "ratio",
 			  "target", "");
 		snprintf(c, sizeof(c), "%ld", b->rebuild_n);
 		snprintf(rt, sizeof(rt), "%.3fx", r.median);
-		print_row(c, "", bench_fmt_summary(rate_summary(b->scan_s, b->rebuild_n,
+		bench_print_row(ROW_FMT, c, "", bench_fmt_summary(rate_summary(b->scan_s, b->rebuild_n,
 							  b->rounds), a, sizeof(a)),
 			  bench_fmt_summary(rate_summary(b->open_s, b->rebuild_n, b->rounds), s,
 				      sizeof(s)),
@@ -782,15 +770,17 @@ int bench_nvme(int argc, char **argv)
 
 	if (!b)
 		return bench_fail(CMD, "setup", KVT_ENOMEM);
+	struct bench_opts o = { .dir = parent };
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--json")) {
-			b->json = 1;
-		} else if (!strcmp(argv[i], "--quick")) {
-			b->quick = 1;
-		} else if (!strcmp(argv[i], "--dir") && i + 1 < argc) {
-			parent = argv[++i];
-		} else if (!strncmp(argv[i], "--dir=", 6) && argv[i][6]) {
-			parent = argv[i] + 6;
+		int r = bench_common_opt(CMD, argc, argv, &i, &o);
+		if (r < 0) {
+			free(b);
+			return 2;
+		}
+		if (r) {
+			b->json = o.json;
+			b->quick = o.quick;
+			parent = o.dir;
 		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			usage(stdout);
 			free(b);

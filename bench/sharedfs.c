@@ -278,15 +278,17 @@ int bench_sharedfs(int argc, char **argv)
 	kvt_tier *t = NULL;
 	uint8_t *rbuf, *payload = NULL;
 
+	struct bench_opts bo = { .dir = base };
 	for (i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--json")) {
-			json = 1;
-		} else if (!strcmp(argv[i], "--quick")) {
-			quick = 1;
+		int taken = bench_common_opt(CMD, argc, argv, &i, &bo);
+		if (taken < 0)
+			return 2;
+		if (taken) {
+			json = bo.json;
+			quick = bo.quick;
+			base = bo.dir;
 		} else if (!strcmp(argv[i], "--buffered")) {
 			buffered = 1;
-		} else if (!strcmp(argv[i], "--dir") && i + 1 < argc) {
-			base = argv[++i];
 		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			sf_usage(stdout);
 			return 0;
