@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kvtier.h"
 
@@ -58,13 +59,17 @@ void bench_print_row(const char *fmt, const char *c0, const char *c1, const char
 		     const char *c3, const char *c4, const char *c5, const char *c6);
 
 /* The options the disk benchmarks share: --json, --quick, --dir DIR (or
- * --dir=DIR).  1 if argv[*i] is one (its value consumed), 0 if not, -1
- * after saying that --dir needs a value. */
+ * --dir=DIR), --help/-h.  1 if argv[*i] is one (its value consumed), 0 if
+ * not; -1 after saying that --dir needs a value (exit 2), -2 after
+ * printing `usage` for --help (exit 0). */
 struct bench_opts {
 	int json, quick;
 	const char *dir;
 };
-int bench_common_opt(const char *cmd, int argc, char **argv, int *i, struct bench_opts *o);
+int bench_common_opt(const char *cmd, int argc, char **argv, int *i, struct bench_opts *o,
+		     void (*usage)(FILE *f));
+/* Say that `arg` is not an option of `cmd`, with the usage; returns 2. */
+int bench_unknown_opt(const char *cmd, const char *arg, void (*usage)(FILE *f));
 
 /* Set n key/value pairs of configuration, stopping at the first refused:
  * 0 or kvt_config_set's code. */

@@ -439,11 +439,22 @@ void bench_print_row(const char *fmt, const char *c0, const char *c1, const char
 	puts(line);
 }
 
-int bench_common_opt(const char *cmd, int argc, char **argv, int *i, struct bench_opts *o)
+int bench_unknown_opt(const char *cmd, const char *arg, void (*usage)(FILE *f))
+{
+	fprintf(stderr, "kvtier-bench %s: unknown option \"%s\"\n\n", cmd, arg);
+	usage(stderr);
+	return 2;
+}
+
+int bench_common_opt(const char *cmd, int argc, char **argv, int *i, struct bench_opts *o,
+		     void (*usage)(FILE *f))
 {
 	const char *a = argv[*i];
 
-	if (!strcmp(a, "--json")) {
+	if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+		usage(stdout);
+		return -2;
+	} else if (!strcmp(a, "--json")) {
 		o->json = 1;
 	} else if (!strcmp(a, "--quick")) {
 		o->quick = 1;

@@ -334,30 +334,25 @@ int bench_hier(int argc, char **argv)
 		return bench_fail(HIER_CMD, "setup", KVT_ENOMEM);
 	struct bench_opts o = { .dir = parent };
 	for (int i = 1; i < argc; i++) {
-		int r = bench_common_opt(HIER_CMD, argc, argv, &i, &o);
+		int r = bench_common_opt(HIER_CMD, argc, argv, &i, &o, usage);
 		if (r < 0) {
 			free(b);
-			return 2;
+			return r == -2 ? 0 : 2;
 		}
-		if (r) {
-			b->json = o.json;
-			b->quick = o.quick;
-			parent = o.dir;
-		} else if (!strcmp(argv[i], "--trace") && i + 1 < argc) {
+		if (r)
+			continue;
+		if (!strcmp(argv[i], "--trace") && i + 1 < argc) {
 			trace = argv[++i];
 		} else if (!strncmp(argv[i], "--trace=", 8) && argv[i][8]) {
 			trace = argv[i] + 8;
-		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			usage(stdout);
-			free(b);
-			return 0;
 		} else {
-			fprintf(stderr, "kvtier-bench " HIER_CMD ": unknown option \"%s\"\n\n", argv[i]);
-			usage(stderr);
 			free(b);
-			return 2;
+			return bench_unknown_opt(HIER_CMD, argv[i], usage);
 		}
 	}
+	b->json = o.json;
+	b->quick = o.quick;
+	parent = o.dir;
 	b->rounds = b->quick ? 2 : HIER_MAX_ROUNDS;
 	if ((ret = bench_scratch_dir(HIER_CMD, parent, "hier", b->base, sizeof(b->base)))) {
 		free(b);

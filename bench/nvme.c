@@ -772,27 +772,15 @@ int bench_nvme(int argc, char **argv)
 		return bench_fail(CMD, "setup", KVT_ENOMEM);
 	struct bench_opts o = { .dir = parent };
 	for (int i = 1; i < argc; i++) {
-		int r = bench_common_opt(CMD, argc, argv, &i, &o);
-		if (r < 0) {
+		int r = bench_common_opt(CMD, argc, argv, &i, &o, usage);
+		if (r <= 0) { /* nvme has no option of its own */
 			free(b);
-			return 2;
-		}
-		if (r) {
-			b->json = o.json;
-			b->quick = o.quick;
-			parent = o.dir;
-		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			usage(stdout);
-			free(b);
-			return 0;
-		} else {
-			fprintf(stderr, "kvtier-bench " CMD ": unknown option \"%s\"%s\n\n",
-				argv[i], strcmp(argv[i], "--dir") ? "" : " (needs a value)");
-			usage(stderr);
-			free(b);
-			return 2;
+			return r == -2 ? 0 : r < 0 ? 2 : bench_unknown_opt(CMD, argv[i], usage);
 		}
 	}
+	b->json = o.json;
+	b->quick = o.quick;
+	parent = o.dir;
 	b->rounds = b->quick ? 2 : MAX_ROUNDS;
 	b->rebuild_want = b->quick ? 10000 : 100000;
 

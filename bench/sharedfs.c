@@ -280,22 +280,17 @@ int bench_sharedfs(int argc, char **argv)
 
 	struct bench_opts bo = { .dir = base };
 	for (i = 1; i < argc; i++) {
-		int taken = bench_common_opt(CMD, argc, argv, &i, &bo);
+		int taken = bench_common_opt(CMD, argc, argv, &i, &bo, sf_usage);
 		if (taken < 0)
-			return 2;
+			return taken == -2 ? 0 : 2;
 		if (taken) {
 			json = bo.json;
 			quick = bo.quick;
 			base = bo.dir;
 		} else if (!strcmp(argv[i], "--buffered")) {
 			buffered = 1;
-		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			sf_usage(stdout);
-			return 0;
 		} else {
-			fprintf(stderr, "kvtier-bench " CMD ": unknown option \"%s\"\n\n", argv[i]);
-			sf_usage(stderr);
-			return 2;
+			return bench_unknown_opt(CMD, argv[i], sf_usage);
 		}
 	}
 	rounds = quick ? 3 : 5;
