@@ -313,10 +313,10 @@ static void tier_keys(void)
 		CHECK(strstr(kvt_errmsg(), name) != NULL);
 		kvt_config_free(cfg);
 	}
-	CHECK_EQ(kinds, 4);
+	CHECK_EQ(kinds, 5);
 	char hint[160];
 	CHECK(strcmp(kvt_tier_enable_hint(hint, sizeof(hint)),
-		     "local_cpu: true, local_disk, shared_fs or remote_url") == 0);
+		     "device_capacity, local_cpu: true, local_disk, shared_fs or remote_url") == 0);
 }
 
 int main(void)

@@ -2,7 +2,9 @@
  * test_connector_cuda.c — the connector's CUDA backend against its CPU
  * path: the same engine tensors, one copy in host memory and one on the
  * device, must gather to the same chunk bytes, scatter to the same tensor,
- * and load through a store layer by layer into the device blocks.
+ * and load through a store layer by layer into the device blocks: once
+ * from DRAM, once from the device tier (spare device memory), whose pages
+ * are scattered from where they are.
  * Skips where the build has no CUDA backend or the machine no GPU.
  */
 #include <stdint.h>
@@ -66,19 +68,19 @@ static kvt_conn *open_conn(kvt_store *st, const kvt_ns *ns, uint8_t *mem, int tr
 	return c;
 }
 
-int main(void)
+/* The whole round over a store with DRAM, and the device tier too if
+ * `with_dev`. */
+static void run(int with_dev)
 {
 	size_t bytes = (size_t)LAYERS * 2 * KV_SIZE * HEADS * DIM * 2;
 	uint32_t blocks[4] = { 9, 2, 3, 17 }, load_blocks[4] = { 20, 0, 5, 6 };
 	uint32_t tok[CT * 4];
-	int n = 0;
-
-	if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
-		SKIP("no CUDA device");
 
 	kvt_config *cfg = kvt_config_new();
 	kvt_config_set(cfg, "max_local_cpu_size", "16MiB");
 	kvt_config_set(cfg, "dram_lock_memory", "false");
+	if (with_dev)
+		kvt_config_set(cfg, "device_capacity", "64MiB");
 	kvt_store *st = kvt_store_open(cfg, NULL);
 	kvt_config_free(cfg);
 	kvt_ns_desc nd = { 0 };
@@ -136,6 +138,12 @@ int main(void)
 		kvt_conn_close(hc);
 		kvt_conn_close(dc);
 	}
+	if (with_dev) {
+		kvt_tier_stats ds;
+		CHECK_EQ(kvt_store_stats(st, 0, &ds), 0);
+		CHECK(strcmp(ds.name, "device") == 0);
+		CHECK(ds.hits >= 2); /* both loads were served from device pages */
+	}
 	cudaFree(dev);
 	kvt_store_close(st);
 	free(host);
@@ -143,6 +151,16 @@ int main(void)
 	free(zero);
 	free(ch);
 	free(cd);
+}
+
+int main(void)
+{
+	int n = 0;
+
+	if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
+		SKIP("no CUDA device");
+	run(0);
+	run(1);
 	TEST_DONE();
 }
 #endif

@@ -4,7 +4,11 @@
  * only when its last layer is in, a load written layer by layer into other
  * blocks, and loads that fail part-way reporting exactly the blocks they
  * left invalid: a chunk dropped from the middle, a chunk corrupt on disk,
- * a deadline of 0 with the chunks only on disk.
+ * a deadline of 0 with the chunks only on disk, a tier that is down (S3
+ * answering 500) under chunks only it holds.  Then the device tier (over
+ * host memory, as an engine on the CPU has it): saves land there, a chunk
+ * it evicted is promoted back from DRAM by the load that needs it, and
+ * loads from it are bit-exact.
  *
  * The engine is a vLLM FlashAttention NHD tensor per layer, (2,
  * num_blocks, 16, heads, dim) of bf16, in host memory.
@@ -16,6 +20,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "test_s3_server.h"
 
 #define LAYERS 4
 #define HEADS 2
@@ -68,13 +73,16 @@ static int block_eq(const struct engine *a, uint32_t ba, const struct engine *b,
 	return 1;
 }
 
-static kvt_store *open_store(int with_dram)
+enum { ST_NVME = 1, ST_DRAM = 2, ST_DEVICE = 4, ST_S3 = 8 };
+
+/* A store of the tiers in `which` (ST_*). */
+static kvt_store *open_store(int which)
 {
 	kvt_config *c = kvt_config_new();
 	kvt_store *st;
 	int err;
 
-	if (with_dram) {
+	if (which & ST_DRAM) {
 		kvt_config_set(c, "max_local_cpu_size", "16MiB");
 		kvt_config_set(c, "dram_page_size", "16KiB");
 		kvt_config_set(c, "dram_lock_memory", "false");
@@ -82,14 +90,33 @@ static kvt_store *open_store(int with_dram)
 	} else {
 		kvt_config_set(c, "local_cpu", "false");
 	}
-	kvt_config_set(c, "local_disk", dir);
-	kvt_config_set(c, "max_local_disk_size", "64MiB");
+	if (which & ST_NVME) {
+		kvt_config_set(c, "local_disk", dir);
+		kvt_config_set(c, "max_local_disk_size", "64MiB");
+	}
+	if (which & ST_DEVICE) {
+		/* 13 pages: four chunks of three (128 KiB and a header),
+		 * within the 97% the policy fills, and not five */
+		kvt_config_set(c, "device_capacity", "832KiB");
+		kvt_config_set(c, "device_page_size", "64KiB");
+		kvt_config_set(c, "device_backend", "host");
+	}
+	if (which & ST_S3) {
+		kvt_config_set(c, "remote_url", "s3://kvt/conn/");
+		kvt_config_set(c, "s3_endpoint", s3t_endpoint);
+		kvt_config_set(c, "s3_region", "us-east-1");
+		kvt_config_set(c, "s3_timeout_ms", "1500");
+		kvt_config_set(c, "s3_admission", "always");
+	}
 	st = kvt_store_open(c, &err);
 	kvt_config_free(c);
 	if (!st)
 		fprintf(stderr, "open: %s (%s)\n", kvt_strerror(err), kvt_errmsg());
 	return st;
 }
+
+/* What saves ask: memory alone for a store without a disk. */
+static int conn_durability = KVT_DUR_CRASH_SAFE;
 
 static kvt_conn *open_conn(kvt_store *st, kvt_ns *ns, struct engine *e)
 {
@@ -103,7 +130,7 @@ static kvt_conn *open_conn(kvt_store *st, kvt_ns *ns, struct engine *e)
 	d.layers = e->L;
 	d.n_layer_descs = LAYERS;
 	d.num_blocks = NB;
-	d.durability = KVT_DUR_CRASH_SAFE;
+	d.durability = conn_durability;
 	CHECK_EQ(kvt_conn_open(st, ns, &d, &c), 0);
 	return c;
 }
@@ -156,6 +183,149 @@ static void path_of(const kvt_key *k, char *out, size_t len)
 	snprintf(out, len, "%s/%.2s/%.2s/%s.kvt", dir, hex, hex + 2, hex);
 }
 
+/* Save request `req` of `tok` from e's blocks `ids`, all layers at once. */
+static void save_all(kvt_conn *c, uint64_t req, const uint32_t *tok, const uint32_t *ids)
+{
+	kvt_conn_done d;
+
+	CHECK_EQ(kvt_conn_save(c, req, tok, N_TOK, NULL, ids, NB / 2), 4);
+	CHECK_EQ(kvt_conn_save_layer(c, req, KVT_CONN_ALL_LAYERS), 0);
+	CHECK_EQ(kvt_conn_wait(c, req, 10000), 0);
+	d = finished_one(c, req, KVT_CONN_SAVE);
+	CHECK_EQ(d.status, 0);
+	CHECK_EQ(kvt_conn_end(c, req), 0);
+}
+
+/* Chunks 0 and 1 only on S3, 2 and 3 also on NVMe; S3 answers every GET
+ * with 500: exactly the blocks of chunks 0 and 1 are invalid, 2 and 3 are
+ * loaded whole.  Once S3 is back, all four load. */
+static void tier_down(const struct engine *A, struct engine *B, const uint32_t *tok,
+		      const uint32_t *ta, const uint32_t *tb)
+{
+	char s3dir[] = "/tmp/kvt-conn-s3-XXXXXX", path[256];
+	uint32_t errs[NB];
+	kvt_key keys[4];
+	kvt_store *st;
+	kvt_conn *c;
+	kvt_ns ns;
+	kvt_conn_done d;
+
+	if (!mkdtemp(s3dir)) {
+		CHECK(0);
+		return;
+	}
+	setenv("AWS_ACCESS_KEY_ID", S3T_AK, 1);
+	setenv("AWS_SECRET_ACCESS_KEY", S3T_SK, 1);
+	s3t_start(s3dir, (const char *const[]){ "kvt", NULL });
+	snprintf(path, sizeof(path), "rm -rf %s", dir); /* a fresh NVMe tier */
+	if (system(path)) {
+	}
+	if (!(st = open_store(ST_NVME | ST_S3)))
+		goto out;
+	c = open_conn(st, &ns, (struct engine *)A);
+	CHECK_EQ(kvt_key_chain(&ns, tok, N_TOK, NULL, keys, 4), 4);
+	save_all(c, 30, tok, ta);
+	CHECK_EQ(kvt_store_flush(st, 20000), 0);
+	kvt_conn_close(c);
+	kvt_store_close(st);
+	for (int i = 0; i < 2; i++) {
+		path_of(&keys[i], path, sizeof(path));
+		CHECK_EQ(unlink(path), 0);
+	}
+	if (!(st = open_store(ST_NVME | ST_S3)))
+		goto out;
+	c = open_conn(st, &ns, B);
+	CHECK_EQ(kvt_conn_lookup(c, tok, N_TOK, NULL), 4 * CT);
+	memset(B->kv[0], 0, 2 * plane_elems * 2);
+	s3t_fault("mode=500&count=100000&method=GET");
+	CHECK_EQ(load_layers(c, 31, tok, tb, 4 * CT, -1), 2 * BPC);
+	s3t_fault("mode=none");
+	d = finished_one(c, 31, KVT_CONN_LOAD);
+	CHECK(d.status < 0);
+	CHECK_EQ(d.chunks, 2);
+	CHECK_EQ(kvt_conn_load_errors(c, 31, errs, NB), 2 * BPC);
+	for (int i = 0; i < 2 * BPC; i++)
+		CHECK_EQ(errs[i], tb[i]);
+	for (int l = 0; l < LAYERS; l++)
+		for (int i = 2 * BPC; i < 4 * BPC; i++)
+			CHECK(block_eq(A, ta[i], B, tb[i], l));
+	CHECK_EQ(kvt_conn_end(c, 31), 0);
+	/* S3 is back: the same load is whole. */
+	CHECK_EQ(load_layers(c, 32, tok, tb, 4 * CT, -1), 0);
+	d = finished_one(c, 32, KVT_CONN_LOAD);
+	CHECK_EQ(d.status, 0);
+	CHECK_EQ(d.chunks, 4);
+	for (int l = 0; l < LAYERS; l++)
+		for (int i = 0; i < 4 * BPC; i++)
+			CHECK(block_eq(A, ta[i], B, tb[i], l));
+	CHECK_EQ(kvt_conn_end(c, 32), 0);
+	kvt_conn_close(c);
+	kvt_store_close(st);
+out:
+	s3t_stop();
+	snprintf(path, sizeof(path), "rm -rf %s", s3dir);
+	if (system(path)) {
+	}
+}
+
+/* Device tier (host memory) over DRAM.  It holds four chunks: prompt P's
+ * saves land there; prompt Q's push them down to DRAM alone; the load of P
+ * promotes them back ahead of its layers and is bit-exact. */
+static void device_tier(const struct engine *A, struct engine *B, const uint32_t *tok,
+			const uint32_t *ta, const uint32_t *tb)
+{
+	uint32_t tq[N_TOK], mask;
+	kvt_key kp[4], kq[4];
+	kvt_tier_stats ds;
+	kvt_store *st = open_store(ST_DEVICE | ST_DRAM);
+	kvt_conn *c;
+	kvt_ns ns;
+	kvt_conn_done d;
+
+	if (!st)
+		return;
+	conn_durability = KVT_DUR_CACHED;
+	CHECK_EQ(kvt_store_stats(st, 0, &ds), 0);
+	CHECK(strcmp(ds.name, "device") == 0);
+	c = open_conn(st, &ns, (struct engine *)A);
+	for (int i = 0; i < N_TOK; i++)
+		tq[i] = 50000 + (uint32_t)i;
+	CHECK_EQ(kvt_key_chain(&ns, tok, N_TOK, NULL, kp, 4), 4);
+	CHECK_EQ(kvt_key_chain(&ns, tq, N_TOK, NULL, kq, 4), 4);
+	save_all(c, 40, tok, ta);
+	CHECK_EQ(kvt_store_flush(st, 10000), 0);
+	for (int i = 0; i < 4; i++) {
+		CHECK_EQ(kvt_locate(st, &ns, &kp[i], &mask), 2);
+		CHECK_EQ(mask, 3u); /* device and DRAM */
+	}
+	save_all(c, 41, tq, ta);
+	CHECK_EQ(kvt_store_flush(st, 10000), 0);
+	for (int i = 0; i < 4; i++) {
+		CHECK_EQ(kvt_locate(st, &ns, &kp[i], &mask), 1);
+		CHECK_EQ(mask, 2u); /* DRAM alone */
+	}
+	kvt_conn_close(c);
+	c = open_conn(st, &ns, B);
+	memset(B->kv[1], 0, 2 * plane_elems * 2);
+	CHECK_EQ(load_layers(c, 42, tok, tb, 4 * CT, -1), 0);
+	d = finished_one(c, 42, KVT_CONN_LOAD);
+	CHECK_EQ(d.status, 0);
+	CHECK_EQ(d.chunks, 4);
+	for (int l = 0; l < LAYERS; l++)
+		for (int i = 0; i < 4 * BPC; i++)
+			CHECK(block_eq(A, ta[i], B, tb[i], l));
+	for (int i = 0; i < 4; i++) {
+		CHECK_EQ(kvt_locate(st, &ns, &kp[i], &mask), 2);
+		CHECK_EQ(mask, 3u); /* promoted back to the device tier */
+	}
+	CHECK_EQ(kvt_store_stats(st, 0, &ds), 0);
+	CHECK(ds.promotions + ds.hits >= 4);
+	CHECK(ds.used_bytes <= ds.capacity_bytes);
+	CHECK_EQ(kvt_conn_end(c, 42), 0);
+	kvt_conn_close(c);
+	kvt_store_close(st);
+}
+
 int main(void)
 {
 	struct engine A, B;
@@ -181,7 +351,7 @@ int main(void)
 	table(ta, NB / 2, 0, 1);
 	table(tb, NB / 2, NB / 2, 2);
 
-	st = open_store(1);
+	st = open_store(ST_DRAM | ST_NVME);
 	if (!st)
 		return 1;
 	c = open_conn(st, &ns, &A);
@@ -298,7 +468,7 @@ int main(void)
 	kvt_store_close(st);
 
 	/* The chunks are on disk only now (a new store's DRAM is empty). */
-	st = open_store(1);
+	st = open_store(ST_DRAM | ST_NVME);
 	if (!st)
 		return 1;
 	c = open_conn(st, &ns, &B);
@@ -333,7 +503,7 @@ int main(void)
 		close(fd);
 		kvt_conn_close(c);
 		kvt_store_close(st);
-		st = open_store(0); /* NVMe only: every read is from disk */
+		st = open_store(ST_NVME); /* NVMe only: every read is from disk */
 		if (!st)
 			return 1;
 		c = open_conn(st, &ns, &B);
@@ -386,6 +556,10 @@ int main(void)
 	}
 	kvt_conn_close(c);
 	kvt_store_close(st);
+
+	tier_down(&A, &B, tok, ta, tb);
+	device_tier(&A, &B, tok, ta, tb);
+
 	engine_free(&A);
 	engine_free(&B);
 	if (system(cmd)) {

@@ -6,6 +6,9 @@
  * the same code.  A table of {name, open, capabilities} drives it:
  *
  *   dram   kvt_dram_open
+ *   device kvt_device_open over host memory: once read in place, once
+ *          through staging copies as a GPU's memory is (the CUDA backend
+ *          differs only in its copy and allocation calls)
  *   nvme   kvt_nvme_open (io_uring; without it where a kvt_io table must
  *          see the data)
  *   fsdir  kvt_fsdir_open, refresh_ms = -1 (no background thread: the
@@ -75,6 +78,7 @@
 #include "common/io.h"
 #include "store/store_int.h"
 #include "test_s3_server.h"
+#include "tier/device.h"
 #include "tier/dram.h"
 #include "tier/fsdir.h"
 #include "tier/nvme.h"
@@ -142,6 +146,21 @@ static int open_dram(const tc_open_args *a, kvt_tier **out)
 	return kvt_dram_open(&o, out);
 }
 
+static int open_device(const tc_open_args *a, kvt_tier **out)
+{
+	kvt_device_opts o = { .capacity = a->capacity, .page_size = 4096, .backend = "host" };
+
+	return kvt_device_open(&o, out);
+}
+
+static int open_device_staged(const tc_open_args *a, kvt_tier **out)
+{
+	kvt_device_opts o = { .capacity = a->capacity, .page_size = 4096,
+			      .backend = "host-staged" };
+
+	return kvt_device_open(&o, out);
+}
+
 static int open_nvme(const tc_open_args *a, kvt_tier **out)
 {
 	kvt_nvme_opts o = { .path = a->where, .capacity = a->capacity,
@@ -172,6 +191,8 @@ static int open_s3(const tc_open_args *a, kvt_tier **out)
 
 static const tc_tier tiers[] = {
 	{ "dram", open_dram, TC_EVICTS, KVT_DUR_CACHED },
+	{ "device", open_device, TC_EVICTS, KVT_DUR_CACHED },
+	{ "device-staged", open_device_staged, TC_EVICTS, KVT_DUR_CACHED },
 	{ "nvme", open_nvme,
 	  TC_MEDIUM | TC_FILES | TC_EVICTS | TC_PERSISTS | TC_NVME_IO,
 	  KVT_DUR_CRASH_SAFE },
@@ -1068,13 +1089,15 @@ static void clause_corrupt(const tc_tier *T)
 	TC_EQ(tc_put(t, T, &ns, &kg, 309), 0);
 
 	if (!(T->caps & TC_MEDIUM)) {
-		/* Memory: rot simulated by flipping a payload byte through
-		 * the borrowed segment; the store's check (which it makes on
-		 * DRAM when asked) fails, corrupt() drops exactly it. */
+		/* Memory: rot simulated by flipping a payload byte (near
+		 * the end of the last segment) through the borrowed segment;
+		 * the store's check (which it makes on DRAM when asked)
+		 * fails, corrupt() drops exactly it. */
 		rc = t->ops->get(t, &kd[0], &r);
 		TC_EQ(rc, 0);
 		if (!rc) {
-			((uint8_t *)r->iov[r->n_iov - 1].iov_base)[7] ^= 0x5a;
+			const struct iovec *last = &r->iov[r->n_iov - 1];
+			((uint8_t *)last->iov_base)[last->iov_len - 7] ^= 0x5a;
 			TC_EQ(tc_store_check(r, &ns, &kd[0]), KVT_ECORRUPT);
 			t->ops->corrupt(t, r);
 			t->ops->release(t, r);

@@ -30,6 +30,7 @@
 #include "store/store_int.h"
 #ifdef KVT_HAVE_CUDA
 #include "engine/cuda.h"
+#include "tier/dram.h"
 #endif
 
 #define CONN_MAX_THREADS 64
@@ -90,6 +91,18 @@ struct kvt_conn {
 	uint32_t n_thr;
 	struct conn_req *reqs;
 };
+
+/* Whether the engine's blocks are on a device (the device tier may then
+ * hand out its pages as they are). */
+static int conn_on_device(const kvt_conn *c)
+{
+#ifdef KVT_HAVE_CUDA
+	return c->cuda != NULL;
+#else
+	(void)c;
+	return 0;
+#endif
+}
 
 /* One layer of one chunk between the segments `iov` (from byte `pos`) and
  * the blocks, on the CPU or, for device memory, through the CUDA backend. */
@@ -263,7 +276,7 @@ static void load_fetch(kvt_conn *c, struct conn_req *r, kvt_ref **refs, int *tie
 				continue;
 			}
 		}
-		rc = store_borrow(c->st, &c->ns, &r->lkeys[i], &refs[i], &tier[i]);
+		rc = store_borrow(c->st, &c->ns, &r->lkeys[i], &refs[i], &tier[i], conn_on_device(c));
 		if (rc) {
 			refs[i] = NULL;
 			load_bad(c, r, i, rc);
@@ -290,7 +303,9 @@ static void load_run(kvt_conn *c, struct conn_req *r)
 			if (!refs[i])
 				continue;
 			rc = 0;
-			if (c->st->verify[tier[i]])
+			/* A payload in device memory came through a put that
+			 * hashed it; the CPU cannot read it to check again. */
+			if (c->st->verify[tier[i]] && !refs[i]->dev)
 				rc = kvt_obj_verify_layer_iov(&refs[i]->hdr, refs[i]->rb->iov,
 							      refs[i]->rb->n_iov, l);
 			if (rc == KVT_ECORRUPT) {
@@ -456,6 +471,12 @@ int kvt_conn_open(kvt_store *st, const kvt_ns *ns, const kvt_conn_desc *d, kvt_c
 		free(c->layers);
 		free(c);
 		return rc;
+	}
+	for (int i = 0; c->cuda && i < st->n_tiers; i++) {
+		void *base;
+		size_t len;
+		if (kvt_dram_arena(st->tiers[i], &base, &len) == 0)
+			conn_cuda_pin(c->cuda, base, len);
 	}
 #endif
 	c->st = st;

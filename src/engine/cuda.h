@@ -24,6 +24,13 @@ struct conn_cuda;
 int conn_cuda_open(int device, const struct conn_geom *g, struct conn_cuda **out);
 void conn_cuda_close(struct conn_cuda *cu);
 
+/* Register host memory `base`..+len (the DRAM tier's arena) as
+ * page-locked with the driver, so copies from it run at the link's speed
+ * and truly asynchronously; undone at close if this backend did it.  A
+ * refusal (too much to pin, already registered) is logged, not an error:
+ * copies from pageable memory are slower, not wrong. */
+void conn_cuda_pin(struct conn_cuda *cu, void *base, size_t len);
+
 /* conn_paged_copy's job with the planes on the device: the layer's bytes
  * are segments `iov` from byte `pos` (host memory), the blocks device
  * memory.  A scatter copies the layer to the staging buffer

@@ -38,7 +38,7 @@ kvt_config *kvt_config_new(void)
 	c->chunk_size = 256;
 	c->hash_scheme = KVT_HASH_SHA256;
 	c->workers = 4;
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < KVT_CT_KINDS; i++) {
 		c->tier[i].eviction = 1; /* LRU: docs/POLICIES.md */
 		c->tier[i].write = KVT_WRITE_THROUGH;
 	}

@@ -21,7 +21,8 @@
 #define KVT_SECRET_MAX 64
 #define KVT_PATH_MAX 1024
 
-enum { KVT_CT_DRAM = 0, KVT_CT_NVME = 1, KVT_CT_SHARED = 2, KVT_CT_S3 = 3 };
+enum { KVT_CT_DRAM = 0, KVT_CT_NVME = 1, KVT_CT_SHARED = 2, KVT_CT_S3 = 3, KVT_CT_DEVICE = 4,
+       KVT_CT_KINDS };
 enum { KVT_WRITE_THROUGH = 0, KVT_WRITE_BACK = 1, KVT_WRITE_NONE = 2 };
 
 typedef struct kvt_tenant {
@@ -32,6 +33,10 @@ typedef struct kvt_tenant {
 
 struct kvt_config {
 	uint32_t chunk_size;          /* tokens per chunk (LMCache chunk_size) */
+	uint64_t device_capacity;     /* device tier bytes (spare HBM), 0 = off */
+	uint32_t device_page_size;
+	uint32_t device_id;           /* CUDA ordinal */
+	char device_backend[16];      /* "cuda" or "host" */
 	int local_cpu;                /* DRAM tier on (LMCache local_cpu) */
 	uint64_t max_local_cpu_size;  /* DRAM tier bytes */
 	uint32_t dram_page_size;
@@ -76,7 +81,7 @@ struct kvt_config {
 		uint32_t write;       /* KVT_WRITE_* */
 		uint64_t background_bps; /* bytes/s for write-through and
 					  * demotion; 0 = unlimited */
-	} tier[4];
+	} tier[KVT_CT_KINDS];
 	uint64_t ttl_s;               /* chunks older than this are misses; 0 = none */
 	uint32_t n_tenants;
 	kvt_tenant tenants[KVT_MAX_TENANTS];

@@ -311,7 +311,7 @@ static int prefetch_run(kvt_store *st, kvt_op *op)
 				 * buffered path below may still manage. */
 			}
 		}
-		if (store_borrow(st, &op->ns, k, &ref, &tier))
+		if (store_borrow(st, &op->ns, k, &ref, &tier, 0))
 			break;
 		if (tier > 0) {
 			int rc = store_copy_verified(st, 0, ref->rb, &ref->hdr);

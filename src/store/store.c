@@ -951,7 +951,7 @@ static void note_failure(char *why, size_t len, int *first, int rc,
 }
 
 int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
-			kvt_ref **out, int *tier_out)
+			kvt_ref **out, int *tier_out, int dev)
 {
 	char why[384] = "";
 	int failed = 0, bad = 0;
@@ -960,7 +960,8 @@ int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		kvt_tier *t = st->tiers[i];
 		kvt_tier_rbuf *rb;
 		kvt_ref *ref;
-		int rc = t->ops->get(t, key, &rb);
+		int on_dev = dev && t->ops->get_dev;
+		int rc = on_dev ? t->ops->get_dev(t, key, &rb) : t->ops->get(t, key, &rb);
 
 		if (rc == KVT_ENOTFOUND)
 			continue;
@@ -982,6 +983,7 @@ int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		ref->tier = t;
 		ref->rb = rb;
 		ref->iov = NULL;
+		ref->dev = on_dev;
 		rc = store_image_header(rb, &ref->hdr);
 		if (rc == 0)
 			rc = kvt_obj_hdr_expect(&ref->hdr, ns, key);
@@ -1080,7 +1082,7 @@ int kvt_get(kvt_store *st, const kvt_ns *ns, const kvt_key *key, void *buf,
 		return rc;
 	for (;;) {
 		double t0 = store_now_s();
-		if ((rc = store_borrow(st, ns, key, &ref, &tier)))
+		if ((rc = store_borrow(st, ns, key, &ref, &tier, 0)))
 			return rc;
 		if (len)
 			*len = ref->hdr.payload_len;
@@ -1115,7 +1117,7 @@ int kvt_get_layer(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	if ((rc = store_check_args(st, ns, key)))
 		return rc;
 	for (;;) {
-		if ((rc = store_borrow(st, ns, key, &ref, &tier)))
+		if ((rc = store_borrow(st, ns, key, &ref, &tier, 0)))
 			return rc;
 		if (layer >= ref->hdr.n_layers) {
 			uint32_t n = ref->hdr.n_layers;
@@ -1144,7 +1146,7 @@ int kvt_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	if (!ref)
 		return kvt_err(KVT_EINVAL, "reference output missing");
 	for (;;) {
-		if ((rc = store_borrow(st, ns, key, ref, &tier)))
+		if ((rc = store_borrow(st, ns, key, ref, &tier, 0)))
 			return rc;
 		if (!st->verify[tier])
 			return 0;

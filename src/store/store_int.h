@@ -116,6 +116,7 @@ struct kvt_ref {
 	kvt_obj_hdr hdr;
 	struct iovec *iov; /* the payload: the image less its header */
 	int n_iov;
+	int dev;           /* the payload is in device memory (get_dev) */
 };
 
 /* --- images in segments ---------------------------------------------------- */
@@ -141,9 +142,11 @@ double store_now_s(void);
 void store_after_insert(kvt_store *st, int tier, const kvt_key *key, uint64_t len);
 /* Fold a read of `bytes` in `secs` into tier i's measured speed. */
 void store_perf_note(kvt_store *st, int i, uint64_t bytes, double secs);
-/* Borrow `key` from the first tier that serves a good copy. */
+/* Borrow `key` from the first tier that serves a good copy.  `dev`: the
+ * caller copies on the device tier's device, so that tier hands out its
+ * device pages (ref->dev) rather than a host copy. */
 int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key, kvt_ref **out,
-		 int *tier_out);
+		 int *tier_out, int dev);
 /* Copy a borrowed image into tier `dst`, verifying it in the copy pass. */
 int store_copy_verified(kvt_store *st, int dst, const kvt_tier_rbuf *rb,
 			const kvt_obj_hdr *src_hdr);

@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "common/err.h"
+#include "tier/device.h"
 #include "tier/dram.h"
 #include "tier/fsdir.h"
 #include "tier/nvme.h"
@@ -51,7 +52,8 @@ static int dram_open_cfg(const kvt_config *c, kvt_io *io, kvt_tier **out)
 	return rc;
 }
 
-static int dram_set_page_size(kvt_config *c, const char *v)
+/* A tier's page: a power of two from 4 KiB to 64 MiB. */
+static int parse_page_size(const char *v, uint32_t *out)
 {
 	uint64_t n = 0;
 	int rc = kvt_config_size_min(v, 1, 4 * KiB, &n);
@@ -60,8 +62,13 @@ static int dram_set_page_size(kvt_config *c, const char *v)
 	if (n > 64 * MiB || (n & (n - 1)))
 		return kvt_err(KVT_ECONFIG,
 			       "\"%s\": page size must be a power of two from 4KiB to 64MiB", v);
-	c->dram_page_size = (uint32_t)n;
+	*out = (uint32_t)n;
 	return 0;
+}
+
+static int dram_set_page_size(kvt_config *c, const char *v)
+{
+	return parse_page_size(v, &c->dram_page_size);
 }
 
 static const kvt_config_key dram_keys[] = {
@@ -92,6 +99,65 @@ static const kvt_tier_class dram_class = {
 	.persistent = 0, .key_prefix = "dram", .enable_hint = "local_cpu: true",
 	.keys = dram_keys, .n_keys = sizeof(dram_keys) / sizeof(dram_keys[0]),
 	.defaults = dram_defaults,
+};
+
+/* --- device memory (spare HBM) -------------------------------------------------- */
+
+static int device_configured(const kvt_config *c) { return c->device_capacity > 0; }
+static uint32_t device_grain(const kvt_config *c) { return c->device_page_size; }
+
+static int device_open_cfg(const kvt_config *c, kvt_io *io, kvt_tier **out)
+{
+	kvt_device_opts o = {
+		.capacity = c->device_capacity,
+		.page_size = c->device_page_size,
+		.backend = c->device_backend,
+		.device = (int)c->device_id,
+	};
+	int rc;
+
+	(void)io; /* memory: no files */
+	if ((rc = kvt_device_open(&o, out)))
+		kvt_err_prefix(rc, "device tier: ");
+	return rc;
+}
+
+static int device_set_page_size(kvt_config *c, const char *v)
+{
+	return parse_page_size(v, &c->device_page_size);
+}
+
+static int device_set_backend(kvt_config *c, const char *v)
+{
+	if (strcmp(v, "cuda") && strcmp(v, "host"))
+		return kvt_err(KVT_ECONFIG, "\"%s\": device_backend must be cuda or host", v);
+	snprintf(c->device_backend, sizeof(c->device_backend), "%s", v);
+	return 0;
+}
+
+static const kvt_config_key device_keys[] = {
+	KVT_CKEY_SIZE("device_capacity", device_capacity, 0, GiB,
+		      "a size; bare numbers are GiB; 0 turns the tier off"),
+	KVT_CKEY_FN("device_page_size", device_set_page_size, "a power of two, 4KiB..64MiB"),
+	KVT_CKEY_FN("device_backend", device_set_backend, "cuda or host"),
+	KVT_CKEY_U32("device_id", device_id, 0, 1023, "a CUDA device ordinal"),
+};
+
+static void device_defaults(kvt_config *c)
+{
+	c->device_capacity = 0;
+	c->device_page_size = 2 * MiB;
+	c->device_id = 0;
+	snprintf(c->device_backend, sizeof(c->device_backend), "cuda");
+}
+
+static const kvt_tier_class device_class = {
+	.name = "device", .kind = KVT_CT_DEVICE, .configured = device_configured,
+	.open = device_open_cfg, .verify = dram_verify,
+	.gbps = KVT_SPEED_DEVICE_GBPS, .lat_us = KVT_SPEED_DEVICE_LAT_US, .round = device_grain,
+	.persistent = 0, .key_prefix = "device", .enable_hint = "device_capacity",
+	.keys = device_keys, .n_keys = sizeof(device_keys) / sizeof(device_keys[0]),
+	.defaults = device_defaults,
 };
 
 /* --- local NVMe ---------------------------------------------------------------- */
@@ -303,7 +369,7 @@ static const kvt_tier_class s3_class = {
 };
 
 const kvt_tier_class *const kvt_tier_classes[] = {
-	&dram_class, &nvme_class, &fsdir_class, &s3_class, NULL,
+	&device_class, &dram_class, &nvme_class, &fsdir_class, &s3_class, NULL,
 };
 
 const char *kvt_tier_enable_hint(char *buf, size_t len)

@@ -978,3 +978,14 @@ int kvt_dram_locked(const kvt_tier *t)
 		return 0;
 	return ((const struct dram_tier *)t)->locked;
 }
+
+int kvt_dram_arena(const kvt_tier *t, void **base, size_t *len)
+{
+	const struct dram_tier *d = (const struct dram_tier *)t;
+
+	if (!t || t->ops != &dram_ops)
+		return KVT_EINVAL;
+	*base = d->arena;
+	*len = (size_t)d->n_pages * d->page_size;
+	return 0;
+}

@@ -33,4 +33,8 @@ int kvt_dram_open(const kvt_dram_opts *opts, kvt_tier **out);
 /* 1 if the arena is page-locked (usable for DMA without staging). */
 int kvt_dram_locked(const kvt_tier *t);
 
+/* The arena of a DRAM tier (for a device to register as page-locked
+ * memory): 0, or KVT_EINVAL if `t` is not one. */
+int kvt_dram_arena(const kvt_tier *t, void **base, size_t *len);
+
 #endif

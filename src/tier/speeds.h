@@ -10,6 +10,9 @@
 #ifndef KVT_SPEEDS_H
 #define KVT_SPEEDS_H
 
+/* The device tier: HBM, read where the engine's blocks are. */
+#define KVT_SPEED_DEVICE_GBPS 1000.0
+#define KVT_SPEED_DEVICE_LAT_US 2.0
 #define KVT_SPEED_DRAM_GBPS 25.0
 #define KVT_SPEED_DRAM_LAT_US 5.0
 #define KVT_SPEED_NVME_GBPS 6.0

@@ -78,6 +78,13 @@ struct kvt_tier_ops {
 				       const struct iovec **iov, int *n_iov),
 			void *arg);
 
+	/* Optional (the device tier's): borrow the image as `get` does, but
+	 * with its payload in the tier's own device memory: the first
+	 * segment is a host copy of the 4 KiB header, the rest device
+	 * pointers.  Only for a caller that copies on that device (a
+	 * connector whose blocks live there); released with `release`. */
+	int (*get_dev)(kvt_tier *t, const kvt_key *key, kvt_tier_rbuf **r);
+
 	/* 1 present, 0 absent.  Must answer from memory. */
 	int (*exists)(kvt_tier *t, const kvt_key *key);
 	/* 0 or KVT_ENOTFOUND.  Borrowers keep their view until release. */
