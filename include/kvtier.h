@@ -1194,6 +1194,20 @@ KVT_API int kvt_conn_save(kvt_conn *c, uint64_t req, const uint32_t *tokens,
 		  size_t n_tokens, const kvt_extra_keys *extra,
 		  const uint32_t *block_ids, size_t n_blocks);
 
+/* kvt_conn_load and kvt_conn_save for an engine that names chunks by key
+ * (kvt_key_from_engine_hash over its own block hashes: vLLM's, SGLang's)
+ * rather than by the prompt's tokens: keys[i] is chunk i's key, one per
+ * whole chunk of the prompt.  A load of n_load tokens reads the first
+ * ceil(n_load / chunk_tokens) keys (KVT_EINVAL if fewer are given); a save
+ * registers every one of the n_keys chunks the store lacks, with
+ * n_keys·(chunk_tokens / block_tokens) blocks.  The keys are copied.  The
+ * same results, errors and reports as the token forms. */
+KVT_API int kvt_conn_load_keys(kvt_conn *c, uint64_t req, const kvt_key *keys,
+			       size_t n_keys, const uint32_t *block_ids, size_t n_blocks,
+			       size_t n_load, int deadline_ms);
+KVT_API int kvt_conn_save_keys(kvt_conn *c, uint64_t req, const kvt_key *keys,
+			       size_t n_keys, const uint32_t *block_ids, size_t n_blocks);
+
 #define KVT_CONN_ALL_LAYERS UINT32_MAX
 
 /* Layer `layer` of request `req` is computed: gather it from the blocks, in

@@ -554,6 +554,40 @@ int main(void)
 		CHECK_EQ(kvt_conn_finished(c, &d, 1), 0);
 		CHECK_EQ(kvt_conn_load(c, 21, tok, N_TOK, NULL, tb, NB / 2, 4 * CT, -1), 0);
 	}
+	/* Chunks named by key (an engine's own block hashes wrapped in the
+	 * namespace) instead of by tokens: saved from A's blocks (copied into
+	 * B, which `c` is over), loaded into B's other blocks once zeroed,
+	 * bit-exact; a load past the keys given is refused. */
+	{
+		kvt_key kh[4];
+		uint8_t h[32];
+
+		for (int i = 0; i < 4; i++) {
+			test_fill(h, sizeof(h), 555 + i);
+			CHECK_EQ(kvt_key_from_engine_hash(&ns, h, sizeof(h), &kh[i]), 0);
+		}
+		for (int l = 0; l < LAYERS; l++)
+			memcpy(B.kv[l], A.kv[l], 2 * plane_elems * 2);
+		CHECK_EQ(kvt_conn_save_keys(c, 30, kh, 4, ta, 4 * BPC - 1), KVT_EINVAL);
+		CHECK_EQ(kvt_conn_save_keys(c, 30, kh, 4, ta, NB / 2), 4);
+		CHECK_EQ(kvt_conn_save_layer(c, 30, KVT_CONN_ALL_LAYERS), 0);
+		CHECK_EQ(kvt_conn_wait(c, 30, 10000), 0);
+		d = finished_one(c, 30, KVT_CONN_SAVE);
+		CHECK_EQ(d.chunks, 4);
+		CHECK_EQ(kvt_lookup(st, &ns, kh, 4, NULL), 4);
+		for (int l = 0; l < LAYERS; l++)
+			memset(B.kv[l], 0, 2 * plane_elems * 2);
+		CHECK_EQ(kvt_conn_load_keys(c, 31, kh, 2, tb, NB / 2, 3 * CT, -1), KVT_EINVAL);
+		CHECK(strstr(kvt_errmsg(), "2 keys given") != NULL);
+		CHECK_EQ(kvt_conn_load_keys(c, 31, kh, 4, tb, NB / 2, 4 * CT - 1, -1), 0);
+		CHECK_EQ(kvt_conn_wait_layer(c, 31, LAYERS - 1, 10000), 0);
+		CHECK_EQ(kvt_conn_load_errors(c, 31, errs, NB), 0);
+		for (int l = 0; l < LAYERS; l++)
+			for (int i = 0; i < 4 * BPC - 1; i++)
+				CHECK(block_eq(&A, ta[i], &B, tb[i], l));
+		CHECK_EQ(kvt_conn_end(c, 31), 0);
+		CHECK_EQ(kvt_conn_end(c, 30), 0);
+	}
 	kvt_conn_close(c);
 	kvt_store_close(st);
 

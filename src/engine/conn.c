@@ -602,8 +602,18 @@ int kvt_conn_lookup(kvt_conn *c, const uint32_t *tokens, size_t n_tokens,
 	return (int)((uint64_t)hit * c->g.chunk_tokens);
 }
 
-/* Checks shared by load and save; the prompt's keys for n_chunks chunks
- * into a new array. */
+/* The checks load and save share: enough blocks, each inside the pool. */
+static int req_blocks_check(kvt_conn *c, const uint32_t *ids, size_t n_blocks,
+			    size_t need_blocks)
+{
+	if (n_blocks < need_blocks)
+		return kvt_err(KVT_EINVAL, "%zu blocks of %u tokens needed, %zu given",
+			       need_blocks, c->g.block_tokens, n_blocks);
+	return conn_paged_check_blocks(&c->g, ids, need_blocks);
+}
+
+/* After those checks, the prompt's keys for n_chunks chunks into a new
+ * array. */
 static int req_keys(kvt_conn *c, const uint32_t *tokens, const kvt_extra_keys *extra,
 		    const uint32_t *ids, size_t n_blocks, size_t need_blocks,
 		    uint32_t n_chunks, kvt_key **keys)
@@ -611,10 +621,7 @@ static int req_keys(kvt_conn *c, const uint32_t *tokens, const kvt_extra_keys *e
 	int rc;
 
 	*keys = NULL;
-	if (n_blocks < need_blocks)
-		return kvt_err(KVT_EINVAL, "%zu blocks of %u tokens needed, %zu given",
-			       need_blocks, c->g.block_tokens, n_blocks);
-	if ((rc = conn_paged_check_blocks(&c->g, ids, need_blocks)))
+	if ((rc = req_blocks_check(c, ids, n_blocks, need_blocks)))
 		return rc;
 	if (!(*keys = malloc((n_chunks ? n_chunks : 1) * sizeof(kvt_key))))
 		return kvt_err(KVT_ENOMEM, "out of memory");
@@ -628,6 +635,21 @@ static int req_keys(kvt_conn *c, const uint32_t *tokens, const kvt_extra_keys *e
 	return 0;
 }
 
+/* The same for chunks the engine names by key: a copy of keys[0 .. n). */
+static int req_keys_copy(kvt_conn *c, const kvt_key *given, const uint32_t *ids,
+			 size_t n_blocks, size_t need_blocks, uint32_t n, kvt_key **keys)
+{
+	int rc;
+
+	*keys = NULL;
+	if ((rc = req_blocks_check(c, ids, n_blocks, need_blocks)))
+		return rc;
+	if (!(*keys = malloc((n ? n : 1) * sizeof(kvt_key))))
+		return kvt_err(KVT_ENOMEM, "out of memory");
+	memcpy(*keys, given, n * sizeof(kvt_key));
+	return 0;
+}
+
 static uint32_t *dup_ids(const uint32_t *ids, size_t n)
 {
 	uint32_t *d = malloc((n ? n : 1) * sizeof(*d));
@@ -637,29 +659,17 @@ static uint32_t *dup_ids(const uint32_t *ids, size_t n)
 	return d;
 }
 
-int kvt_conn_load(kvt_conn *c, uint64_t req, const uint32_t *tokens, size_t n_tokens,
-		  const kvt_extra_keys *extra, const uint32_t *block_ids, size_t n_blocks,
-		  size_t n_load, int deadline_ms)
+/* Register request `req`'s load of n_chunks chunks named by `keys` (taken
+ * over: freed here on failure) into the first `need` of block_ids. */
+static int load_register(kvt_conn *c, uint64_t req, kvt_key *keys, uint32_t n_chunks,
+			 const uint32_t *block_ids, size_t need, size_t n_load,
+			 int deadline_ms)
 {
 	struct conn_req *r;
-	kvt_key *keys;
-	uint32_t *ids, n_chunks;
+	uint32_t *ids;
 	uint8_t *bad;
-	size_t need;
-	int rc;
+	int rc = 0;
 
-	kvt_err_clear();
-	if (!c || !tokens || !block_ids)
-		return kvt_err(KVT_EINVAL, "connector, tokens or block ids missing");
-	n_chunks = (uint32_t)((n_load + c->g.chunk_tokens - 1) / c->g.chunk_tokens);
-	if (n_load > n_tokens || (uint64_t)n_chunks * c->g.chunk_tokens > n_tokens)
-		return kvt_err(KVT_EINVAL,
-			       "a load of %zu tokens needs %u whole chunks of %u, the prompt has %zu tokens",
-			       n_load, n_chunks, c->g.chunk_tokens, n_tokens);
-	need = (n_load + c->g.block_tokens - 1) / c->g.block_tokens;
-	if ((rc = req_keys(c, tokens, extra, block_ids, n_blocks, need, n_chunks,
-			   &keys)))
-		return rc;
 	ids = dup_ids(block_ids, need);
 	bad = calloc(n_chunks ? n_chunks : 1, 1);
 	pthread_mutex_lock(&c->mu);
@@ -699,6 +709,53 @@ int kvt_conn_load(kvt_conn *c, uint64_t req, const uint32_t *tokens, size_t n_to
 	free(ids);
 	free(bad);
 	return rc;
+}
+
+int kvt_conn_load(kvt_conn *c, uint64_t req, const uint32_t *tokens, size_t n_tokens,
+		  const kvt_extra_keys *extra, const uint32_t *block_ids, size_t n_blocks,
+		  size_t n_load, int deadline_ms)
+{
+	kvt_key *keys;
+	uint32_t n_chunks;
+	size_t need;
+	int rc;
+
+	kvt_err_clear();
+	if (!c || !tokens || !block_ids)
+		return kvt_err(KVT_EINVAL, "connector, tokens or block ids missing");
+	n_chunks = (uint32_t)((n_load + c->g.chunk_tokens - 1) / c->g.chunk_tokens);
+	if (n_load > n_tokens || (uint64_t)n_chunks * c->g.chunk_tokens > n_tokens)
+		return kvt_err(KVT_EINVAL,
+			       "a load of %zu tokens needs %u whole chunks of %u, the prompt has %zu tokens",
+			       n_load, n_chunks, c->g.chunk_tokens, n_tokens);
+	need = (n_load + c->g.block_tokens - 1) / c->g.block_tokens;
+	if ((rc = req_keys(c, tokens, extra, block_ids, n_blocks, need, n_chunks,
+			   &keys)))
+		return rc;
+	return load_register(c, req, keys, n_chunks, block_ids, need, n_load, deadline_ms);
+}
+
+int kvt_conn_load_keys(kvt_conn *c, uint64_t req, const kvt_key *keys, size_t n_keys,
+		       const uint32_t *block_ids, size_t n_blocks, size_t n_load,
+		       int deadline_ms)
+{
+	kvt_key *own;
+	uint32_t n_chunks;
+	size_t need;
+	int rc;
+
+	kvt_err_clear();
+	if (!c || (!keys && n_keys) || !block_ids)
+		return kvt_err(KVT_EINVAL, "connector, keys or block ids missing");
+	n_chunks = (uint32_t)((n_load + c->g.chunk_tokens - 1) / c->g.chunk_tokens);
+	if (n_chunks > n_keys)
+		return kvt_err(KVT_EINVAL,
+			       "a load of %zu tokens needs %u chunks of %u, %zu keys given",
+			       n_load, n_chunks, c->g.chunk_tokens, n_keys);
+	need = (n_load + c->g.block_tokens - 1) / c->g.block_tokens;
+	if ((rc = req_keys_copy(c, keys, block_ids, n_blocks, need, n_chunks, &own)))
+		return rc;
+	return load_register(c, req, own, n_chunks, block_ids, need, n_load, deadline_ms);
 }
 
 static struct timespec *deadline_of(int timeout_ms, struct timespec *ts)
@@ -762,25 +819,18 @@ int kvt_conn_load_errors(kvt_conn *c, uint64_t req, uint32_t *blocks, size_t max
 	return rc;
 }
 
-int kvt_conn_save(kvt_conn *c, uint64_t req, const uint32_t *tokens, size_t n_tokens,
-		  const kvt_extra_keys *extra, const uint32_t *block_ids, size_t n_blocks)
+/* Register request `req`'s save of the chunks among keys[0 .. n_chunks)
+ * (taken over) the store lacks, with blocks_per_chunk of block_ids each. */
+static int save_register(kvt_conn *c, uint64_t req, kvt_key *keys, uint32_t n_chunks,
+			 const uint32_t *block_ids)
 {
-	uint32_t n_chunks, n_save = 0, bpc;
+	uint32_t n_save = 0, bpc = c->g.blocks_per_chunk;
 	uint64_t per;
 	struct conn_req *r;
-	kvt_key *keys;
 	uint32_t *ids = NULL;
 	uint8_t *staging = NULL, *queued = NULL;
 	int rc;
 
-	kvt_err_clear();
-	if (!c || !tokens || !block_ids)
-		return kvt_err(KVT_EINVAL, "connector, tokens or block ids missing");
-	bpc = c->g.blocks_per_chunk;
-	n_chunks = (uint32_t)(n_tokens / c->g.chunk_tokens);
-	if ((rc = req_keys(c, tokens, extra, block_ids, n_blocks,
-			   (size_t)n_chunks * bpc, n_chunks, &keys)))
-		return rc;
 	per = (uint64_t)c->g.num_layers * c->g.layer_bytes;
 	ids = malloc(((size_t)n_chunks * bpc + 1) * sizeof(*ids));
 	if (!ids) {
@@ -831,6 +881,40 @@ int kvt_conn_save(kvt_conn *c, uint64_t req, const uint32_t *tokens, size_t n_to
 	free(staging);
 	free(queued);
 	return rc;
+}
+
+int kvt_conn_save(kvt_conn *c, uint64_t req, const uint32_t *tokens, size_t n_tokens,
+		  const kvt_extra_keys *extra, const uint32_t *block_ids, size_t n_blocks)
+{
+	uint32_t n_chunks;
+	kvt_key *keys;
+	int rc;
+
+	kvt_err_clear();
+	if (!c || !tokens || !block_ids)
+		return kvt_err(KVT_EINVAL, "connector, tokens or block ids missing");
+	n_chunks = (uint32_t)(n_tokens / c->g.chunk_tokens);
+	if ((rc = req_keys(c, tokens, extra, block_ids, n_blocks,
+			   (size_t)n_chunks * c->g.blocks_per_chunk, n_chunks, &keys)))
+		return rc;
+	return save_register(c, req, keys, n_chunks, block_ids);
+}
+
+int kvt_conn_save_keys(kvt_conn *c, uint64_t req, const kvt_key *keys, size_t n_keys,
+		       const uint32_t *block_ids, size_t n_blocks)
+{
+	kvt_key *own;
+	int rc;
+
+	kvt_err_clear();
+	if (!c || (!keys && n_keys) || !block_ids)
+		return kvt_err(KVT_EINVAL, "connector, keys or block ids missing");
+	if (n_keys > UINT32_MAX / c->g.blocks_per_chunk)
+		return kvt_err(KVT_EINVAL, "%zu keys is too many", n_keys);
+	if ((rc = req_keys_copy(c, keys, block_ids, n_blocks,
+				n_keys * c->g.blocks_per_chunk, (uint32_t)n_keys, &own)))
+		return rc;
+	return save_register(c, req, own, (uint32_t)n_keys, block_ids);
 }
 
 int kvt_conn_save_layer(kvt_conn *c, uint64_t req, uint32_t layer)
