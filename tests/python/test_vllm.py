@@ -1,0 +1,384 @@
+"""kvtier.vllm.KvtierConnector driven the way vLLM v1 drives a KV connector.
+
+vLLM cannot be installed here, so the engine around the connector is a
+small model of vLLM's: a block pool handing out scattered block ids, the
+scheduler's calls (get_num_new_matched_tokens -> update_state_after_alloc
+-> build_connector_meta, then update_connector_output and
+request_finished), and the model runner's (bind_connector_metadata ->
+start_load_kv -> per layer wait_for_layer_load / "attention" /
+save_kv_layer -> wait_for_save -> get_finished ->
+get_block_ids_with_load_errors -> clear_connector_metadata), over torch CPU
+tensors in vLLM's KV cache layouts.  Block hashes are vLLM's sha256_cbor
+chain (kvtier.vllm_block_hash, checked bit for bit against vLLM's own
+digests in test_binding).  One engine saves a prompt's KV through a real
+tier (DRAM, NVMe, a shared directory, S3 on tests/s3's SigV4-checking
+server); a second engine loads it, and every block it did not compute
+must be byte-identical to what the first one computed.
+"""
+
+import glob
+import os
+import random
+import shutil
+import subprocess
+import tempfile
+import unittest
+from types import SimpleNamespace as NS
+
+import torch
+
+import kvtier
+from kvtier.vllm import KvtierConnector, KVConnectorRole
+
+L, H, D, BS, CHUNK, NUM_BLOCKS = 4, 2, 64, 16, 64, 48
+NONE_HASH = kvtier.vllm_none_hash("vllm-none-hash")
+
+
+class FullAttentionSpec(NS):
+    pass
+
+
+class MLAAttentionSpec(NS):
+    pass
+
+
+def block_hashes(tokens):
+    """vLLM's request.block_hashes: one per full block of tokens."""
+    out, parent = [], NONE_HASH
+    for i in range(len(tokens) // BS):
+        parent = kvtier.vllm_block_hash(parent, tokens[i * BS:(i + 1) * BS],
+                                        first_block=(i == 0))
+        out.append(parent)
+    return out
+
+
+class Request:
+    """What the connector reads of vLLM's v1 Request."""
+
+    def __init__(self, req_id, prompt):
+        self.request_id = req_id
+        self.prompt_token_ids = list(prompt)
+        self.all_token_ids = list(prompt)
+        self.num_tokens = len(prompt)
+        self.num_computed_tokens = 0
+        self.block_hashes = block_hashes(self.prompt_token_ids)
+        self.lora_request = None
+        self.mm_features = []
+        self.cache_salt = None
+
+
+class KVCacheBlocks:
+    def __init__(self, ids):
+        self.ids = ids
+
+    def get_block_ids(self):
+        return (list(self.ids),)
+
+
+_POS = {}
+
+
+def truth(prompt, mla=False):
+    """The KV a model computes for a prompt, per layer: (planes, tokens,
+    heads, dim) of bf16.  A token's KV depends on its id and position only,
+    so prompts sharing a prefix share its KV, as with a real model."""
+    shape = (1, 1, 72) if mla else (2, H, D)
+    if shape not in _POS:
+        g = torch.Generator().manual_seed(11)
+        _POS[shape] = (torch.randn((L, 1024) + shape, generator=g),
+                       torch.randn((L, 4096) + shape, generator=g))
+    pos_t, tok_t = _POS[shape]
+    n = len(prompt)
+    ids = torch.tensor(prompt) % 4096
+    kv = pos_t[:, :n] + tok_t[:, ids]          # (L, n, planes, heads, dim)
+    return [kv[l].transpose(0, 1).to(torch.bfloat16).contiguous() for l in range(L)]
+
+
+class Engine:
+    """One vLLM instance: a scheduler-side and a worker-side connector, a
+    KV cache in one of vLLM's layouts, and the calls vLLM makes per step."""
+
+    def __init__(self, extra, layout="flash_attn"):
+        self.layout = layout
+        self.mla = layout == "mla"
+        self.names = ["model.layers.%d.self_attn.attn" % i for i in range(L)]
+        spec = (MLAAttentionSpec(block_size=BS, num_kv_heads=1, head_size=72,
+                                 dtype=torch.bfloat16) if self.mla else
+                FullAttentionSpec(block_size=BS, num_kv_heads=H, head_size=D,
+                                  dtype=torch.bfloat16))
+        kv_cache_config = NS(num_blocks=NUM_BLOCKS,
+                             kv_cache_groups=[NS(layer_names=self.names, kv_cache_spec=spec)])
+        vllm_config = NS(
+            kv_transfer_config=NS(kv_connector="KvtierConnector",
+                                  kv_connector_module_path="kvtier.vllm", kv_role="kv_both",
+                                  kv_connector_extra_config=dict({"chunk_size": CHUNK}, **extra)),
+            cache_config=NS(block_size=BS, cache_dtype="auto"),
+            model_config=NS(model="test/tiny-llama", revision=None),
+            parallel_config=NS(tensor_parallel_size=1, pipeline_parallel_size=1))
+        self.worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
+        self.sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+        self.kv = self.allocate()
+        if layout == "cross_layer":
+            self.worker.register_cross_layers_kv_cache(self.kv, None)
+        else:
+            self.worker.register_kv_caches(dict(zip(self.names, self.kv)))
+        self.free = list(range(NUM_BLOCKS))
+        random.Random(7).shuffle(self.free)
+
+    def allocate(self):
+        z = lambda *s: torch.zeros(s, dtype=torch.bfloat16)
+        if self.layout == "flash_attn":
+            return [z(2, NUM_BLOCKS, BS, H, D) for _ in range(L)]
+        if self.layout == "flash_attn_hnd":  # physical HND, vLLM's permuted view
+            return [z(2, NUM_BLOCKS, H, BS, D).permute(0, 1, 3, 2, 4) for _ in range(L)]
+        if self.layout == "flashinfer":
+            return [z(NUM_BLOCKS, 2, BS, H, D) for _ in range(L)]
+        if self.layout == "mla":
+            return [z(NUM_BLOCKS, BS, 72) for _ in range(L)]
+        if self.layout == "cross_layer":  # blocks first in memory, layers first logically
+            return z(NUM_BLOCKS, L, 2, BS, H, D).permute(1, 2, 0, 3, 4, 5)
+        raise ValueError(self.layout)
+
+    def planes(self, layer):
+        """Views (blocks, block tokens, heads, dim) of layer's K and V."""
+        t = self.kv[layer]
+        if self.layout in ("flash_attn", "flash_attn_hnd", "cross_layer"):
+            return [t[0], t[1]]
+        if self.layout == "flashinfer":
+            return [t[:, 0], t[:, 1]]
+        return [t.unsqueeze(2)]
+
+    def token_kv(self, layer, blocks, pos):
+        b, o = blocks[pos // BS], pos % BS
+        return [p[b, o] for p in self.planes(layer)]
+
+    def write(self, layer, blocks, lo, hi, kv):
+        """What attention does: the KV of tokens [lo, hi) into their slots."""
+        for pos in range(lo, hi):
+            for p, dst in enumerate(self.token_kv(layer, blocks, pos)):
+                dst.copy_(kv[layer][p, pos])
+
+    def run_prefill(self, req, local_hit=0):
+        """One scheduler step that schedules `req`'s whole prompt, and the
+        forward pass that computes it.  Returns (external tokens, blocks,
+        invalid block ids reported)."""
+        n = len(req.prompt_token_ids)
+        ext, load_async = self.sched.get_num_new_matched_tokens(req, local_hit)
+        assert load_async is False and ext is not None
+        # The scheduler may ask again; the answer is the same (no side effect).
+        assert self.sched.get_num_new_matched_tokens(req, local_hit) == (ext, False)
+        blocks = [self.free.pop() for _ in range(-(-n // BS))]
+        self.sched.update_state_after_alloc(req, KVCacheBlocks(blocks), ext)
+        computed = local_hit + ext
+        out = NS(scheduled_new_reqs=[NS(req_id=req.request_id,
+                                        prompt_token_ids=req.prompt_token_ids,
+                                        block_ids=(list(blocks),),
+                                        num_computed_tokens=computed)],
+                 scheduled_cached_reqs=NS(req_ids=[], resumed_req_ids=set(), new_block_ids=[],
+                                          num_computed_tokens=[]),
+                 num_scheduled_tokens={req.request_id: n - computed},
+                 finished_req_ids=set())
+        meta = self.sched.build_connector_meta(out)
+        req.num_computed_tokens = computed
+        kv = truth(req.prompt_token_ids, self.mla)
+        # The model runner.
+        w = self.worker
+        w.bind_connector_metadata(meta)
+        w.start_load_kv(NS(no_compile_layers={}, attn_metadata={}))
+        for l, name in enumerate(self.names):
+            w.wait_for_layer_load(name)
+            self.write(l, blocks, computed, n, kv)
+            w.save_kv_layer(name, self.kv[l], None)
+        w.wait_for_save()
+        sending, recving = w.get_finished(set())
+        invalid = w.get_block_ids_with_load_errors()
+        w.clear_connector_metadata()
+        assert (sending, recving) == (None, None)
+        self.sched.update_connector_output(NS(finished_sending=sending,
+                                              finished_recving=recving,
+                                              invalid_block_ids=invalid))
+        req.num_computed_tokens = n
+        return ext, blocks, invalid, kv
+
+    def finish(self, req, blocks):
+        assert self.sched.request_finished(req, blocks) == (False, None)
+        assert list(self.sched.take_events()) == []
+        self.free.extend(blocks)
+
+    def check(self, test, blocks, kv, lo, hi):
+        for l in range(L):
+            for pos in range(lo, hi):
+                for p, got in enumerate(self.token_kv(l, blocks, pos)):
+                    if not torch.equal(got, kv[l][p, pos]):
+                        test.fail("layer %d plane %d token %d differs" % (l, p, pos))
+
+    def shutdown(self):
+        self.worker.shutdown()
+        self.sched.shutdown()
+
+
+def prompt(seed, n):
+    r = random.Random(seed)
+    return [r.randrange(1, 32000) for _ in range(n)]
+
+
+class Tiers(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.root = tempfile.mkdtemp(prefix="kvt-vllm-")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.root, ignore_errors=True)
+
+    def base(self, **kw):
+        kw.setdefault("max_local_cpu_size", "32MiB")
+        kw.setdefault("dram_prefault", False)
+        kw.setdefault("dram_lock_memory", False)
+        return kw
+
+    def save_then_load(self, extra, layout="flash_attn", same_time=False):
+        """Engine A computes a prompt and saves it; engine B (alive at the
+        same time, or started after A shut down) loads it.  Returns B and
+        what it saw, for the caller to check."""
+        p = prompt(1, 3 * CHUNK + 20)  # 3 whole chunks and a tail
+        a = Engine(extra, layout)
+        ra = Request("a-1", p)
+        ext, blocks_a, inv, kv = a.run_prefill(ra)
+        self.assertEqual((ext, inv), (0, set()))
+        a.finish(ra, blocks_a)
+        if not same_time:
+            a.shutdown()
+        b = Engine(extra, layout)
+        rb = Request("b-1", p)
+        ext, blocks_b, inv, kv_b = b.run_prefill(rb)
+        self.assertTrue(torch.equal(kv[0], kv_b[0]))
+        if same_time:
+            a.shutdown()
+        return b, rb, ext, blocks_b, inv, kv
+
+    def roundtrip(self, extra, layout="flash_attn", same_time=False):
+        b, rb, ext, blocks, inv, kv = self.save_then_load(extra, layout, same_time)
+        try:
+            self.assertEqual(ext, 3 * CHUNK)  # the tail is recomputed
+            self.assertEqual(inv, set())
+            b.check(self, blocks, kv, 0, len(rb.prompt_token_ids))
+            # A second prompt sharing the first two chunks hits those only,
+            # and a full hit of a chunk-aligned prompt loads one token fewer.
+            p2 = rb.prompt_token_ids[:2 * CHUNK] + prompt(2, 50)
+            r2 = Request("b-2", p2)
+            ext2, blocks2, inv2, kv2 = b.run_prefill(r2)
+            self.assertEqual((ext2, inv2), (2 * CHUNK, set()))
+            b.finish(r2, blocks2)
+            r3 = Request("b-3", rb.prompt_token_ids[:3 * CHUNK])
+            ext3, blocks3, inv3, _ = b.run_prefill(r3)
+            self.assertEqual((ext3, inv3), (3 * CHUNK - 1, set()))
+            b.check(self, blocks3, kv, 0, 3 * CHUNK)
+            b.finish(r3, blocks3)
+        finally:
+            b.shutdown()
+
+    def test_dram(self):
+        self.roundtrip(self.base(), same_time=True)
+
+    def test_dram_layouts(self):
+        for layout in ("flash_attn_hnd", "flashinfer", "mla", "cross_layer"):
+            with self.subTest(layout=layout):
+                self.roundtrip(self.base(), layout, same_time=True)
+
+    def test_nvme(self):
+        d = os.path.join(self.root, "nvme")
+        self.roundtrip(self.base(local_disk=d, max_local_disk_size="64MiB"))
+
+    def test_shared_fs(self):
+        d = os.path.join(self.root, "shared")
+        self.roundtrip(self.base(shared_fs=d, max_shared_fs_size="64MiB"))
+
+    def test_s3(self):
+        src = os.environ.get("KVT_SRC", os.path.join(os.path.dirname(__file__), "..", ".."))
+        script = os.path.join(src, "tests", "s3", "server.js")
+        if not os.path.exists(os.path.join(src, "tests", "s3", "node_modules")):
+            self.fail("tests/s3/node_modules missing: run scripts/install-deps.sh")
+        data = os.path.join(self.root, "s3data")
+        os.makedirs(data)
+        srv = subprocess.Popen(["node", script, data, "kvt"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+        try:
+            line = srv.stdout.readline().split()
+            self.assertEqual(line[0], "PORT", "the S3 test server did not start")
+            os.environ["AWS_ACCESS_KEY_ID"] = "kvtier-test"
+            os.environ["AWS_SECRET_ACCESS_KEY"] = "kvtier-test-secret"
+            self.roundtrip(self.base(remote_url="s3://kvt/vllm/",
+                                     s3_endpoint="http://127.0.0.1:%s" % line[1],
+                                     s3_region="us-east-1", s3_admission="always"))
+        finally:
+            srv.stdin.close()
+            srv.wait(10)
+            srv.stdout.close()
+
+    def corrupt_one(self, extra, directory):
+        """A byte of chunk 1 flipped on disk: exactly that chunk's blocks
+        come back from get_block_ids_with_load_errors."""
+        p = prompt(3, 3 * CHUNK + 5)
+        a = Engine(extra)
+        ra = Request("c-1", p)
+        _, blocks_a, _, kv = a.run_prefill(ra)
+        a.finish(ra, blocks_a)
+        a.shutdown()
+        ns_probe = kvtier.Store(**dict(extra, read_only=True, local_cpu=False))
+        lay = kvtier.Layout(L, H, D, "bf16", block_size=BS, chunk_tokens=CHUNK)
+        ns = ns_probe.namespace("test/tiny-llama", lay, tp_size=1, pp_size=1)
+        key = ns.key_from_engine_hash(ra.block_hashes[2 * (CHUNK // BS) - 1])
+        ns_probe.close()
+        files = glob.glob(os.path.join(directory, "**", "*%s*" % key.hex()), recursive=True)
+        self.assertEqual(len(files), 1, files)
+        with open(files[0], "r+b") as f:
+            f.seek(4096 + 3 * (2 * CHUNK * H * D * 2) + 100)  # inside layer 3
+            x = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([x[0] ^ 0x40]))
+        b = Engine(extra)
+        rb = Request("c-2", p)
+        ext, blocks, inv, _ = b.run_prefill(rb)
+        try:
+            self.assertEqual(ext, 3 * CHUNK)  # the lookup is from memory: a hit
+            bpc = CHUNK // BS
+            self.assertEqual(inv, set(blocks[bpc:2 * bpc]))
+            b.check(self, blocks, kv, 0, CHUNK)
+            b.check(self, blocks, kv, 2 * CHUNK, len(p))
+        finally:
+            b.shutdown()
+
+    def test_corrupt_nvme(self):
+        d = os.path.join(self.root, "nvme-bad")
+        self.corrupt_one(self.base(local_cpu=False, local_disk=d,
+                                   max_local_disk_size="64MiB"), d)
+
+    def test_corrupt_shared_fs(self):
+        d = os.path.join(self.root, "shared-bad")
+        self.corrupt_one(self.base(local_cpu=False, shared_fs=d,
+                                   max_shared_fs_size="64MiB"), d)
+
+
+class Contract(unittest.TestCase):
+    def test_names_and_errors(self):
+        from kvtier import vllm
+        for m in ("get_num_new_matched_tokens", "update_state_after_alloc",
+                  "build_connector_meta", "request_finished", "update_connector_output",
+                  "take_events", "register_kv_caches", "register_cross_layers_kv_cache",
+                  "start_load_kv", "wait_for_layer_load", "save_kv_layer", "wait_for_save",
+                  "get_finished", "get_block_ids_with_load_errors", "shutdown",
+                  "bind_connector_metadata", "clear_connector_metadata"):
+            self.assertTrue(callable(getattr(vllm.KvtierConnector, m)), m)
+        self.assertTrue(issubclass(vllm.KvtierConnector, vllm.KVConnectorBase_V1))
+        with self.assertRaises(kvtier.InvalidArgument) as e:
+            Engine({"max_local_cpu_size": "16MiB", "dram_prefault": False,
+                    "chunk_size": 40})
+        self.assertIn("block_size", str(e.exception))
+        with self.assertRaises(kvtier.ConfigError) as e:
+            Engine({"max_local_cpu_size": "lots"})
+        self.assertIn("max_local_cpu_size", str(e.exception))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=1)
