@@ -137,7 +137,8 @@ except ImportError:
 # others there belong to SGLang (backend_name, interface_v1, prefetch knobs).
 EXTRA_KEYS = {
     "kvtier_config": "path of the kvtier YAML configuration (default: $KVTIER_CONFIG, "
-                     "else kvtier's defaults; KVTIER_* variables apply on top)",
+                     "else kvtier's defaults; KVTIER_* variables apply on top); {tp_rank}, "
+                     "{pp_rank}, {dp_rank} and {attn_cp_rank} in it are the rank's",
     "kvtier_tenant": "tenant whose secret keys the namespace (default: the default tenant)",
     "kvtier_model": "model id of the namespace (default: SGLang's model name)",
     "kvtier_revision": "model revision of the namespace (default: none)",
@@ -226,6 +227,11 @@ class KvtierStorage(HiCacheStorage):
             self.store = shared
         else:
             path = extra.get("kvtier_config") or os.environ.get("KVTIER_CONFIG")
+            # Every rank is a process with its own store, and all read one
+            # extra config: a rank's own file (its own local_disk) is named
+            # by these placeholders.
+            for f in ("tp_rank", "pp_rank", "dp_rank", "attn_cp_rank"):
+                path = path and path.replace("{%s}" % f, str(getattr(cfg, f)))
             conf = kvtier.Config.load(path) if path else kvtier.Config()
             try:
                 conf.apply_env()

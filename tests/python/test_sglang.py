@@ -15,6 +15,7 @@ get_hash_str (SHA-256 over the parent hash and the page's token ids).
 import hashlib
 import importlib
 import logging
+import os
 import random
 import unittest
 
@@ -380,6 +381,27 @@ class SGLangContract(unittest.TestCase):
                                         dst.page_kv(int(didx[i * P]))))
         r0.close()
         r1.close()
+
+    def test_rank_config_files(self):
+        # One extra config for every rank; {tp_rank} names each rank's YAML,
+        # here each its own NVMe directory, as ranks on one node need.
+        for r in range(2):
+            with open("%s/rank%d.yaml" % (self.env.root, r), "w") as f:
+                f.write("max_local_cpu_size: 1MiB\ndram_lock_memory: false\n"
+                        "local_disk: %s/disk%d\nmax_local_disk_size: 8MiB\n" %
+                        (self.env.root, r))
+        extra = {"kvtier_config": self.env.root + "/rank{tp_rank}.yaml",
+                 "kvtier_durability": "crash_safe"}
+        tokens = tokens_for(2, seed=9)
+        for r in range(2):
+            pool = HostPool("page_first", seed=60 + r)
+            c = Controller(pool, extra, tp_rank=r, tp_size=2)
+            self.assertEqual(c.page_backup(page_hashes(tokens), pool.alloc(2 * P)), 2)
+            c.close()
+        for r in range(2):
+            files = [f for _, _, fs in os.walk("%s/disk%d" % (self.env.root, r)) for f in fs
+                     if f.endswith(".kvt")]
+            self.assertEqual(len(files), 2, (r, files))
 
     def test_stats(self):
         src = HostPool("page_first", seed=40)
