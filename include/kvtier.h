@@ -704,6 +704,49 @@ KVT_API void kvt_op_free(kvt_op *op);
  * In memory only: pins do not survive the process. */
 KVT_API int kvt_pin(kvt_store *st, const kvt_ns *ns, const kvt_key *key, int pin);
 
+/* --- tenants' shares ----------------------------------------------------- */
+
+/* A store shared by tenants (the `tenants` of the configuration) charges
+ * each chunk a put stores to the tenant whose namespace it was put under:
+ * the tenant kvt_ns_init resolved (a namespace from kvt_config_ns, and a
+ * chunk found on disk at open, are the default tenant's).  A copy of it in
+ * another tier (promotion, demotion, write-through) stays charged to that
+ * tenant.  Per tier, a tenant may have:
+ *  - a quota: past it, the tenant's own least valuable chunks (by the
+ *    tier's eviction policy, among the tenant's) leave the tier, so one
+ *    tenant cannot fill it;
+ *  - a reservation: when the tier is full, chunks are taken from the tenant
+ *    furthest above its reservation, and never from one at or under it, so
+ *    another tenant's flood cannot push it below its share.
+ * Without quotas or reservations the tier evicts among all tenants' chunks
+ * as each tenant's policy ranks them, the fullest tenant first.  The
+ * default tenant is named NULL.
+ *
+ * Set tenant `tenant`'s quota (0: none) and reservation in tier `tier`, in
+ * bytes, rounded to the tier's accounting unit (a DRAM page, a disk block).
+ * Takes effect at once: a quota under the tenant's usage evicts down to it
+ * now.  0, or KVT_EINVAL (a tier out of range, a reservation above the
+ * quota, or reservations of all tenants together above what the tier's
+ * policy holds: kvt_tenant_usage.capacity), KVT_ETENANT (not configured),
+ * KVT_ENOTSUP (a tier without an eviction policy: unbounded S3). */
+KVT_API int kvt_store_set_quota(kvt_store *st, const char *tenant, int tier,
+			uint64_t quota, uint64_t reserve);
+
+typedef struct kvt_tenant_usage {
+	uint64_t bytes;           /* held in the tier, in accounting units */
+	uint64_t chunks;
+	uint64_t quota, reserve;  /* as set (bytes, rounded); quota 0 = none */
+	uint64_t capacity;        /* what the tier's policy holds, all tenants */
+	uint64_t quota_evictions; /* chunks it lost to its own quota */
+	uint64_t share_evictions; /* chunks it lost to room for others (or
+				   * for itself) in a full tier */
+} kvt_tenant_usage;
+
+/* Fill `out` with tenant `tenant`'s share of tier `tier`.  0, KVT_EINVAL,
+ * KVT_ETENANT or KVT_ENOTSUP, as kvt_store_set_quota. */
+KVT_API int kvt_store_tenant_usage(kvt_store *st, const char *tenant, int tier,
+			   kvt_tenant_usage *out);
+
 /* --- statistics ---------------------------------------------------------- */
 
 typedef struct kvt_tier_stats {

@@ -4,7 +4,24 @@
  * One mutex per tier guards its policy objects; it is held for O(1)
  * bookkeeping only, never across I/O or a copy.  Policies name objects by a
  * 64-bit id: the whole key (already a hash for real chunks) is
- * folded to 64 bits; a small map turns a victim's id back into its full key.
+ * folded to 64 bits; a small map turns a victim's id back into its full key
+ * and says which account (tenant) the chunk is charged to.
+ *
+ * Accounts.  Each account has a policy object of its own in each tier, so
+ * that "the least valuable chunk of tenant B" is a question its policy can
+ * answer.  Account 0 (the default tenant) exists from the start and is all a
+ * store without tenants ever uses: it is then the one policy over the whole
+ * capacity, exactly as without accounts.  Another account's policy is made
+ * at its first insert.  After an insert, two rules run in turn:
+ *  - quota: while the inserting account holds more than its quota, its own
+ *    policy gives up victims;
+ *  - capacity: while all accounts together hold more than the tier's
+ *    policy capacity, of the accounts above their reservations the one
+ *    whose next victim was used least recently gives it up (for LRU that
+ *    is the global LRU order, as if one policy held everything).  An
+ *    account at or under its reservation is never asked, so another
+ *    tenant's flood cannot push it below its share (reservations are
+ *    checked to fit the capacity when they are set).
  */
 #include "store/hier.h"
 
@@ -25,13 +42,25 @@
 struct idmap_ent {
 	uint64_t id;
 	kvt_key key;
+	uint32_t acct;
+	uint64_t tick;      /* the tier's clock at its last insert or hit */
 	struct idmap_ent *next;
+};
+
+/* One tenant's share of one tier, in the tier's accounting units. */
+struct hier_acct {
+	kvt_evict *ev;           /* NULL until the account's first insert */
+	uint64_t quota, reserve; /* units; quota 0 = none */
+	uint64_t quota_evictions, share_evictions;
 };
 
 struct hier_tier {
 	pthread_mutex_t mu;
 	struct hier_tier_conf conf;
-	kvt_evict *ev;      /* NULL: the tier's own LRU decides */
+	int policy;         /* 0: the tier's own LRU decides */
+	uint64_t units;     /* the policy's capacity, all accounts together */
+	uint64_t clock;     /* ticks once per insert or hit (under mu) */
+	struct hier_acct acct[HIER_MAX_ACCTS];
 	kvt_admit *adm;     /* NULL: admit everything */
 	struct idmap_ent **map;
 	size_t map_mask, map_n;
@@ -93,29 +122,41 @@ static int map_grow(struct hier_tier *t)
 	return 0;
 }
 
-static int map_put(struct hier_tier *t, const kvt_key *k)
+static struct idmap_ent *map_find(const struct hier_tier *t, uint64_t id)
 {
-	uint64_t id = key_id(k);
 	struct idmap_ent *e;
 
 	for (e = t->map[map_slot(t, id)]; e; e = e->next)
 		if (e->id == id)
-			return 0;
+			return e;
+	return NULL;
+}
+
+/* The entry of `k`, made and charged to `acct` if it is new (a key already
+ * there keeps the account it has).  NULL if out of memory. */
+static struct idmap_ent *map_put(struct hier_tier *t, const kvt_key *k, uint32_t acct)
+{
+	uint64_t id = key_id(k);
+	struct idmap_ent *e = map_find(t, id);
+
+	if (e)
+		return e;
 	if (t->map_n > t->map_mask && map_grow(t))
-		return KVT_ENOMEM;
+		return NULL;
 	e = malloc(sizeof(*e));
 	if (!e)
-		return KVT_ENOMEM;
+		return NULL;
 	e->id = id;
 	e->key = *k;
+	e->acct = acct;
 	e->next = t->map[map_slot(t, id)];
 	t->map[map_slot(t, id)] = e;
 	t->map_n++;
-	return 0;
+	return e;
 }
 
-/* Remove id; copy its key to *out when asked.  1 if it was there. */
-static int map_take(struct hier_tier *t, uint64_t id, kvt_key *out)
+/* Remove id; copy its key and account out when asked.  1 if it was there. */
+static int map_take(struct hier_tier *t, uint64_t id, kvt_key *out, uint32_t *acct)
 {
 	struct idmap_ent **pp = &t->map[map_slot(t, id)], *e;
 
@@ -124,6 +165,8 @@ static int map_take(struct hier_tier *t, uint64_t id, kvt_key *out)
 			*pp = e->next;
 			if (out)
 				*out = e->key;
+			if (acct)
+				*acct = e->acct;
 			free(e);
 			t->map_n--;
 			return 1;
@@ -131,14 +174,21 @@ static int map_take(struct hier_tier *t, uint64_t id, kvt_key *out)
 	return 0;
 }
 
+static void vict_add(struct hier_tier *t, const kvt_key *k);
+
 static void on_victim(void *arg, uint64_t id, uint64_t size)
 {
 	struct hier_tier *t = arg;
 	kvt_key k;
 
 	(void)size;
-	if (!map_take(t, id, &k))
+	if (!map_take(t, id, &k, NULL))
 		return;
+	vict_add(t, &k);
+}
+
+static void vict_add(struct hier_tier *t, const kvt_key *k)
+{
 	if (t->n_vict == t->cap_vict) {
 		size_t nc = t->cap_vict ? t->cap_vict * 2 : 16;
 		kvt_key *nv = realloc(t->vict, nc * sizeof(*nv));
@@ -147,7 +197,81 @@ static void on_victim(void *arg, uint64_t id, uint64_t size)
 		t->vict = nv;
 		t->cap_vict = nc;
 	}
-	t->vict[t->n_vict++] = k;
+	t->vict[t->n_vict++] = *k;
+}
+
+/* The policy of account `a`, made at its first use with the whole
+ * capacity (the rules above, not its own capacity, bound what it holds). */
+static kvt_evict *acct_ev(struct hier_tier *t, uint32_t a)
+{
+	struct kvt_evict_conf ec = {
+		.kind = t->policy,
+		.capacity = t->units,
+		.on_victim = on_victim,
+		.victim_arg = t,
+	};
+
+	if (!t->acct[a].ev && kvt_evict_create(&ec, &t->acct[a].ev))
+		return NULL;
+	return t->acct[a].ev;
+}
+
+static uint64_t tier_used(const struct hier_tier *t)
+{
+	uint64_t used = 0;
+
+	for (int a = 0; a < HIER_MAX_ACCTS; a++)
+		if (t->acct[a].ev)
+			used += kvt_evict_used(t->acct[a].ev);
+	return used;
+}
+
+/* Take account a's policy's next victim out of it as a victim of the
+ * insert in progress.  0, or KVT_ENOTFOUND if nothing of it is evictable. */
+static int acct_give_up(struct hier_tier *t, uint32_t a)
+{
+	kvt_evict *ev = t->acct[a].ev;
+	uint64_t id;
+	kvt_key k;
+
+	if (!ev || kvt_evict_peek_victim(ev, &id))
+		return KVT_ENOTFOUND;
+	(void)kvt_evict_remove(ev, id);
+	if (map_take(t, id, &k, NULL))
+		vict_add(t, &k);
+	return 0;
+}
+
+/* The two rules of the file's comment, after an insert charged to `a`. */
+static void acct_enforce(struct hier_tier *t, uint32_t a)
+{
+	struct hier_acct *ac = &t->acct[a];
+	uint64_t used;
+
+	while (ac->quota && ac->ev && kvt_evict_used(ac->ev) > ac->quota &&
+	       acct_give_up(t, a) == 0)
+		ac->quota_evictions++;
+	while ((used = tier_used(t)) > t->units) {
+		uint64_t oldest = UINT64_MAX, id;
+		int best = -1;
+
+		for (int b = 0; b < HIER_MAX_ACCTS; b++) {
+			struct hier_acct *x = &t->acct[b];
+			struct idmap_ent *e;
+			if (!x->ev || kvt_evict_used(x->ev) <= x->reserve ||
+			    kvt_evict_peek_victim(x->ev, &id))
+				continue;
+			e = map_find(t, id);
+			if (!e || e->tick < oldest) {
+				oldest = e ? e->tick : 0;
+				best = b;
+			}
+		}
+		if (best < 0 || acct_give_up(t, (uint32_t)best))
+			break; /* all at their reservations or pinned: the tier's
+				* own LRU remains the backstop */
+		t->acct[best].share_evictions++;
+	}
 }
 
 int hier_open(int n_tiers, const struct hier_tier_conf *conf, kvt_hier **out)
@@ -176,14 +300,16 @@ int hier_open(int n_tiers, const struct hier_tier_conf *conf, kvt_hier **out)
 			hier_close(h);
 			return kvt_err(KVT_ENOMEM, "out of memory");
 		}
-		if (conf[i].eviction && conf[i].capacity >= conf[i].round) {
+		if (conf[i].eviction && conf[i].capacity >= t->conf.round) {
 			struct kvt_evict_conf ec = {
 				.kind = conf[i].eviction,
 				.capacity = conf[i].capacity / t->conf.round,
 				.on_victim = on_victim,
 				.victim_arg = t,
 			};
-			if ((rc = kvt_evict_create(&ec, &t->ev))) {
+			t->policy = (int)conf[i].eviction;
+			t->units = ec.capacity;
+			if ((rc = kvt_evict_create(&ec, &t->acct[0].ev))) {
 				hier_close(h);
 				return kvt_err_prefix(rc, "tier %d eviction policy: ", i);
 			}
@@ -213,10 +339,11 @@ void hier_close(kvt_hier *h)
 		if (t->map)
 			for (size_t s = 0; s <= t->map_mask; s++)
 				while (t->map[s])
-					map_take(t, t->map[s]->id, NULL);
+					map_take(t, t->map[s]->id, NULL, NULL);
 		free(t->map);
 		free(t->vict);
-		kvt_evict_destroy(t->ev);
+		for (int a = 0; a < HIER_MAX_ACCTS; a++)
+			kvt_evict_destroy(t->acct[a].ev);
 		kvt_admit_destroy(t->adm);
 		pthread_mutex_destroy(&t->mu);
 		pthread_mutex_destroy(&t->tb_mu);
@@ -248,8 +375,10 @@ int hier_admit(kvt_hier *h, int tier, const kvt_key *key)
 	if (!t->adm)
 		return 1;
 	pthread_mutex_lock(&t->mu);
-	if (t->ev)
-		q.has_victim = kvt_evict_peek_victim(t->ev, &q.victim) == 0;
+	/* TinyLFU weighs a newcomer against the default account's next
+	 * victim: the one a store without tenants would lose. */
+	if (t->acct[0].ev)
+		q.has_victim = kvt_evict_peek_victim(t->acct[0].ev, &q.victim) == 0;
 	ok = kvt_admit_check(t->adm, &q);
 	pthread_mutex_unlock(&t->mu);
 	if (!ok)
@@ -260,34 +389,39 @@ int hier_admit(kvt_hier *h, int tier, const kvt_key *key)
 void hier_hit(kvt_hier *h, int tier, const kvt_key *key)
 {
 	struct hier_tier *t = &h->t[tier];
-	if (!t->ev)
+	struct idmap_ent *e;
+
+	if (!t->policy)
 		return;
 	pthread_mutex_lock(&t->mu);
-	(void)kvt_evict_lookup(t->ev, key_id(key));
+	if ((e = map_find(t, key_id(key))) && t->acct[e->acct].ev) {
+		(void)kvt_evict_lookup(t->acct[e->acct].ev, e->id);
+		e->tick = ++t->clock;
+	}
 	pthread_mutex_unlock(&t->mu);
 }
 
-int hier_insert(kvt_hier *h, int tier, const kvt_key *key, uint64_t bytes,
-		kvt_key **victims, size_t *n)
+int hier_acct_of(kvt_hier *h, const kvt_key *key)
 {
-	struct hier_tier *t = &h->t[tier];
-	uint64_t units;
-	int rc = 0;
+	uint64_t id = key_id(key);
+	int acct = -1;
 
-	*victims = NULL;
-	*n = 0;
-	if (!t->ev)
-		return 0;
-	units = (bytes + t->conf.round - 1) / t->conf.round;
-	pthread_mutex_lock(&t->mu);
-	t->n_vict = 0;
-	if (map_put(t, key) == 0) {
-		rc = kvt_evict_insert(t->ev, key_id(key), units ? units : 1);
-		if (rc == KVT_EEXIST)
-			rc = 0;
-		else if (rc)
-			map_take(t, key_id(key), NULL);
+	for (int i = 0; i < h->n && acct < 0; i++) {
+		struct hier_tier *t = &h->t[i];
+		struct idmap_ent *e;
+		if (!t->policy)
+			continue;
+		pthread_mutex_lock(&t->mu);
+		if ((e = map_find(t, id)))
+			acct = (int)e->acct;
+		pthread_mutex_unlock(&t->mu);
 	}
+	return acct;
+}
+
+/* Hand the victims gathered under t->mu to the caller. */
+static void vict_out(struct hier_tier *t, kvt_key **victims, size_t *n)
+{
 	if (t->n_vict) {
 		*victims = malloc(t->n_vict * sizeof(kvt_key));
 		if (*victims) {
@@ -297,20 +431,127 @@ int hier_insert(kvt_hier *h, int tier, const kvt_key *key, uint64_t bytes,
 		atomic_fetch_add(&t->policy_evictions, t->n_vict);
 		t->n_vict = 0;
 	}
+}
+
+int hier_insert(kvt_hier *h, int tier, const kvt_key *key, uint64_t bytes,
+		int acct, kvt_key **victims, size_t *n)
+{
+	struct hier_tier *t = &h->t[tier];
+	struct idmap_ent *e;
+	uint64_t units;
+	kvt_evict *ev;
+	int rc = 0;
+
+	*victims = NULL;
+	*n = 0;
+	if (!t->policy)
+		return 0;
+	if (acct < 0)
+		acct = hier_acct_of(h, key); /* before t->mu: one tier lock at a time */
+	if (acct < 0 || acct >= HIER_MAX_ACCTS)
+		acct = 0;
+	units = (bytes + t->conf.round - 1) / t->conf.round;
+	pthread_mutex_lock(&t->mu);
+	t->n_vict = 0;
+	if ((e = map_put(t, key, (uint32_t)acct))) {
+		uint32_t a = e->acct;
+		if (!(ev = acct_ev(t, a))) {
+			rc = KVT_ENOMEM;
+		} else {
+			rc = kvt_evict_insert(ev, e->id, units ? units : 1);
+			if (rc == KVT_EEXIST)
+				rc = 0;
+		}
+		if (rc) {
+			map_take(t, key_id(key), NULL, NULL);
+		} else {
+			e->tick = ++t->clock;
+			acct_enforce(t, a);
+		}
+	}
+	vict_out(t, victims, n);
 	pthread_mutex_unlock(&t->mu);
 	return rc;
+}
+
+int hier_set_share(kvt_hier *h, int tier, int acct, uint64_t quota,
+		   uint64_t reserve, kvt_key **victims, size_t *n)
+{
+	struct hier_tier *t = &h->t[tier];
+	uint64_t q, r, reserved = 0;
+	int rc = 0;
+
+	*victims = NULL;
+	*n = 0;
+	if (!t->policy)
+		return kvt_err(KVT_ENOTSUP,
+			       "tier %d has no eviction policy (an unbounded tier) to share", tier);
+	if (acct < 0 || acct >= HIER_MAX_ACCTS)
+		return kvt_err(KVT_EINVAL, "account %d", acct);
+	q = (quota + t->conf.round - 1) / t->conf.round;
+	r = reserve / t->conf.round;
+	if (quota && reserve > quota)
+		return kvt_err(KVT_EINVAL, "reservation %llu above the quota %llu",
+			       (unsigned long long)reserve, (unsigned long long)quota);
+	pthread_mutex_lock(&t->mu);
+	for (int a = 0; a < HIER_MAX_ACCTS; a++)
+		reserved += a == acct ? r : t->acct[a].reserve;
+	if (reserved > t->units) {
+		rc = kvt_err(KVT_EINVAL,
+			     "reservations would total %llu bytes, the tier's policy holds %llu",
+			     (unsigned long long)(reserved * t->conf.round),
+			     (unsigned long long)(t->units * t->conf.round));
+	} else if (!acct_ev(t, (uint32_t)acct)) {
+		rc = kvt_err(KVT_ENOMEM, "out of memory");
+	} else {
+		t->acct[acct].quota = q;
+		t->acct[acct].reserve = r;
+		t->n_vict = 0;
+		acct_enforce(t, (uint32_t)acct); /* a lowered quota applies now */
+		vict_out(t, victims, n);
+	}
+	pthread_mutex_unlock(&t->mu);
+	return rc;
+}
+
+int hier_share(kvt_hier *h, int tier, int acct, struct hier_share *out)
+{
+	struct hier_tier *t = &h->t[tier];
+	struct hier_acct *a;
+
+	memset(out, 0, sizeof(*out));
+	if (acct < 0 || acct >= HIER_MAX_ACCTS)
+		return kvt_err(KVT_EINVAL, "account %d", acct);
+	if (!t->policy)
+		return kvt_err(KVT_ENOTSUP, "tier %d has no eviction policy", tier);
+	a = &t->acct[acct];
+	pthread_mutex_lock(&t->mu);
+	if (a->ev) {
+		out->bytes = kvt_evict_used(a->ev) * t->conf.round;
+		out->chunks = kvt_evict_count(a->ev);
+	}
+	out->quota = a->quota * t->conf.round;
+	out->reserve = a->reserve * t->conf.round;
+	out->capacity = t->units * t->conf.round;
+	out->quota_evictions = a->quota_evictions;
+	out->share_evictions = a->share_evictions;
+	pthread_mutex_unlock(&t->mu);
+	return 0;
 }
 
 void hier_remove(kvt_hier *h, int tier, const kvt_key *key)
 {
 	struct hier_tier *t = &h->t[tier];
-	if (!t->ev)
+	uint32_t a;
+
+	if (!t->policy)
 		return;
 	pthread_mutex_lock(&t->mu);
-	if (map_take(t, key_id(key), NULL)) {
-		while (kvt_evict_unpin(t->ev, key_id(key)) == 0)
+	if (map_take(t, key_id(key), NULL, &a) && t->acct[a].ev) {
+		kvt_evict *ev = t->acct[a].ev;
+		while (kvt_evict_unpin(ev, key_id(key)) == 0)
 			atomic_fetch_sub(&t->pinned, 1);
-		(void)kvt_evict_remove(t->ev, key_id(key));
+		(void)kvt_evict_remove(ev, key_id(key));
 	}
 	pthread_mutex_unlock(&t->mu);
 }
@@ -318,12 +559,16 @@ void hier_remove(kvt_hier *h, int tier, const kvt_key *key)
 int hier_pin(kvt_hier *h, int tier, const kvt_key *key, int pin)
 {
 	struct hier_tier *t = &h->t[tier];
-	int rc;
+	struct idmap_ent *e;
+	int rc = KVT_ENOTFOUND;
 
-	if (!t->ev)
+	if (!t->policy)
 		return kvt_err(KVT_ENOTSUP, "tier %d has no eviction policy to pin in", tier);
 	pthread_mutex_lock(&t->mu);
-	rc = pin ? kvt_evict_pin(t->ev, key_id(key)) : kvt_evict_unpin(t->ev, key_id(key));
+	if ((e = map_find(t, key_id(key))) && t->acct[e->acct].ev) {
+		kvt_evict *ev = t->acct[e->acct].ev;
+		rc = pin ? kvt_evict_pin(ev, e->id) : kvt_evict_unpin(ev, e->id);
+	}
 	pthread_mutex_unlock(&t->mu);
 	if (rc == 0) {
 		if (pin)

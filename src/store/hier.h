@@ -44,11 +44,37 @@ void hier_seen(kvt_hier *h, int tier, const kvt_key *key);
 int hier_admit(kvt_hier *h, int tier, const kvt_key *key);
 /* A read hit in `tier`: recency/frequency bookkeeping. */
 void hier_hit(kvt_hier *h, int tier, const kvt_key *key);
-/* `key` (bytes long) is now in `tier`.  Victims the policy chose to make
+/* Accounts: one per tenant of the store's configuration (its index + 1),
+ * 0 for the default tenant.  Each tier keeps each account's usage against
+ * its quota and reservation (hier.c says how eviction honours them). */
+#define HIER_MAX_ACCTS 65
+
+/* `key` (bytes long) is now in `tier`, charged to account `acct`; -1: to
+ * the account another tier charges it to (a promotion, a demotion, a
+ * write-through copy), else the default.  Victims the policy chose to make
  * room are returned in *victims (malloc'd, *n of them; free it), in eviction
  * order: the caller demotes or drops them. */
 int hier_insert(kvt_hier *h, int tier, const kvt_key *key, uint64_t bytes,
-		kvt_key **victims, size_t *n);
+		int acct, kvt_key **victims, size_t *n);
+/* The account some tier charges `key` to, or -1 if no tier's policy holds it. */
+int hier_acct_of(kvt_hier *h, const kvt_key *key);
+
+/* Set account `acct`'s quota (0 = none) and reservation in `tier`, in
+ * bytes.  KVT_EINVAL if the reservations of all accounts would exceed the
+ * tier's policy capacity or the reservation its quota; KVT_ENOTSUP for a
+ * tier without a policy.  A quota lowered under the usage evicts at once:
+ * the victims come back as from hier_insert. */
+int hier_set_share(kvt_hier *h, int tier, int acct, uint64_t quota,
+		   uint64_t reserve, kvt_key **victims, size_t *n);
+
+struct hier_share {
+	uint64_t bytes, chunks;      /* held now (bytes in accounting units) */
+	uint64_t quota, reserve;     /* as set, rounded to accounting units */
+	uint64_t capacity;           /* the tier policy's, all accounts */
+	uint64_t quota_evictions;    /* own chunks given up over the quota */
+	uint64_t share_evictions;    /* given up to make room for the tier */
+};
+int hier_share(kvt_hier *h, int tier, int acct, struct hier_share *out);
 /* `key` left `tier` (deleted, corrupt, evicted by the tier itself). */
 void hier_remove(kvt_hier *h, int tier, const kvt_key *key);
 /* Pin or unpin `key` in `tier`: a pinned chunk is never a victim.

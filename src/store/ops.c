@@ -269,7 +269,7 @@ static int promote_into(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	}
 	rc = dram->ops->put_commit(dram, c.w, KVT_DUR_CACHED);
 	if (rc == 0) {
-		store_after_insert(st, 0, key, c.len);
+		store_after_insert(st, 0, key, c.len, -1);
 		hier_count(st->hier, src, HIER_PROMOTION);
 		hier_hit(st->hier, src, key);
 		store_perf_note(st, src, c.len, store_now_s() - t0);

@@ -139,7 +139,9 @@ static int warm_one(void *arg, const kvt_key *key, uint64_t len)
 	kvt_key *v;
 	size_t n;
 
-	hier_insert(st->hier, tier, key, len, &v, &n);
+	/* Charged to the default tenant: an image names its namespace by a
+	 * digest only, which no tenant's secret can be recovered from. */
+	hier_insert(st->hier, tier, key, len, 0, &v, &n);
 	free(v); /* over the policy's share: dropped after the walk */
 	return 0;
 }
@@ -217,6 +219,7 @@ kvt_store *store_open_io(const kvt_config *cfg, kvt_io *io, int *err)
 	kvt_cond_init_mono(&st->qcond); /* flush waits on it with a deadline */
 	pthread_mutex_init(&st->flight_mu, NULL);
 	pthread_mutex_init(&st->err_mu, NULL);
+	pthread_rwlock_init(&st->nsa_lock, NULL);
 	st->max_bg = cfg->workers > 1 ? cfg->workers - 1 : 1;
 
 	for (int i = 0; kvt_tier_classes[i]; i++) {
@@ -279,17 +282,163 @@ void kvt_store_close(kvt_store *st)
 	free(st->flight);
 	pthread_mutex_destroy(&st->flight_mu);
 	pthread_mutex_destroy(&st->err_mu);
+	free(st->nsa);
+	pthread_rwlock_destroy(&st->nsa_lock);
 	pthread_mutex_destroy(&st->qlock);
 	pthread_cond_destroy(&st->qcond);
 	OPENSSL_cleanse(&st->cfg, sizeof(st->cfg)); /* secrets, the auth key */
 	free(st);
 }
 
+/* --- tenants' accounts --------------------------------------------------------- */
+
+/* Account of a tenant name: 0 for the default (NULL), else its index in
+ * the configuration + 1; KVT_ETENANT if the store does not know it. */
+static int tenant_acct(const kvt_store *st, const char *tenant)
+{
+	if (!tenant)
+		return 0;
+	for (uint32_t i = 0; i < st->cfg.n_tenants; i++)
+		if (!strcmp(st->cfg.tenants[i].name, tenant))
+			return (int)i + 1;
+	return kvt_err(KVT_ETENANT, "tenant \"%s\" is not configured", tenant);
+}
+
+static size_t nsa_slot(const struct kvt_store *st, const uint8_t *digest)
+{
+	uint64_t h;
+
+	memcpy(&h, digest, sizeof(h)); /* an HMAC: uniform already */
+	return (size_t)h & st->nsa_mask;
+}
+
+static int nsa_grow(kvt_store *st)
+{
+	size_t n = st->nsa ? (st->nsa_mask + 1) * 2 : 64;
+	struct ns_acct *old = st->nsa, *nt = calloc(n, sizeof(*nt));
+	size_t old_n = st->nsa ? st->nsa_mask + 1 : 0;
+	static const uint8_t zero[32];
+
+	if (!nt)
+		return kvt_err(KVT_ENOMEM, "out of memory");
+	st->nsa = nt;
+	st->nsa_mask = n - 1;
+	for (size_t i = 0; i < old_n; i++) {
+		size_t s;
+		if (!memcmp(old[i].digest, zero, 32))
+			continue;
+		for (s = nsa_slot(st, old[i].digest); memcmp(nt[s].digest, zero, 32);
+		     s = (s + 1) & st->nsa_mask)
+			;
+		nt[s] = old[i];
+	}
+	free(old);
+	return 0;
+}
+
+/* Remember which account `ns` belongs to.  The default tenant's
+ * namespaces need no entry (a miss is account 0). */
+static int nsa_set(kvt_store *st, const kvt_ns *ns, int acct)
+{
+	static const uint8_t zero[32];
+	size_t s;
+	int rc = 0;
+
+	if (acct == 0)
+		return 0;
+	pthread_rwlock_wrlock(&st->nsa_lock);
+	if ((st->nsa_n + 1) * 2 > (st->nsa ? st->nsa_mask + 1 : 0) && (rc = nsa_grow(st)))
+		goto out;
+	for (s = nsa_slot(st, ns->digest); memcmp(st->nsa[s].digest, zero, 32);
+	     s = (s + 1) & st->nsa_mask)
+		if (!memcmp(st->nsa[s].digest, ns->digest, 32))
+			goto out; /* a digest names one tenant: HMAC keys differ */
+	memcpy(st->nsa[s].digest, ns->digest, 32);
+	st->nsa[s].acct = (uint32_t)acct;
+	st->nsa_n++;
+out:
+	pthread_rwlock_unlock(&st->nsa_lock);
+	return rc;
+}
+
+int store_ns_acct(kvt_store *st, const kvt_ns *ns)
+{
+	static const uint8_t zero[32];
+	int acct = 0;
+
+	pthread_rwlock_rdlock(&st->nsa_lock);
+	if (st->nsa)
+		for (size_t s = nsa_slot(st, ns->digest); memcmp(st->nsa[s].digest, zero, 32);
+		     s = (s + 1) & st->nsa_mask)
+			if (!memcmp(st->nsa[s].digest, ns->digest, 32)) {
+				acct = (int)st->nsa[s].acct;
+				break;
+			}
+	pthread_rwlock_unlock(&st->nsa_lock);
+	return acct;
+}
+
 int kvt_ns_init(kvt_store *st, const kvt_ns_desc *desc, kvt_ns *ns)
 {
+	int rc, acct;
+
 	if (!st)
 		return kvt_err(KVT_EINVAL, "store missing");
-	return kvt_config_ns(&st->cfg, desc, ns);
+	if ((rc = kvt_config_ns(&st->cfg, desc, ns)))
+		return rc;
+	if ((acct = tenant_acct(st, desc->tenant)) < 0)
+		return acct;
+	return nsa_set(st, ns, acct);
+}
+
+/* A tier index and a tenant, checked: the tenant's account, or an error. */
+static int share_args(kvt_store *st, const char *tenant, int tier)
+{
+	kvt_err_clear();
+	if (!st || tier < 0 || tier >= st->n_tiers)
+		return kvt_err(KVT_EINVAL, "tier %d of %d", tier, st ? st->n_tiers : 0);
+	return tenant_acct(st, tenant);
+}
+
+int kvt_store_set_quota(kvt_store *st, const char *tenant, int tier,
+			uint64_t quota, uint64_t reserve)
+{
+	kvt_key *v;
+	size_t n;
+	int rc, acct;
+
+	if ((acct = share_args(st, tenant, tier)) < 0)
+		return acct;
+	if ((rc = hier_set_share(st->hier, tier, acct, quota, reserve, &v, &n)))
+		return kvt_err_prefix(rc, "%s tier, tenant %s: ", st->tiers[tier]->ops->name,
+				      tenant ? tenant : "(default)");
+	if (n)
+		evict_victims(st, tier, v, n);
+	free(v);
+	return 0;
+}
+
+int kvt_store_tenant_usage(kvt_store *st, const char *tenant, int tier,
+			   kvt_tenant_usage *out)
+{
+	struct hier_share s;
+	int rc, acct;
+
+	if (!out)
+		return kvt_err(KVT_EINVAL, "output missing");
+	memset(out, 0, sizeof(*out));
+	if ((acct = share_args(st, tenant, tier)) < 0)
+		return acct;
+	if ((rc = hier_share(st->hier, tier, acct, &s)))
+		return rc;
+	out->bytes = s.bytes;
+	out->chunks = s.chunks;
+	out->quota = s.quota;
+	out->reserve = s.reserve;
+	out->capacity = s.capacity;
+	out->quota_evictions = s.quota_evictions;
+	out->share_evictions = s.share_evictions;
+	return 0;
 }
 
 /* --- put --------------------------------------------------------------------- */
@@ -385,7 +534,7 @@ static int store_harden(kvt_store *st, const kvt_key *key, int holder,
 		if (rc != KVT_EEXIST)
 			tier_note_write(st, i, rc);
 		if (rc == 0)
-			store_after_insert(st, i, key, rb->len);
+			store_after_insert(st, i, key, rb->len, -1);
 		if (rc == 0 || rc == KVT_EEXIST)
 			done = 1;
 		else if (!err)
@@ -423,12 +572,12 @@ static unsigned put_mask(kvt_store *st, int durability, int *async_through)
 }
 
 void store_after_insert(kvt_store *st, int tier, const kvt_key *key,
-			 uint64_t len)
+			 uint64_t len, int acct)
 {
 	kvt_key *v;
 	size_t n;
 
-	hier_insert(st->hier, tier, key, len, &v, &n);
+	hier_insert(st->hier, tier, key, len, acct, &v, &n);
 	if (n)
 		evict_victims(st, tier, v, n);
 	free(v);
@@ -464,6 +613,7 @@ static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	kvt_obj_hdr *h;
 	uint64_t len;
 	int first = -1, stored = 0, lost = 0, durable = 0, err = 0, holder = -1;
+	int acct = store_ns_acct(st, ns);
 
 	for (int i = 0; i < KVT_MAX_TIERS; i++)
 		rc[i] = 1; /* not begun */
@@ -563,7 +713,7 @@ static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		rc[i] = t->ops->put_commit(t, w[i], want);
 		tier_note_write(st, i, rc[i]);
 		if (rc[i] == 0) {
-			store_after_insert(st, i, key, len);
+			store_after_insert(st, i, key, len, acct);
 			stored++;
 			if (want >= durability)
 				durable = 1;
@@ -655,7 +805,7 @@ static int copy_into(kvt_store *st, int dst, const kvt_tier_rbuf *rb,
 	if (rc != KVT_EEXIST)
 		tier_note_write(st, dst, rc);
 	if (rc == 0)
-		store_after_insert(st, dst, &rb->key, rb->len);
+		store_after_insert(st, dst, &rb->key, rb->len, -1);
 	return rc;
 }
 
@@ -718,7 +868,7 @@ int store_copy_verified(kvt_store *st, int dst, const kvt_tier_rbuf *rb,
 	if (rc != KVT_EEXIST && rc != KVT_ECORRUPT)
 		tier_note_write(st, dst, rc);
 	if (rc == 0)
-		store_after_insert(st, dst, &rb->key, rb->len);
+		store_after_insert(st, dst, &rb->key, rb->len, -1);
 	return rc;
 }
 

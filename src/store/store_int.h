@@ -83,6 +83,16 @@ struct kvt_store {
 	pthread_mutex_t err_mu; /* guards health[].last */
 	kvt_key *flight;
 	size_t n_flight, cap_flight;
+
+	/* Namespace digest -> account (hier.h) of the tenant kvt_ns_init
+	 * resolved it for: what a put is charged to.  Open addressing, a
+	 * power of two of slots; a digest of all zeros marks a free slot. */
+	pthread_rwlock_t nsa_lock;
+	struct ns_acct {
+		uint8_t digest[32];
+		uint32_t acct;
+	} *nsa;
+	size_t nsa_mask, nsa_n;
 };
 
 enum op_kind { OP_GET = 1, OP_PUT = 2, OP_PREFETCH = 3 };
@@ -137,9 +147,13 @@ int store_check_args(kvt_store *st, const kvt_ns *ns, const kvt_key *key);
 /* CLOCK_MONOTONIC in ns and in s. */
 long long store_mono_ns(void);
 double store_now_s(void);
-/* Tell tier `tier`'s policy that `key` (len bytes) arrived; demote or
- * drop the victims it names. */
-void store_after_insert(kvt_store *st, int tier, const kvt_key *key, uint64_t len);
+/* The account chunks of `ns` are charged to (0: the default tenant's). */
+int store_ns_acct(kvt_store *st, const kvt_ns *ns);
+/* Tell tier `tier`'s policy that `key` (len bytes) arrived, charged to
+ * account `acct` (-1: the one another tier charges it to; hier_insert);
+ * demote or drop the victims it names. */
+void store_after_insert(kvt_store *st, int tier, const kvt_key *key, uint64_t len,
+			int acct);
 /* Fold a read of `bytes` in `secs` into tier i's measured speed. */
 void store_perf_note(kvt_store *st, int i, uint64_t bytes, double secs);
 /* Borrow `key` from the first tier that serves a good copy.  `dev`: the
