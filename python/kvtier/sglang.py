@@ -10,12 +10,12 @@ SGLang loads it with
 (docs/SGLANG.md).  StorageBackendFactory._create_dynamic_backend calls
 KvtierStorage(storage_config, kwargs) and the HiCacheController then calls
 register_mem_pool_host(host_pool); with "interface_v1": 1 it moves pages by
-batch_exists -> batch_get_v1 (prefetch) and batch_set_v1 (backup), which
-copy straight between the registered host pool and the store through the
-engine connector's gather and scatter: one copy each way between the pool
-and the chunk buffer, as kvtier's own connector does.  Without it SGLang
-uses get/set/batch_get/batch_set with flat page tensors, stored in the
-same bytes.
+batch_exists -> batch_get_v1 (prefetch) and batch_set_v1 (backup), each one
+engine-connector request by key over the registered host pool: the
+connector scatters verified chunks straight into the pages' slots and
+gathers pages into chunks, as it does for any engine's paged memory.
+Without it SGLang uses get/set/batch_get/batch_set with flat page tensors,
+stored in the same bytes.
 
 One SGLang page is one kvtier chunk.  Its key is SGLang's page hash (hex
 SHA-256, or XXH3 with SGLANG_USE_XXH3_HASH) wrapped by the namespace; the
@@ -242,6 +242,7 @@ class KvtierStorage(HiCacheStorage):
         self.conn = None
         self._tls = threading.local()
         self._mlock = threading.Lock()
+        self._next_req = 0
         self._metrics = StorageMetrics()
         self.enable_storage_metrics = bool(cfg.enable_storage_metrics)
 
@@ -308,8 +309,8 @@ class KvtierStorage(HiCacheStorage):
         return self.mem_pool_host
 
     def _staging(self):
-        """This thread's chunk buffer (SGLang's prefetch and backup threads
-        run at once)."""
+        """This thread's chunk buffer for the flat-page calls (SGLang's
+        prefetch and backup threads run at once)."""
         buf = getattr(self._tls, "buf", None)
         if buf is None or buf.numel() != self.page_bytes:
             buf = self._tls.buf = torch.empty(self.page_bytes, dtype=torch.uint8)
@@ -353,68 +354,79 @@ class KvtierStorage(HiCacheStorage):
             getattr(self._metrics, what + "_pgs").append(pages)
             getattr(self._metrics, what + "_bandwidth").append(gib / dt)
 
+    def _request(self):
+        with self._mlock:
+            self._next_req += 1
+            return self._next_req
+
+    def _named_pages(self, keys, host_indices):
+        """(indices into keys, their storage keys, their blocks) of the pages
+        that can move: a key that is a page hash, slots that are one page."""
+        blocks = self._blocks(len(keys), host_indices)
+        which, ks, bs = [], [], []
+        for i, (key, b) in enumerate(zip(keys, blocks)):
+            k = self._key(key)
+            if k is not None and b is None:
+                logger.error("kvtier.sglang: the host slots of page %s are not one "
+                             "aligned page", key)
+            if k is not None and b is not None:
+                which.append(i)
+                ks.append(k)
+                bs.append(b)
+        return which, ks, bs
+
     def batch_set_v1(self, keys: List[str], host_indices: torch.Tensor,
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
-        """Back up pages of the host pool: each key's page is gathered layer
-        by layer into a chunk and put (a key already stored is a success:
-        first writer wins).  One bool per key."""
+        """Back up pages of the host pool: one connector save of the pages the
+        store lacks, every layer gathered from the pool into its chunk and
+        put by the connector's workers.  One bool per key: the page is in the
+        store now (one already there counts: first writer wins)."""
         self._pool()
         t0 = time.perf_counter()
-        blocks = self._blocks(len(keys), host_indices)
-        buf = self._staging()
-        lb, P = self.layer_bytes, self.mem_pool_host.page_size
-        out, done = [], 0
-        for key, b in zip(keys, blocks):
-            k = self._key(key)
-            if k is None or b is None:
-                if b is None:
-                    logger.error("kvtier.sglang: page of %s is not one aligned page of "
-                                 "host slots", key)
-                out.append(False)
-                continue
-            try:
-                if not self.store.exists(self.ns, k):
-                    for layer in range(self.ns.layout.num_layers):
-                        self.conn.gather(layer, (b,), P, buf[layer * lb:(layer + 1) * lb])
-                    self.store.put(self.ns, k, buf, self.durability)
-                    done += 1
-                out.append(True)
-            except kvtier.Error as e:
-                logger.warning("kvtier.sglang: backup of page %s failed: %s", key, e)
-                out.append(False)
-        self._record("backup", done, t0)
+        which, ks, bs = self._named_pages(keys, host_indices)
+        out = [False] * len(keys)
+        if not which:
+            return out
+        req, saved = self._request(), 0
+        try:
+            saved = self.conn.save_keys(req, ks, bs)
+            if saved:
+                self.conn.save_layer(req)
+                self.conn.wait(req)
+        except kvtier.Error as e:
+            logger.warning("kvtier.sglang: backup of %d pages failed: %s", len(ks), e)
+        finally:
+            self.conn.end(req)
+        for i, k in zip(which, ks):
+            out[i] = self.store.exists(self.ns, k)
+        self._record("backup", saved, t0)
         return out
 
     def batch_get_v1(self, keys: List[str], host_indices: torch.Tensor,
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
-        """Load pages into the host pool: each key's chunk is read (verified
-        where the tier verifies) and scattered layer by layer into its page.
-        One bool per key; SGLang uses the leading run of successes, so the
-        pages after the first miss are not read (False)."""
+        """Load pages into the host pool: one connector load, which brings
+        the chunks to the first tier at once (a lower tier's reads run in
+        parallel), verifies each layer where the tier verifies, and scatters
+        it straight into the page's slots.  One bool per key: the page is
+        whole in the pool (a missing or damaged chunk is False; SGLang uses
+        the leading run of True)."""
         self._pool()
         t0 = time.perf_counter()
-        blocks = self._blocks(len(keys), host_indices)
-        buf = self._staging()
-        lb, P = self.layer_bytes, self.mem_pool_host.page_size
-        out = []
-        for key, b in zip(keys, blocks):
-            if out and not out[-1]:
-                out.append(False)
-                continue
-            k = self._key(key)
-            if k is None or b is None:
-                out.append(False)
-                continue
-            try:
-                self.store.get(self.ns, k, buf)
-                for layer in range(self.ns.layout.num_layers):
-                    self.conn.scatter(layer, (b,), P, buf[layer * lb:(layer + 1) * lb])
-                out.append(True)
-            except kvtier.NotFound:
-                out.append(False)
-            except kvtier.Error as e:
-                logger.warning("kvtier.sglang: prefetch of page %s failed: %s", key, e)
-                out.append(False)
+        which, ks, bs = self._named_pages(keys, host_indices)
+        out = [False] * len(keys)
+        if not which:
+            return out
+        req, bad = self._request(), set(bs)
+        try:
+            self.conn.load_keys(req, ks, bs, len(ks) * self.mem_pool_host.page_size)
+            self.conn.wait(req)
+            bad = set(self.conn.load_errors(req))
+        except kvtier.Error as e:
+            logger.warning("kvtier.sglang: prefetch of %d pages failed: %s", len(ks), e)
+        finally:
+            self.conn.end(req)
+        for i, b in zip(which, bs):
+            out[i] = b not in bad
         self._record("prefetch", sum(out), t0)
         return out
 

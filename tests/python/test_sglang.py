@@ -273,7 +273,7 @@ class SGLangTiers(unittest.TestCase):
             return
 
         # A page damaged on the tier's medium: detected, never restored;
-        # the prefetch stops at it.
+        # the prefetch stops at it.  Backed up again, it heals.
         self.assertEqual(tier_env.flip_payload_byte(self.env, tier, name, key), 1)
         st = kvtier.Store(self.env.config(tier, name))
         dst2 = HostPool(load_layout, pages=pages + 8, mla=mla, dtype=dtype, seed=3)
@@ -283,7 +283,15 @@ class SGLangTiers(unittest.TestCase):
         idx = dst2.alloc(pages * P)
         self.assertEqual(c.page_transfer(hashes, idx), 1)
         self.check_pages(src, src_idx, dst2, idx, 1)
-        self.assertGreaterEqual(sum(s["corrupt"] + s["bad_listed"] for s in st.stats()), 1)
+        self.assertEqual(c.storage_hit_query(tokens), hashes[:1])
+        c.close()
+        c = Controller(src, extra, mla=mla, kwargs={"store": st})
+        self.assertEqual(c.page_backup(hashes, src_idx), pages)
+        c.close()
+        c = Controller(dst2, extra, mla=mla, kwargs={"store": st})
+        dst2.clear_data()
+        self.assertEqual(c.page_transfer(c.storage_hit_query(tokens), idx), pages)
+        self.check_pages(src, src_idx, dst2, idx, pages)
         c.close()
         st.close()
 
