@@ -1,0 +1,330 @@
+/*
+ * main.c — kvtierd: one cache per node, served over the Redis protocol.
+ *
+ *   kvtierd [--config FILE] [--port N] [--bind ADDR] [--data-dir DIR]
+ *           [--check-config] [--log-level L] ... (--help lists them)
+ *
+ * The store is the library's (the YAML of docs/CONFIG.md, KVTIER_*
+ * variables, --set KEY=VALUE overrides); without a configuration it is
+ * the embedded default: a DRAM tier, plus a local-disk tier under
+ * DIR/disk when --data-dir is given.  docs/DAEMON.md is the manual.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <openssl/crypto.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon/log.h"
+#include "daemon/server.h"
+
+static struct kvtd_tenant default_tenant;
+
+/* AUTH without an ACL: the default user's password, --requirepass. */
+static int auth_requirepass(struct kvtd *d, const char *user, size_t ulen, const char *pass,
+			    size_t plen, const struct kvtd_tenant **out)
+{
+	const char *want = d->o.requirepass;
+
+	if (!want || ulen != 7 || memcmp(user, "default", 7) || strlen(want) != plen ||
+	    CRYPTO_memcmp(want, pass, plen))
+		return -1;
+	*out = d->default_tenant;
+	return 0;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kvtierd [options]\n"
+		"  --config FILE        the store's YAML configuration (docs/CONFIG.md)\n"
+		"  --data-dir DIR       keep the local-disk tier under DIR/disk\n"
+		"  --port N             TCP port (default 6379; 0: any free port)\n"
+		"  --bind ADDR          IPv4 address to listen on (default 127.0.0.1)\n"
+		"  --unix PATH          also serve RESP on a Unix socket\n"
+		"  --set KEY=VALUE      set a configuration key (repeatable)\n"
+		"  --threads N          worker threads (default 4)\n"
+		"  --durability D       of every SET: cached, crash-safe, power-safe\n"
+		"                       (default crash-safe with a disk tier, else cached)\n"
+		"  --requirepass PASS   clients must AUTH with this password\n"
+		"  --maxclients N       connections at most (default 10000)\n"
+		"  --max-value SIZE     the largest value or argument (default 512MiB)\n"
+		"  --client-timeout S   close a client whose output or half-sent command\n"
+		"                       stalls this long (default 60; 0: never)\n"
+		"  --log-level L        error, warn, info (default), debug\n"
+		"  --check-config       check the configuration and options, then exit\n");
+}
+
+static int parse_long(const char *opt, const char *s, long lo, long hi, long *out)
+{
+	char *e;
+	errno = 0;
+	long v = strtol(s, &e, 10);
+	if (errno || e == s || *e || v < lo || v > hi) {
+		fprintf(stderr, "kvtierd: %s %s: not a number in %ld..%ld\n", opt, s, lo, hi);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+static int mkdir_p(const char *path)
+{
+	char p[4096];
+	snprintf(p, sizeof(p), "%s", path);
+	for (char *s = p + 1; *s; s++)
+		if (*s == '/') {
+			*s = 0;
+			if (mkdir(p, 0755) && errno != EEXIST)
+				return -1;
+			*s = '/';
+		}
+	return mkdir(p, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+enum { O_CONFIG = 256, O_DATA, O_PORT, O_BIND, O_UNIX, O_SET, O_THREADS, O_DUR, O_PASS,
+       O_MAXCL, O_MAXVAL, O_TIMEOUT, O_LOG, O_CHECK, O_HELP };
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "config", 1, 0, O_CONFIG },	{ "data-dir", 1, 0, O_DATA },
+		{ "port", 1, 0, O_PORT },	{ "bind", 1, 0, O_BIND },
+		{ "unix", 1, 0, O_UNIX },	{ "set", 1, 0, O_SET },
+		{ "threads", 1, 0, O_THREADS }, { "durability", 1, 0, O_DUR },
+		{ "requirepass", 1, 0, O_PASS }, { "maxclients", 1, 0, O_MAXCL },
+		{ "max-value", 1, 0, O_MAXVAL }, { "client-timeout", 1, 0, O_TIMEOUT },
+		{ "log-level", 1, 0, O_LOG },	{ "check-config", 0, 0, O_CHECK },
+		{ "help", 0, 0, O_HELP },	{ 0, 0, 0, 0 }
+	};
+	struct kvtd d = { .o = { .bind = "127.0.0.1", .port = 6379, .threads = 4,
+				 .maxclients = 10000, .max_value = 512ull << 20,
+				 .client_timeout_s = 60 },
+			  .durability = -1, .auth = auth_requirepass };
+	const char *config = NULL, *data_dir = NULL, *sets[64];
+	int n_sets = 0, check = 0, err = 0, opt;
+	long v;
+
+	while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (opt) {
+		case O_CONFIG: config = optarg; break;
+		case O_DATA: data_dir = optarg; break;
+		case O_PORT:
+			if (parse_long("--port", optarg, 0, 65535, &v))
+				return 2;
+			d.o.port = (int)v;
+			break;
+		case O_BIND: d.o.bind = optarg; break;
+		case O_UNIX: d.o.unix_path = optarg; break;
+		case O_SET:
+			if (n_sets == 64 || !strchr(optarg, '=')) {
+				fprintf(stderr, "kvtierd: --set %s: expected KEY=VALUE (at most 64)\n",
+					optarg);
+				return 2;
+			}
+			sets[n_sets++] = optarg;
+			break;
+		case O_THREADS:
+			if (parse_long("--threads", optarg, 1, 256, &v))
+				return 2;
+			d.o.threads = (int)v;
+			break;
+		case O_DUR:
+			if (!strcmp(optarg, "cached"))
+				d.durability = KVT_DUR_CACHED;
+			else if (!strcmp(optarg, "crash-safe"))
+				d.durability = KVT_DUR_CRASH_SAFE;
+			else if (!strcmp(optarg, "power-safe"))
+				d.durability = KVT_DUR_POWER_SAFE;
+			else {
+				fprintf(stderr, "kvtierd: --durability %s: expected cached, "
+						"crash-safe or power-safe\n", optarg);
+				return 2;
+			}
+			break;
+		case O_PASS: d.o.requirepass = optarg; break;
+		case O_MAXCL:
+			if (parse_long("--maxclients", optarg, 1, 1000000, &v))
+				return 2;
+			d.o.maxclients = v;
+			break;
+		case O_MAXVAL: {
+			uint64_t s;
+			if (kvt_parse_size(optarg, 1, &s) || s < 1 || s > (4ull << 30)) {
+				fprintf(stderr, "kvtierd: --max-value %s: expected a size of 1 B to "
+						"4 GiB\n", optarg);
+				return 2;
+			}
+			d.o.max_value = s;
+			break;
+		}
+		case O_TIMEOUT:
+			if (parse_long("--client-timeout", optarg, 0, 86400, &v))
+				return 2;
+			d.o.client_timeout_s = (int)v;
+			break;
+		case O_LOG:
+			if (kvtd_log_parse(optarg) < 0) {
+				fprintf(stderr, "kvtierd: --log-level %s: expected error, warn, info "
+						"or debug\n", optarg);
+				return 2;
+			}
+			kvtd_log_set(kvtd_log_parse(optarg));
+			break;
+		case O_CHECK: check = 1; break;
+		case O_HELP: case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "kvtierd: unexpected argument '%s'\n", argv[optind]);
+		usage(stderr);
+		return 2;
+	}
+	d.o.max_cmd = d.o.max_value * 2 + (64u << 20);
+	d.auth_required = d.o.requirepass != NULL;
+
+	kvt_config *cfg = config ? kvt_config_load(config, &err) : kvt_config_new();
+	if (!cfg) {
+		fprintf(stderr, "kvtierd: %s: %s\n", config ? config : "configuration",
+			kvt_errmsg()[0] ? kvt_errmsg() : kvt_strerror(err));
+		return 2;
+	}
+	if (kvt_config_apply_env(cfg)) {
+		fprintf(stderr, "kvtierd: %s\n", kvt_errmsg());
+		return 2;
+	}
+	if (data_dir) {
+		char disk[4096];
+		snprintf(disk, sizeof(disk), "%s/disk", data_dir);
+		if (!check && mkdir_p(disk)) {
+			fprintf(stderr, "kvtierd: --data-dir %s: %s\n", data_dir, strerror(errno));
+			return 2;
+		}
+		if (kvt_config_set(cfg, "local_disk", disk)) {
+			fprintf(stderr, "kvtierd: --data-dir: %s\n", kvt_errmsg());
+			return 2;
+		}
+	}
+	for (int i = 0; i < n_sets; i++) {
+		char k[128];
+		const char *eq = strchr(sets[i], '=');
+		snprintf(k, sizeof(k), "%.*s", (int)(eq - sets[i]), sets[i]);
+		if (kvt_config_set(cfg, k, eq + 1)) {
+			fprintf(stderr, "kvtierd: --set %s: %s\n", sets[i], kvt_errmsg());
+			return 2;
+		}
+	}
+	if (check) {
+		printf("kvtierd: configuration OK\n");
+		kvt_config_free(cfg);
+		return 0;
+	}
+
+	/* Signals are taken by the main thread alone (sigtimedwait); a
+	 * client that goes away mid-write is an EPIPE, not a SIGPIPE. */
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	d.st = kvt_store_open(cfg, &err);
+	kvt_config_free(cfg);
+	if (!d.st) {
+		kvtd_log(KVTD_LOG_ERROR, "cannot open the store: %s (%s)", kvt_strerror(err),
+			 kvt_errmsg());
+		return 1;
+	}
+	kvt_ns_desc nd = { .model = "kvtierd",
+			   .layout = { .num_layers = 1, .num_kv_heads = 1, .head_dim = 1,
+				       .dtype = KVT_DTYPE_INT8, .kv_planes = 1, .block_size = 1,
+				       .chunk_tokens = 1 },
+			   .tp_size = 1, .pp_size = 1 };
+	if ((err = kvt_ns_init(d.st, &nd, &default_tenant.ns))) {
+		kvtd_log(KVTD_LOG_ERROR, "default namespace: %s", kvt_errmsg());
+		return 1;
+	}
+	d.default_tenant = &default_tenant;
+	if (d.durability < 0) {
+		/* A SET acknowledged is on disk when there is a disk: kill -9
+		 * loses nothing, and no background copy can outlive a DEL. */
+		d.durability = KVT_DUR_CACHED;
+		for (int i = 0; i < kvt_store_tiers(d.st); i++) {
+			kvt_tier_stats s;
+			if (kvt_store_stats(d.st, i, &s) == 0 && strcmp(s.name, "dram"))
+				d.durability = KVT_DUR_CRASH_SAFE;
+		}
+	}
+	struct vals_opts vo = { .durability = d.durability };
+	if ((err = vals_open(d.st, &vo, &d.vals))) {
+		kvtd_log(KVTD_LOG_ERROR, "out of memory");
+		return 1;
+	}
+	const struct kvtd_tenant *tl[] = { &default_tenant };
+	long found = vals_rebuild(d.vals, tl, 1);
+	if (found < 0)
+		kvtd_log(KVTD_LOG_ERROR, "rebuild failed: %s", kvt_strerror((int)found));
+	else if (found > 0)
+		kvtd_log(KVTD_LOG_INFO, "%ld keys found on the disk tiers", found);
+	for (int i = 0; i < kvt_store_tiers(d.st); i++) {
+		kvt_tier_stats s;
+		char c1[32], c2[32];
+		if (kvt_store_stats(d.st, i, &s) == 0)
+			kvtd_log(KVTD_LOG_INFO, "tier %d: %s, %s of %s used, %llu objects", i,
+				 s.name, kvt_fmt_size(s.used_bytes, c1, sizeof(c1)),
+				 kvt_fmt_size(s.capacity_bytes, c2, sizeof(c2)),
+				 (unsigned long long)s.chunks);
+	}
+
+	d.nw = d.o.threads;
+	d.start_ms = vals_now_ms();
+	d.config_path = config;
+	if (kvtd_listen(&d) || kvtd_start(&d))
+		return 1;
+	printf("kvtierd: listening on %s:%d", d.o.bind, d.port);
+	if (d.o.unix_path)
+		printf(" and %s", d.o.unix_path);
+	printf("\n");
+	fflush(stdout);
+	kvtd_log(KVTD_LOG_INFO, "ready: %d threads, durability %s%s", d.nw,
+		 d.durability == KVT_DUR_CACHED ? "cached"
+		 : d.durability == KVT_DUR_CRASH_SAFE ? "crash-safe" : "power-safe",
+		 d.auth_required ? ", AUTH required" : "");
+
+	for (;;) {
+		struct timespec tick = { 0, 100 * 1000 * 1000 };
+		int sig = sigtimedwait(&sigs, NULL, &tick);
+		if (sig == SIGTERM || sig == SIGINT)
+			break;
+		if (sig == SIGHUP) {
+			if (config) {
+				kvt_config *c2 = kvt_config_load(config, &err);
+				if (!c2)
+					kvtd_log(KVTD_LOG_WARN, "SIGHUP: %s is not valid, nothing "
+						 "changed: %s", config, kvt_errmsg());
+				else
+					kvtd_log(KVTD_LOG_INFO, "SIGHUP: %s is valid; tier and "
+						 "policy keys take effect at the next start", config);
+				kvt_config_free(c2);
+			}
+			continue;
+		}
+		vals_sweep(d.vals, 256);
+	}
+	kvtd_log(KVTD_LOG_INFO, "shutting down: finishing requests in flight");
+	kvtd_stop(&d, 5000);
+	if (kvt_store_flush(d.st, 60000))
+		kvtd_log(KVTD_LOG_WARN, "background copies still running after 60 s");
+	vals_close(d.vals);
+	kvt_store_close(d.st);
+	kvtd_log(KVTD_LOG_INFO, "store closed; bye");
+	return 0;
+}

@@ -1,0 +1,113 @@
+/*
+ * resp.h — the Redis serialization protocol: an incremental request
+ * parser and the reply encoders (RESP2, and RESP3 after HELLO 3).
+ *
+ * The parser is fed whatever the socket gave, in any split, and keeps its
+ * place between feeds, so a command is never re-parsed from its start and
+ * a client cannot make the daemon do quadratic work by dribbling bytes.
+ * Small arguments are copied into the command's arena; an argument of
+ * RESP_BIG_ARG bytes or more gets a buffer of its own, of exactly its
+ * declared length plus the slack the caller asked for, which the caller
+ * may fill straight from the socket (resp_direct) and may take over
+ * (resp_take_big): a value is received once, into where it is stored from.
+ *
+ * Limits, each a protocol error that costs the client its connection, as
+ * in Redis: a header or inline line longer than RESP_MAX_LINE, more than
+ * RESP_MAX_ARGS arguments, a bulk longer than the parser's max_bulk, a
+ * command whose arguments total more than max_cmd bytes.
+ */
+#ifndef KVTD_RESP_H
+#define KVTD_RESP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define RESP_MAX_LINE (64 * 1024)
+#define RESP_MAX_ARGS (1024 * 1024)
+#define RESP_BIG_ARG (32 * 1024)
+
+struct resp_arg {
+	char *p;       /* NUL-terminated after len bytes (arena or big buffer) */
+	size_t len;
+	size_t off;    /* arena offset while the command is being built */
+	int big;       /* p is its own allocation, of len + 2 + slack bytes */
+};
+
+struct resp_parser {
+	/* settings */
+	uint64_t max_bulk;     /* the largest bulk accepted */
+	uint64_t max_cmd;      /* the most bytes one command's arguments take */
+	size_t big_slack;      /* extra bytes allocated after a big argument */
+	/* the command being built, complete when resp_feed says so */
+	struct resp_arg *argv;
+	size_t argc, argv_cap;
+	char *arena;
+	size_t arena_len, arena_cap;
+	uint64_t cmd_bytes;
+	/* where the parser is */
+	int state;
+	int64_t nargs;         /* multibulk: arguments announced */
+	int64_t bulk;          /* the bulk being read: bytes announced */
+	uint64_t got;          /* of it (and its CRLF), bytes already read */
+	int inline_cmd;        /* the command came as an inline line */
+	char err[128];         /* the protocol error, for the -ERR reply */
+};
+
+enum resp_status {
+	RESP_NEED = 0,   /* everything fed was consumed; a command is not complete */
+	RESP_CMD = 1,    /* a command is complete: argv[0 .. argc) */
+	RESP_PERR = -1,  /* protocol error: reply err, then close */
+	RESP_NOMEM = -2, /* out of memory: close */
+};
+
+void resp_parser_init(struct resp_parser *p, uint64_t max_bulk, uint64_t max_cmd,
+		      size_t big_slack);
+/* Frees the command being built too (its big buffers included). */
+void resp_parser_free(struct resp_parser *p);
+
+/* Parse from buf[0 .. len).  *used gets the bytes consumed (all of them
+ * unless a command completed first).  After RESP_CMD the command stays in
+ * p->argv until the next call (which drops it, big buffers not taken
+ * included). */
+int resp_feed(struct resp_parser *p, const char *buf, size_t len, size_t *used);
+
+/* While a big argument is being read: where its remaining bytes go, so the
+ * caller can recv() straight into them (NULL when no big argument is being
+ * read).  resp_direct_done then accounts for n bytes written there and may
+ * complete the command, like resp_feed. */
+char *resp_direct(struct resp_parser *p, size_t *room);
+int resp_direct_done(struct resp_parser *p, size_t n);
+
+/* Take argument i's big buffer: the caller owns it (free()), of
+ * argv[i].len + 2 + big_slack bytes.  NULL for an argument in the arena. */
+char *resp_take_big(struct resp_parser *p, size_t i);
+
+/* 1 while a command has been begun and not finished. */
+int resp_busy(const struct resp_parser *p);
+
+/* Bytes the parser holds now (arena, argument table and big buffers). */
+uint64_t resp_held(const struct resp_parser *p);
+
+/* --- replies ------------------------------------------------------------- */
+
+/* A growable byte buffer that replies are encoded into. */
+struct resp_buf {
+	char *p;
+	size_t len, cap;
+	int oom;          /* an append failed: the connection is closed */
+};
+
+void resp_buf_free(struct resp_buf *b);
+void resp_put(struct resp_buf *b, const void *s, size_t n);
+void resp_simple(struct resp_buf *b, const char *s);        /* +s */
+void resp_error(struct resp_buf *b, const char *fmt, ...)   /* -fmt */
+	__attribute__((format(printf, 2, 3)));
+void resp_int(struct resp_buf *b, long long v);             /* :v */
+void resp_bulk(struct resp_buf *b, const void *s, size_t n); /* $n s */
+void resp_bulk_hdr(struct resp_buf *b, uint64_t n);          /* $n, no body */
+void resp_null(struct resp_buf *b, int proto);              /* $-1 or _ */
+void resp_array(struct resp_buf *b, long long n);           /* *n */
+void resp_map(struct resp_buf *b, int proto, long long n);   /* %n or *2n */
+void resp_nil_array(struct resp_buf *b, int proto);         /* *-1 or _ */
+
+#endif

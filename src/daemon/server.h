@@ -1,0 +1,149 @@
+/*
+ * server.h — kvtierd's network core: listeners, worker threads, one epoll
+ * loop per worker, connections and their buffers.
+ *
+ * Each worker owns the connections it accepted (EPOLLEXCLUSIVE on the
+ * shared listening sockets spreads them) and runs their commands to the
+ * end on its own thread: a command's store call may block for as long as
+ * the store takes (a DRAM copy, a crash-safe disk write), and holds up
+ * only that worker's other connections.
+ *
+ * Bounds, each costing the offending client its connection and nothing
+ * else: the RESP parser's limits (resp.h) and max_value, an input line
+ * buffer of RESP_MAX_LINE, output that a client does not read for
+ * client_timeout_s, a command left half-sent for client_timeout_s.
+ * Output beyond OUT_HIGH bytes pending stops the reading of that client's
+ * next commands until it drains (pipelining is back-pressured, not
+ * buffered without end).
+ *
+ * The tenant seam: every connection carries the tenant it acts as
+ * (conn->tenant); commands name keys only through it.  Before AUTH it is
+ * the default tenant, or none when the daemon requires authentication
+ * (then every command but AUTH, HELLO and QUIT is refused with NOAUTH).
+ * AUTH and HELLO's AUTH call kvtd.auth, which maps a user and password to
+ * a tenant.
+ */
+#ifndef KVTD_SERVER_H
+#define KVTD_SERVER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include <kvtier.h>
+
+#include "daemon/resp.h"
+#include "daemon/values.h"
+
+#define KVTD_VERSION "7.0.0" /* the Redis version clients are told (HELLO, INFO) */
+#define KVTD_OUT_HIGH (4u << 20)
+
+struct kvtd;
+struct kvtd_worker;
+
+/* One piece of pending output: bytes the connection owns, or a borrowed
+ * value sent from the store's memory as it is. */
+struct out_seg {
+	struct out_seg *next;
+	char *buf;            /* owned bytes, or NULL */
+	size_t len, off;
+	kvt_ref *ref;         /* a borrowed value, or NULL */
+	struct iovec *iov;    /* its segments, trimmed to the value */
+	int n_iov, iov_i;
+	size_t iov_off;
+};
+
+struct kvtd_conn {
+	int fd;
+	uint64_t id;
+	struct kvtd_worker *w;
+	struct kvtd_conn *prev, *next;
+	struct resp_parser parser;
+	char *in;                 /* RESP_MAX_LINE + 4 KiB */
+	size_t in_len;
+	struct resp_buf rb;       /* replies being encoded */
+	struct out_seg *out_head, *out_tail;
+	uint64_t out_bytes;       /* pending, rb included */
+	int proto;                /* 2 or 3 */
+	const struct kvtd_tenant *tenant; /* NULL: not authenticated */
+	char name[128];
+	char lib_name[64], lib_ver[32];
+	char addr[64];
+	int closing;              /* QUIT or EOF: close once output is out */
+	int dead;                 /* close now */
+	int want_out;             /* EPOLLOUT registered */
+	int paused;               /* EPOLLIN dropped for back-pressure */
+	int64_t last_in_ms, last_out_ms;
+	int64_t created_ms;
+	uint64_t commands;
+};
+
+struct kvtd_worker {
+	struct kvtd *d;
+	int idx;
+	int ep;
+	int evfd;                 /* wakes the loop: new connections, shutdown */
+	pthread_mutex_t inbox_mu; /* accepted sockets handed to this worker */
+	int *inbox;
+	size_t inbox_n, inbox_cap;
+	pthread_t th;
+	struct kvtd_conn *conns;
+	size_t n_conns;
+};
+
+struct kvtd_opts {
+	const char *bind;         /* "127.0.0.1" */
+	int port;                 /* 0: any free port (printed) */
+	const char *unix_path;    /* a Unix socket for RESP too, or NULL */
+	int threads;
+	long maxclients;
+	uint64_t max_value;       /* the largest bulk (proto-max-bulk-len) */
+	uint64_t max_cmd;
+	int client_timeout_s;     /* stalled output or half-sent command */
+	const char *requirepass;  /* AUTH password of the default user, or NULL */
+};
+
+/* AUTH: 0 with *out set to the tenant the user acts as, or -1 (wrong
+ * user or password).  `user` is "default" for the one-argument form. */
+typedef int (*kvtd_auth_fn)(struct kvtd *d, const char *user, size_t ulen,
+			    const char *pass, size_t plen, const struct kvtd_tenant **out);
+
+struct kvtd {
+	struct kvtd_opts o;
+	kvt_store *st;
+	struct vals *vals;
+	int lfd, ufd;
+	int port;                 /* where lfd listens */
+	struct kvtd_worker *w;
+	int nw;
+	_Atomic int stopping;
+	_Atomic uint64_t next_id;
+	_Atomic unsigned next_worker; /* round-robin of accepted connections */
+	_Atomic long clients;
+	_Atomic uint64_t total_conns, total_cmds, rejected_conns;
+	_Atomic uint64_t keyspace_hits, keyspace_misses;
+	const struct kvtd_tenant *default_tenant;
+	int auth_required;        /* connections start without a tenant */
+	kvtd_auth_fn auth;
+	void *auth_ctx;
+	int64_t start_ms;
+	const char *config_path;
+	int durability;
+};
+
+int kvtd_listen(struct kvtd *d);
+int kvtd_start(struct kvtd *d);
+/* Stop accepting, let every worker finish the command it runs and send
+ * what is pending (at most drain_ms), close every connection, join. */
+void kvtd_stop(struct kvtd *d, int drain_ms);
+
+/* For commands: queue reply bytes / a borrowed value (the reference is
+ * the connection's from then on; its first vlen bytes are sent). */
+void kvtd_reply_ref(struct kvtd_conn *c, kvt_ref *ref, uint64_t vlen);
+
+/* The command table (cmd.c). */
+void kvtd_dispatch(struct kvtd_conn *c, struct resp_arg *argv, size_t argc);
+
+#endif

@@ -1,0 +1,122 @@
+/*
+ * values.h — the daemon's mutable keys over the store's immutable objects.
+ *
+ * A RESP key is mutable; a stored object is not (first writer wins, and a
+ * reader must never see a mix of two versions).  So every SET makes a new
+ * version: the value is stored as an object under
+ *     H(tenant namespace digest, sequence, boot nonce, user key)
+ * (SHA-256), a name no other version, tenant or node can claim, and this
+ * module maps (tenant, user key) to the current version.  The old version
+ * is deleted once the new one is in the map; a reader that borrowed it
+ * keeps its view until it lets go.
+ *
+ * Object image.  A value of any length is a payload of int8 "KV" whose
+ * layout is a function of the payload length alone (vals_layout): one
+ * layer up to 1 MiB, else 64 equal layers, each checksummed like a chunk's
+ * and verified on every read from a disk tier (and from DRAM when
+ * verify_dram_reads is set).  The payload is the value's bytes, padding,
+ * then a trailer that names the version (docs/DAEMON.md):
+ *     user key | klen u32 | flags u32 | vlen u64 | seq u64 | nonce u64 |
+ *     expire_ms i64 | "KVTDVAL1"
+ * so that at start the map is rebuilt from the disk tiers by reading the
+ * last layer of each object (vals_rebuild): the newest version of a key
+ * wins and older ones left by a crash are deleted.
+ *
+ * Thread-safe: the map is sharded, each shard under its own mutex, never
+ * held across a call into the store.
+ */
+#ifndef KVTD_VALUES_H
+#define KVTD_VALUES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <kvtier.h>
+
+#define VALS_MAX_KEY 8192
+#define VALS_TRAILER 48
+/* What a buffer needs past a value's bytes to hold the padding and the
+ * trailer of any key: the slack the RESP parser allocates after a big
+ * argument. */
+#define VALS_SLACK (VALS_MAX_KEY + VALS_TRAILER + 64)
+#define VALS_MAX_TENANTS 1024
+
+/* A tenant: the namespace its keys live in.  `ns` is resolved through the
+ * store (the tenant's secret), so a client can neither compute nor aim at
+ * another tenant's object names. */
+struct kvtd_tenant {
+	uint32_t id;      /* index in the daemon's table, < VALS_MAX_TENANTS */
+	char name[64];    /* "" for the default tenant */
+	kvt_ns ns;
+};
+
+struct vals;
+
+struct vals_opts {
+	int durability;   /* enum kvt_durability of every put */
+};
+
+int vals_open(kvt_store *st, const struct vals_opts *o, struct vals **out);
+void vals_close(struct vals *v);
+
+/* Rebuild the map from every tier that keeps objects across a restart,
+ * for the tenants listed.  Returns the number of keys found, or a negative
+ * code. */
+long vals_rebuild(struct vals *v, const struct kvtd_tenant *const *tenants,
+		  size_t n_tenants);
+
+enum { VALS_SET_NX = 1, VALS_SET_XX = 2, VALS_SET_KEEPTTL = 4 };
+
+/* Store `vlen` bytes at buf[0 ..) as the new version of `key`.  `buf`
+ * must have room for vals_payload_bytes(klen, vlen) bytes (VALS_SLACK past
+ * the value is always enough); its bytes past the value are overwritten.
+ * expire_ms: CLOCK_REALTIME milliseconds, 0 for none.  Returns 1 (stored),
+ * 0 (NX or XX said no), or a negative kvtier code (kvt_errmsg says why). */
+int vals_set(struct vals *v, const struct kvtd_tenant *t, const char *key, size_t klen,
+	     char *buf, uint64_t vlen, int64_t expire_ms, int flags);
+
+uint64_t vals_payload_bytes(size_t klen, uint64_t vlen);
+
+/* Borrow the current version of `key`: 0 with *ref (the payload's first
+ * *vlen bytes are the value) or KVT_ENOTFOUND, or another negative code. */
+int vals_get(struct vals *v, const struct kvtd_tenant *t, const char *key, size_t klen,
+	     kvt_ref **ref, uint64_t *vlen);
+
+/* 1 if `key` has a live version, else 0. */
+int vals_exists(struct vals *v, const struct kvtd_tenant *t, const char *key, size_t klen);
+
+/* Remove `key`: 1 if it was there, 0 if not. */
+int vals_del(struct vals *v, const struct kvtd_tenant *t, const char *key, size_t klen);
+
+/* Set (expire_ms > 0) or clear (0) the expiry: 1 if the key exists, else 0.
+ * An expiry in the past deletes the key. */
+int vals_expire(struct vals *v, const struct kvtd_tenant *t, const char *key, size_t klen,
+		int64_t expire_ms);
+
+/* Milliseconds left: -2 (no key), -1 (no expiry), else >= 0. */
+int64_t vals_pttl(struct vals *v, const struct kvtd_tenant *t, const char *key, size_t klen);
+
+/* Keys of tenant `t` from `cursor` on: `fn` gets each key matching the
+ * glob `match` (NULL: all); at least `count` buckets' worth are visited.
+ * Returns the next cursor (0: done).  A key present during the whole scan
+ * is returned at least once. */
+uint64_t vals_scan(struct vals *v, const struct kvtd_tenant *t, uint64_t cursor,
+		   size_t count, const char *match, size_t mlen,
+		   void (*fn)(void *arg, const char *key, size_t klen), void *arg);
+
+uint64_t vals_count(struct vals *v, const struct kvtd_tenant *t);
+uint64_t vals_expiring(struct vals *v, const struct kvtd_tenant *t);
+
+/* Remove every key of tenant `t`; returns how many went. */
+uint64_t vals_flush(struct vals *v, const struct kvtd_tenant *t);
+
+/* Remove expired keys, visiting at most `budget` buckets from where the
+ * last call stopped. */
+void vals_sweep(struct vals *v, size_t budget);
+
+/* Redis's glob: * ? [abc] [^a-z] and \ escapes.  1 if it matches. */
+int vals_glob(const char *pat, size_t plen, const char *s, size_t slen);
+
+int64_t vals_now_ms(void);
+
+#endif

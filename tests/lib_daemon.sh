@@ -1,0 +1,27 @@
+# Shared by the tests/daemon_*.sh scripts (sourced): start and stop a
+# kvtierd of the build on a free port with its data under $work.  The
+# caller sets $work and $KVTIERD (the daemon's path).
+daemon_pid=
+daemon_port=
+daemon_start() { # extra options...
+	: >"$work/daemon.out"
+	"$KVTIERD" --port 0 --threads 2 --set max_local_cpu_size=128MiB \
+		--set dram_prefault=false --log-level info "$@" \
+		>"$work/daemon.out" 2>>"$work/daemon.err" &
+	daemon_pid=$!
+	for _ in $(seq 1 200); do
+		daemon_port=$(sed -n 's/^kvtierd: listening on [0-9.]*:\([0-9]*\).*/\1/p' "$work/daemon.out")
+		[ -n "$daemon_port" ] && return 0
+		kill -0 "$daemon_pid" 2>/dev/null || break
+		sleep 0.05
+	done
+	echo "kvtierd did not start:"; cat "$work/daemon.err"; return 1
+}
+daemon_stop() { # signal (default TERM); waits for the exit
+	[ -n "$daemon_pid" ] || return 0
+	kill -"${1:-TERM}" "$daemon_pid" 2>/dev/null
+	wait "$daemon_pid" 2>/dev/null
+	daemon_rc=$?
+	daemon_pid=
+}
+rc() { redis-cli -p "$daemon_port" "$@"; }
