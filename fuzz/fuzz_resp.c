@@ -1,0 +1,154 @@
+/*
+ * fuzz_resp.c — libFuzzer target for kvtierd's RESP request parser
+ * (src/daemon/resp.c).
+ *
+ * Every byte the parser sees came from a network client.  The input is
+ * parsed twice: fed whole, and fed in pieces whose sizes the input's own
+ * bytes choose (with a big argument's bytes written straight into its
+ * buffer through resp_direct, as the server does).  Both must produce the
+ * same commands, argument for argument, and end the same way: a parser
+ * whose result depends on how TCP split the stream would be a bug.  Every
+ * argument must be NUL-terminated at its length and within the limits.
+ * Crashes, overruns and leaks are failures; protocol errors are fine.
+ *
+ * The daemon is not part of the library, so its parser is compiled in.
+ *
+ *   ./fuzz_resp -max_len=4096 fuzz/corpus/resp
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/resp.c"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define MAX_BULK 100000
+#define MAX_CMD 200000
+
+/* A digest of the commands seen: each argument's length and bytes. */
+struct trace {
+	uint64_t h;
+	size_t cmds;
+	int end;
+};
+
+static void fold(struct trace *t, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	for (size_t i = 0; i < n; i++)
+		t->h = (t->h ^ b[i]) * 0x100000001b3ull;
+}
+
+static void on_cmd(struct trace *t, struct resp_parser *p)
+{
+	if (p->argc == 0)
+		abort(); /* a complete command has a name */
+	for (size_t i = 0; i < p->argc; i++) {
+		const struct resp_arg *a = &p->argv[i];
+		if (!a->p || a->len > MAX_BULK || a->p[a->len] != 0)
+			abort();
+		fold(t, &a->len, sizeof(a->len));
+		fold(t, a->p, a->len);
+	}
+	t->cmds++;
+	/* Take one big buffer now and then, as SET does. */
+	if (p->argc > 2) {
+		char *b = resp_take_big(p, 2);
+		if (b) {
+			memset(b + p->argv[2].len, 0, 2 + p->big_slack); /* the slack is there */
+			free(b);
+		}
+	}
+}
+
+static void whole(const uint8_t *data, size_t size, struct trace *t)
+{
+	struct resp_parser p;
+	size_t pos = 0;
+
+	resp_parser_init(&p, MAX_BULK, MAX_CMD, 64);
+	for (;;) {
+		size_t used;
+		int rc = resp_feed(&p, (const char *)data + pos, size - pos, &used);
+		if (used > size - pos)
+			abort();
+		pos += used;
+		if (rc == RESP_CMD) {
+			on_cmd(t, &p);
+			continue;
+		}
+		t->end = rc;
+		break;
+	}
+	resp_parser_free(&p);
+}
+
+/* The server's way: a buffer that keeps what the parser did not take,
+ * topped up in pieces; a big argument's bytes go straight into it. */
+static void pieces(const uint8_t *data, size_t size, struct trace *t)
+{
+	struct resp_parser p;
+	char buf[RESP_MAX_LINE + 4096];
+	size_t in = 0, pos = 0, step = 0;
+	int rc = RESP_NEED;
+
+	resp_parser_init(&p, MAX_BULK, MAX_CMD, 64);
+	while (rc != RESP_PERR && rc != RESP_NOMEM) {
+		size_t k = 1 + data[step++ % size] % 97, room;
+		char *direct = in ? NULL : resp_direct(&p, &room);
+		if (pos == size)
+			break;
+		if (k > size - pos)
+			k = size - pos;
+		if (direct) {
+			if (k > room)
+				k = room;
+			memcpy(direct, data + pos, k);
+			pos += k;
+			rc = resp_direct_done(&p, k);
+			if (rc == RESP_CMD)
+				on_cmd(t, &p);
+			continue;
+		}
+		if (k > sizeof(buf) - in)
+			k = sizeof(buf) - in;
+		memcpy(buf + in, data + pos, k);
+		in += k;
+		pos += k;
+		size_t off = 0;
+		for (;;) {
+			size_t used;
+			rc = resp_feed(&p, buf + off, in - off, &used);
+			off += used;
+			if (rc != RESP_CMD)
+				break;
+			on_cmd(t, &p);
+		}
+		memmove(buf, buf + off, in - off);
+		in -= off;
+		if (in == sizeof(buf) && rc == RESP_NEED)
+			abort(); /* a full buffer must have been refused */
+	}
+	t->end = rc;
+	resp_parser_free(&p);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct trace a = { 0xcbf29ce484222325ull, 0, 0 }, b = a;
+
+	if (size == 0)
+		return 0;
+	whole(data, size, &a);
+	pieces(data, size, &b);
+	/* The whole feed ends as the last piece does: a command not
+	 * finished (RESP_NEED), or the same protocol error. */
+	if (a.h != b.h || a.cmds != b.cmds || a.end != b.end) {
+		fprintf(stderr, "whole: %zu commands, end %d; pieces: %zu, end %d\n", a.cmds,
+			a.end, b.cmds, b.end);
+		abort();
+	}
+	return 0;
+}
