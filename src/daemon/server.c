@@ -97,6 +97,7 @@ static int seal(struct kvtd_conn *c)
 		return -1;
 	s->buf = c->rb.p;
 	s->len = c->rb.len;
+	c->out_bytes += s->len;
 	c->rb.p = NULL;
 	c->rb.len = c->rb.cap = 0;
 	if (c->out_tail)
@@ -193,6 +194,7 @@ static int flush_out(struct kvtd_conn *c)
 				size_t k = s->len - s->off < left ? s->len - s->off : left;
 				s->off += k;
 				left -= k;
+				c->out_bytes -= k;
 				if (s->off < s->len)
 					break;
 			} else {
@@ -261,7 +263,9 @@ static void update_events(struct kvtd_conn *c)
 
 	if (want_out == c->want_out && paused == c->paused)
 		return;
-	ev.events = (paused ? 0 : EPOLLIN) | (want_out ? EPOLLOUT : 0) | EPOLLRDHUP;
+	/* No EPOLLRDHUP once reading stops: a peer's half-close would
+	 * otherwise wake the loop without end while its replies drain. */
+	ev.events = (paused ? 0 : EPOLLIN | EPOLLRDHUP) | (want_out ? EPOLLOUT : 0);
 	epoll_ctl(c->w->ep, EPOLL_CTL_MOD, c->fd, &ev);
 	c->want_out = want_out;
 	c->paused = paused;
