@@ -11,9 +11,13 @@ itemsize 1, as MemoryObj.byte_array) are reproduced.
 """
 
 import hashlib
+import importlib
 import os
 import random
 import select
+import sys
+import threading
+import types
 import unittest
 
 import kvtier
@@ -170,6 +174,103 @@ class LMCacheContract(unittest.TestCase):
         buf = bytearray(4096)
         one(c, c.submit_batch_get(keys[:1], [buf]))
         self.assertEqual(buf, bytes([0]) * 4096)
+
+    def test_submitters_on_many_threads(self):
+        # LMCache's store and prefetch controllers submit from their own
+        # threads while the demux thread drains.
+        c = self.conn
+        errors = []
+
+        def client(t):
+            try:
+                keys = [object_key("m", 1000 * t + i) for i in range(8)]
+                data = [bytes([t, i]) * 2048 for i in range(8)]
+                fid = c.submit_batch_set(keys, data)
+                with lock:
+                    want[fid] = None
+                while fid not in got:
+                    ev.wait(0.05)
+                bufs = [bytearray(4096) for _ in keys]
+                fid = c.submit_batch_get(keys, bufs)
+                with lock:
+                    want[fid] = None
+                while fid not in got:
+                    ev.wait(0.05)
+                if got[fid][2] != [True] * 8 or bufs != [bytearray(d) for d in data]:
+                    errors.append((t, got[fid]))
+            except Exception as e:  # reported below, not lost in the thread
+                errors.append((t, e))
+
+        lock, ev, want, got = threading.Lock(), threading.Event(), {}, {}
+        threads = [threading.Thread(target=client, args=(t,)) for t in range(6)]
+        for t in threads:
+            t.start()
+        poller = select.poll()
+        poller.register(c.event_fd(), select.POLLIN)
+        while any(t.is_alive() for t in threads):
+            if poller.poll(100):
+                for fid, ok, err, res in c.drain_completions():
+                    self.assertNotIn(fid, got)
+                    got[fid] = (ok, err, res)
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        self.assertEqual(set(got), set(want))
+
+    def test_lmcache_plugin(self):
+        # LMCache's "plugin" L2 adapter type: it imports module_path, takes
+        # class_name + "Config" (an L2AdapterConfigBase) built from_dict
+        # of adapter_params, and calls class_name(config, l1_memory_desc=..).
+        # LMCache's base classes are stood in for, as far as the plugin
+        # uses them.
+        stubs = {}
+        for name in ("lmcache", "lmcache.v1", "lmcache.v1.distributed",
+                     "lmcache.v1.distributed.l2_adapters",
+                     "lmcache.v1.distributed.l2_adapters.config",
+                     "lmcache.v1.distributed.l2_adapters.native_connector_l2_adapter"):
+            stubs[name] = types.ModuleType(name)
+
+        class L2AdapterConfigBase:
+            pass
+
+        class NativeConnectorL2Adapter:
+            def __init__(self, native_client):
+                self.fd = native_client.event_fd()
+                self.client = native_client
+
+        stubs["lmcache.v1.distributed.l2_adapters.config"].L2AdapterConfigBase = \
+            L2AdapterConfigBase
+        stubs["lmcache.v1.distributed.l2_adapters.native_connector_l2_adapter"] \
+            .NativeConnectorL2Adapter = NativeConnectorL2Adapter
+        saved = {k: sys.modules.get(k) for k in stubs}
+        sys.modules.update(stubs)
+        try:
+            sys.modules.pop("kvtier.lmcache")
+            mod = importlib.import_module("kvtier.lmcache")
+            cfg_cls = getattr(mod, "KvtierL2Adapter" + "Config")
+            self.assertTrue(issubclass(cfg_cls, L2AdapterConfigBase))
+            with self.assertRaisesRegex(ValueError, "unknown parameter.s. confg"):
+                cfg_cls.from_dict({"confg": "x"})
+            path = os.path.join(self.env.root, "l2.yaml")
+            with open(path, "w") as f:
+                f.write("max_local_cpu_size: 2MiB\ndram_lock_memory: false\n")
+            cfg = cfg_cls.from_dict({"config": path, "num_workers": 2})
+            ad = mod.KvtierL2Adapter(cfg, l1_memory_desc=None)
+            self.assertIsInstance(ad.client, mod.KvtierNativeConnector)
+            self.assertEqual(ad.client.store.stats(0)["capacity_bytes"], 2 << 20)
+            ok, err, res = one(ad.client, ad.client.submit_batch_exists(["k"]))
+            self.assertEqual((ok, res), (True, [False]))
+            ad.client.close()
+            raw = mod.KvtierL2Adapter({"config": path})   # the older raw-dict form
+            raw.client.close()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    sys.modules.pop(k, None)
+                else:
+                    sys.modules[k] = v
+            sys.modules.pop("kvtier.lmcache", None)
+            importlib.import_module("kvtier.lmcache")
 
     def test_key_namespaces(self):
         # The same chunk under another model or rank is another object.
