@@ -390,6 +390,35 @@ class SGLangContract(unittest.TestCase):
         r0.close()
         r1.close()
 
+    def test_rank_namespaces(self):
+        # Which ranks name the same pages: MLA's TP ranks share one copy,
+        # anything else (MHA's TP ranks, PP stages, CP slices, also MLA's)
+        # is a shard of its own; attention-DP replicas share.
+        def digest(mla=False, **ranks):
+            r = dict(tp_rank=0, tp_size=4, pp_rank=0, pp_size=2, attn_cp_rank=0,
+                     attn_cp_size=1, dp_rank=0, dp_size=1)
+            r.update(ranks)
+            cfg = ksg.HiCacheStorageConfig(
+                is_mla_model=mla, enable_storage_metrics=False, is_page_first_layout=True,
+                model_name="m", extra_config={}, **r)
+            b = ksg.KvtierStorage(cfg, {"store": self.st})
+            b.register_mem_pool_host(HostPool("page_first", pages=2, mla=mla))
+            d = b.ns.digest
+            b.close()
+            return d
+
+        base = digest()
+        self.assertNotEqual(base, digest(tp_rank=1))
+        self.assertNotEqual(base, digest(pp_rank=1))
+        self.assertNotEqual(base, digest(attn_cp_size=2))
+        self.assertNotEqual(digest(attn_cp_size=2), digest(attn_cp_size=2, attn_cp_rank=1))
+        self.assertEqual(base, digest(dp_rank=1, dp_size=2))
+        mla = digest(mla=True)
+        self.assertEqual(mla, digest(mla=True, tp_rank=3))
+        self.assertNotEqual(mla, digest(mla=True, pp_rank=1))
+        self.assertNotEqual(digest(mla=True, attn_cp_size=2),
+                            digest(mla=True, attn_cp_size=2, attn_cp_rank=1))
+
     def test_rank_config_files(self):
         # One extra config for every rank; {tp_rank} names each rank's YAML,
         # here each its own NVMe directory, as ranks on one node need.
