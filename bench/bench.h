@@ -28,6 +28,7 @@ int bench_s3(int argc, char **argv);
 int bench_plan(int argc, char **argv);
 int bench_hier(int argc, char **argv);
 int bench_connector(int argc, char **argv);
+int bench_python(int argc, char **argv);   /* runs bench-data/python_bench.py */
 int bench_llama(int argc, char **argv); /* built with the llama.cpp adapter */
 
 /* Median, min and max of a figure over rounds. */

@@ -21,6 +21,7 @@ static const struct {
 	{ "plan", bench_plan, "[TRACE] [--caps LIST] [--repeat N] [--json]" },
 	{ "hierarchy", bench_hier, "[--json] [--quick] [--dir DIR] [--trace PATH]" },
 	{ "connector", bench_connector, "[--json] [--quick]" },
+	{ "python", bench_python, "[--json] [--quick] [--python PATH]" },
 #ifdef KVT_BENCH_LLAMA
 	{ "llama", bench_llama, "[--json] [--quick] [--dir DIR] [--threads N] [--rounds N]" },
 #endif
