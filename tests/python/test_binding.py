@@ -457,6 +457,21 @@ class Connectors(unittest.TestCase):
         done = {d.what: d for d in c.finished()}
         self.assertEqual(done["load"].chunks, 2)
         self.assertIsInstance(done["load"].error, kvtier.NotFound)
+        # By key: engine hashes wrapped in the namespace name the chunks.
+        hk = ns.keys_from_engine_hashes([bytes([i]) * 32 for i in range(4)], 2)
+        self.assertEqual(c.save_keys(5, hk, [0, 1, 2, 3]), 2)
+        c.save_layer(5)
+        c.wait(5)
+        with self.assertRaises(kvtier.InvalidArgument) as e:
+            c.load_keys(6, hk[:1], [6, 7, 8, 9], 64)
+        self.assertIn("1 keys given", str(e.exception))
+        with self.assertRaises(kvtier.InvalidArgument):
+            c.save_keys(6, hk, [0, 1, 2])  # two chunks need four blocks
+        c.load_keys(6, hk, [8, 9, 10, 11], 64)
+        c.wait(6)
+        self.assertEqual(c.load_errors(6), [])
+        for l in range(self.L):
+            self.assertTrue(torch.equal(t[l][:, 0:4], t[l][:, 8:12]))
         # Synchronous gather and scatter of one layer of one chunk.
         buf = torch.empty(ns.layer_bytes, dtype=torch.uint8)
         c.gather(1, [0, 1], 32, buf)
