@@ -171,7 +171,15 @@ def _layout_of(vllm_config, kv_cache_config, chunk_tokens):
     uniform attention layers; hybrid models are refused)."""
     groups = getattr(kv_cache_config, "kv_cache_groups", None)
     if not groups:
-        raise kvtier.InvalidArgument(kvtier.EINVAL, "kv_cache_config has no kv_cache_groups")
+        # vLLM before 0.11 built connectors without a kv_cache_config: the
+        # model's own figures, per rank.
+        mc, pc = vllm_config.model_config, vllm_config.parallel_config
+        mla = bool(getattr(mc, "use_mla", False))
+        heads = 1 if mla else mc.get_num_kv_heads(pc)
+        return kvtier.Layout(mc.get_num_layers(pc), heads, mc.get_head_size(),
+                             _cache_dtype(vllm_config, mc.dtype), kv_planes=1 if mla else 2,
+                             block_size=vllm_config.cache_config.block_size,
+                             chunk_tokens=chunk_tokens), mla, []
     if len(groups) != 1:
         raise kvtier.NotSupported(kvtier.ENOTFOUND - 18,
                                   "%d KV cache groups (a hybrid model): kvtier's vLLM "
@@ -255,6 +263,10 @@ class KvtierConnector(KVConnectorBase_V1):
         self._bpc = self._chunk_tokens // self._block_size
         self._deadline_ms = int(extra.get("load_deadline_ms", -1))
         self._save_decode = str(extra.get("save_decode", "false")).lower() == "true"
+        # kv_producer only saves, kv_consumer only loads, kv_both does both.
+        kv_role = getattr(ktc, "kv_role", "kv_both") or "kv_both"
+        self._can_load = kv_role in ("kv_both", "kv_consumer")
+        self._can_save = kv_role in ("kv_both", "kv_producer")
         self._layout, self._mla, self._layer_names = _layout_of(
             vllm_config, kv_cache_config, self._chunk_tokens)
         self._model = vllm_config.model_config.model
@@ -315,6 +327,8 @@ class KvtierConnector(KVConnectorBase_V1):
         """Tokens the store holds beyond num_computed_tokens, from memory and
         without side effects: (count, False), the load being layer-wise in
         the next forward pass rather than asynchronous."""
+        if not self._can_load:
+            return 0, False
         n_prompt = len(request.prompt_token_ids or [])
         hashes = request.block_hashes
         n_chunks = min(len(hashes) // self._bpc, n_prompt // self._chunk_tokens)
@@ -387,7 +401,7 @@ class KvtierConnector(KVConnectorBase_V1):
             limit = req.num_tokens if self._save_decode else len(req.prompt_token_ids or [])
             done = min(n_comp + sched.get(rid, 0), limit, len(hashes) * self._block_size)
             full = min(done // self._chunk_tokens, len(st.block_ids) // self._bpc)
-            if full > st.saved_chunks:
+            if self._can_save and full > st.saved_chunks:
                 first = st.saved_chunks
                 meta.saves.append(SaveSpec(
                     rid, hashes[(first + 1) * self._bpc - 1:full * self._bpc:self._bpc],

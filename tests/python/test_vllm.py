@@ -98,7 +98,7 @@ class Engine:
     """One vLLM instance: a scheduler-side and a worker-side connector, a
     KV cache in one of vLLM's layouts, and the calls vLLM makes per step."""
 
-    def __init__(self, extra, layout="flash_attn"):
+    def __init__(self, extra, layout="flash_attn", kv_role="kv_both"):
         self.layout = layout
         self.mla = layout == "mla"
         self.names = ["model.layers.%d.self_attn.attn" % i for i in range(L)]
@@ -110,7 +110,7 @@ class Engine:
                              kv_cache_groups=[NS(layer_names=self.names, kv_cache_spec=spec)])
         vllm_config = NS(
             kv_transfer_config=NS(kv_connector="KvtierConnector",
-                                  kv_connector_module_path="kvtier.vllm", kv_role="kv_both",
+                                  kv_connector_module_path="kvtier.vllm", kv_role=kv_role,
                                   kv_connector_extra_config=dict({"chunk_size": CHUNK}, **extra)),
             cache_config=NS(block_size=BS, cache_dtype="auto"),
             model_config=NS(model="test/tiny-llama", revision=None),
@@ -361,6 +361,48 @@ class Tiers(unittest.TestCase):
 
 
 class Contract(unittest.TestCase):
+    def test_roles(self):
+        """kv_consumer loads and never saves; kv_producer saves and never
+        loads."""
+        extra = {"max_local_cpu_size": "16MiB", "dram_prefault": False}
+        p = prompt(9, 2 * CHUNK + 3)
+        cons = Engine(extra, kv_role="kv_consumer")
+        prod = Engine(extra, kv_role="kv_producer")
+        both = Engine(extra)
+        try:
+            self.assertEqual(cons.run_prefill(Request("r-1", p))[0], 0)
+            probe = Request("r-2", p)
+            self.assertEqual(both.sched.get_num_new_matched_tokens(probe, 0), (0, False))
+            self.assertEqual(prod.run_prefill(Request("r-3", p))[0], 0)  # saves
+            self.assertEqual(both.sched.get_num_new_matched_tokens(probe, 0),
+                             (2 * CHUNK, False))
+            self.assertEqual(prod.run_prefill(Request("r-4", p))[0], 0)  # never loads
+            ext, blocks, inv, kv = cons.run_prefill(Request("r-5", p))
+            self.assertEqual((ext, inv), (2 * CHUNK, set()))
+            cons.check(self, blocks, kv, 0, len(p))
+        finally:
+            for e in (cons, prod, both):
+                e.shutdown()
+
+    def test_layout_without_kv_cache_config(self):
+        """vLLM before 0.11 gives no kv_cache_config: the model config's
+        per-rank figures make the same namespace."""
+        mc = NS(model="test/tiny-llama", revision=None, dtype=torch.bfloat16, use_mla=False,
+                get_num_layers=lambda pc: L, get_num_kv_heads=lambda pc: H,
+                get_head_size=lambda: D)
+        cfg = NS(kv_transfer_config=NS(kv_role="kv_both", kv_connector_extra_config={
+                     "max_local_cpu_size": "16MiB", "dram_prefault": False,
+                     "chunk_size": CHUNK}),
+                 cache_config=NS(block_size=BS, cache_dtype="auto"), model_config=mc,
+                 parallel_config=NS(tensor_parallel_size=1, pipeline_parallel_size=1))
+        old = KvtierConnector(cfg, KVConnectorRole.WORKER, None)
+        new = Engine({"max_local_cpu_size": "16MiB", "dram_prefault": False})
+        try:
+            self.assertEqual(old._ns, new.worker._ns)
+        finally:
+            old.shutdown()
+            new.shutdown()
+
     def test_names_and_errors(self):
         from kvtier import vllm
         for m in ("get_num_new_matched_tokens", "update_state_after_alloc",
