@@ -17,9 +17,10 @@ is() { # description, expected output, command...
 	if [ "$got" == "$want" ]; then ok "$d"; else bad "$d: got [$got], want [$want]"; fi
 }
 
-daemon_start --data-dir "$work/data" || exit 1
+daemon_start --data-dir "$work/data" --unix "$work/sock" || exit 1
 
 is "PING" "PONG" rc ping
+is "PING over the Unix socket" "PONG" redis-cli -s "$work/sock" ping
 is "PING msg" "hello" rc ping hello
 is "ECHO" "a b" rc echo "a b"
 is "SELECT 0" "OK" rc select 0
@@ -90,6 +91,11 @@ rc info | grep -q '^redis_version:' && ok "INFO server" || bad "INFO server"
 rc info keyspace | grep -q '^db0:keys=52,' && ok "INFO keyspace" || bad "INFO keyspace: $(rc info keyspace)"
 rc info kvtier | grep -q '^tier1:name=nvme,' && ok "INFO kvtier per tier" || bad "INFO kvtier: $(rc info kvtier)"
 is "QUIT" "OK" rc quit
+is "SET for EXPIRE" "OK" rc set kexp v
+is "EXPIRE to keep over a restart" "1" rc expire kexp 1000
+kill -HUP "$daemon_pid"
+sleep 0.3
+is "SIGHUP: still serving" "v" rc get kexp
 
 # A large value through the tiers, verified on the way back.
 head -c 3000000 /dev/urandom >"$work/big"
@@ -107,7 +113,8 @@ daemon_start --data-dir "$work/data" || exit 1
 is "GET after restart" "v2" rc get k1
 is "TTL after restart" "1" bash -c "t=\$(redis-cli -p $daemon_port ttl kx); [ \$t -gt 90 ] && [ \$t -le 100 ] && echo 1"
 is "deleted keys stay deleted" "" rc get m1
-is "DBSIZE after restart" "53" rc dbsize
+is "EXPIRE kept over the restart" "1" bash -c "t=\$(redis-cli -p $daemon_port ttl kexp); [ \$t -gt 990 ] && [ \$t -le 1000 ] && echo 1"
+is "DBSIZE after restart" "54" rc dbsize
 redis-cli -p "$daemon_port" --raw get big | head -c 3000000 >"$work/big.back"
 cmp -s "$work/big" "$work/big.back" && ok "3 MB value after restart" || bad "3 MB value after restart"
 for i in $(seq 1 100); do echo "SET crash:$i v$i"; done | rc >/dev/null

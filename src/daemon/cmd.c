@@ -429,8 +429,12 @@ static void do_expire(struct kvtd_conn *c, struct resp_arg *a, size_t n, int ms)
 	int64_t at = vals_now_ms() + t;
 	if (at <= 0)
 		at = 1; /* in the past: the key goes */
-	resp_int(&c->rb, a[1].len <= VALS_MAX_KEY &&
-				 vals_expire(dmn(c)->vals, ten(c), a[1].p, a[1].len, at));
+	int rc = a[1].len <= VALS_MAX_KEY ? vals_expire(dmn(c)->vals, ten(c), a[1].p, a[1].len, at)
+					  : 0;
+	if (rc < 0)
+		store_error(c, rc);
+	else
+		resp_int(&c->rb, rc);
 }
 
 static void cmd_expire(struct kvtd_conn *c, struct resp_arg *a, size_t n)

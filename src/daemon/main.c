@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <openssl/crypto.h>
 #include <signal.h>
 #include <stdio.h>
@@ -225,6 +226,14 @@ int main(int argc, char **argv)
 		kvt_config_free(cfg);
 		return 0;
 	}
+
+	/* Values up to 32 MiB are received into heap buffers that stay with
+	 * the process once freed: the next value of that size reuses pages
+	 * already faulted in, rather than mapping and zeroing fresh ones
+	 * per SET (glibc's default for blocks over 128 KiB).  Larger ones
+	 * are mapped, and go back to the system when freed. */
+	mallopt(M_MMAP_THRESHOLD, 32 << 20);
+	mallopt(M_TRIM_THRESHOLD, 256 << 20);
 
 	/* Signals are taken by the main thread alone (sigtimedwait); a
 	 * client that goes away mid-write is an EPIPE, not a SIGPIPE. */

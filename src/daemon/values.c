@@ -510,30 +510,82 @@ int vals_del(struct vals *v, const struct kvtd_tenant *t, const char *key, size_
 	return was && !expired;
 }
 
+/* A new version of `key` holding the same value with another expiry: the
+ * expiry is in the trailer, so that a restart keeps it, and objects are
+ * immutable.  1 if it went in, 0 if the key is gone or changed meanwhile
+ * (a SET since wins, as it would have come after), or a negative code. */
+static int rewrite_expiry(struct vals *v, const struct kvtd_tenant *t, const char *key,
+			  size_t klen, int64_t expire_ms)
+{
+	uint64_t vlen, seq, p, h = hash_of(t->id, key, klen);
+	struct shard *s = shard_of(v, h);
+	kvt_key old, obj;
+	kvt_ns ns;
+	kvt_ref *ref;
+	char *buf;
+	int rc;
+
+	if (!current(v, t, key, klen, &old, &vlen, &seq))
+		return 0;
+	p = vals_payload_bytes(klen, vlen);
+	if (ns_of(t, p, &ns))
+		return 0;
+	rc = kvt_borrow(v->st, &ns, &old, &ref);
+	if (rc == KVT_ENOTFOUND)
+		return 0;
+	if (rc < 0)
+		return rc;
+	buf = malloc((size_t)p);
+	if (!buf) {
+		kvt_release(ref);
+		return KVT_ENOMEM;
+	}
+	const struct iovec *iov;
+	int n;
+	uint64_t at = 0;
+	kvt_ref_iov(ref, &iov, &n);
+	for (int i = 0; i < n && at < vlen; i++) {
+		size_t k = iov[i].iov_len < vlen - at ? iov[i].iov_len : (size_t)(vlen - at);
+		memcpy(buf + at, iov[i].iov_base, k);
+		at += k;
+	}
+	kvt_release(ref);
+	uint64_t nseq = atomic_fetch_add(&v->seq, 1) + 1;
+	obj_key(t, nseq, v->nonce, key, klen, &obj);
+	write_trailer(buf, key, klen, vlen, p, nseq, v->nonce, expire_ms);
+	rc = kvt_put(v->st, &ns, &obj, buf, (size_t)p, v->o.durability);
+	free(buf);
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&s->mu);
+	struct entry **pp = find(s, h, t->id, key, klen);
+	int same = *pp && (*pp)->seq == seq;
+	if (same) {
+		count_add(v, *pp, -1);
+		(*pp)->seq = nseq;
+		(*pp)->nonce = v->nonce;
+		(*pp)->obj = obj;
+		(*pp)->expire_ms = expire_ms;
+		count_add(v, *pp, 1);
+	}
+	pthread_mutex_unlock(&s->mu);
+	kvt_delete(v->st, &ns, same ? &old : &obj);
+	return same;
+}
+
 int vals_expire(struct vals *v, const struct kvtd_tenant *t, const char *key, size_t klen,
 		int64_t expire_ms)
 {
-	uint64_t h = hash_of(t->id, key, klen);
-	struct shard *s = shard_of(v, h);
-	struct gone g;
-	int here, dropped;
-
-	pthread_mutex_lock(&s->mu);
-	here = live(v, s, h, t, key, klen, &g, &dropped);
-	if (here) {
-		struct entry **pp = find(s, h, t->id, key, klen);
-		count_add(v, *pp, -1);
-		(*pp)->expire_ms = expire_ms;
-		count_add(v, *pp, 1);
-		if (is_expired(*pp, vals_now_ms())) {
-			unlink_entry(v, s, pp, &g);
-			dropped = 1;
-		}
+	if (expire_ms && expire_ms <= vals_now_ms())
+		return vals_del(v, t, key, klen); /* in the past: the key goes */
+	for (int tries = 0; tries < 4; tries++) {
+		int rc = rewrite_expiry(v, t, key, klen, expire_ms);
+		if (rc != 0)
+			return rc;
+		if (!vals_exists(v, t, key, klen))
+			return 0;
 	}
-	pthread_mutex_unlock(&s->mu);
-	if (dropped)
-		drop_object(v, t, &g.obj, g.p);
-	return here;
+	return KVT_EAGAIN;
 }
 
 int64_t vals_pttl(struct vals *v, const struct kvtd_tenant *t, const char *key, size_t klen)

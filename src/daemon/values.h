@@ -88,8 +88,10 @@ int vals_exists(struct vals *v, const struct kvtd_tenant *t, const char *key, si
 /* Remove `key`: 1 if it was there, 0 if not. */
 int vals_del(struct vals *v, const struct kvtd_tenant *t, const char *key, size_t klen);
 
-/* Set (expire_ms > 0) or clear (0) the expiry: 1 if the key exists, else 0.
- * An expiry in the past deletes the key. */
+/* Set (expire_ms > 0) or clear (0) the expiry: 1 if the key exists, else 0,
+ * or a negative code.  The expiry is kept in a new version of the value
+ * (a copy of its bytes), so that a restart keeps it too.  An expiry in the
+ * past deletes the key. */
 int vals_expire(struct vals *v, const struct kvtd_tenant *t, const char *key, size_t klen,
 		int64_t expire_ms);
 
