@@ -22,6 +22,7 @@ static const struct {
 	{ "hierarchy", bench_hier, "[--json] [--quick] [--dir DIR] [--trace PATH]" },
 	{ "connector", bench_connector, "[--json] [--quick]" },
 	{ "python", bench_python, "[--json] [--quick] [--python PATH]" },
+	{ "daemon", bench_daemon, "[--json] [--quick]" },
 #ifdef KVT_BENCH_LLAMA
 	{ "llama", bench_llama, "[--json] [--quick] [--dir DIR] [--threads N] [--rounds N]" },
 #endif
