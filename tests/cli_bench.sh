@@ -57,7 +57,7 @@ expect_fail "an unknown benchmark" "unknown benchmark" "$bench" frobnicate
 expect_fail "no benchmark named" "usage" "$bench"
 expect "--help" "$bench" --help
 expect "connector --json --quick" "$bench" connector --json --quick
-for c in dram nvme sharedfs s3 plan hierarchy; do
+for c in dram nvme sharedfs s3 plan hierarchy daemon; do
 	"$bench" "$c" --help >"$work/out" 2>&1 && grep -q "kvtier-bench $c" "$work/out" &&
 		ok "$c --help" || bad "$c --help: $(head -3 "$work/out")"
 done
