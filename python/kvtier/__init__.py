@@ -976,6 +976,11 @@ class Op:
             raise _error(rc, lib.kvt_op_errmsg(self._h).decode("utf-8", "replace"))
         return rc
 
+    @property
+    def done(self):
+        """Whether the op has completed (its result is then wait()'s)."""
+        return lib.kvt_op_poll(self._handle()) != EAGAIN
+
     def poll(self):
         """None while in flight, else the result."""
         return self._result(lib.kvt_op_poll(self._handle()))

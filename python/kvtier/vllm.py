@@ -90,7 +90,7 @@ log = logging.getLogger("kvtier.vllm")
 # extra_config keys the adapter reads itself; every other key is a kvtier
 # configuration key (docs/CONFIG.md) set on top of kvtier_config's file.
 ADAPTER_KEYS = ("kvtier_config", "kv_cache_layout", "load_deadline_ms", "tenant",
-                "save_decode", "tp_rank")
+                "save_decode", "tp_rank", "model", "connector_threads")
 
 
 # --- one store per process ------------------------------------------------------
@@ -541,3 +541,170 @@ class KvtierConnector(KVConnectorBase_V1):
             st, self._store = self._store, None
             self._ns_ranks = None
             _release_store(self._extra, st)
+
+
+# --- a secondary tier for vLLM's OffloadingConnector ----------------------------------
+
+try:
+    from vllm.v1.kv_offload.tiering.base import (  # noqa: F401
+        JobMetadata,
+        JobResult,
+        SecondaryTierManager,
+    )
+except ImportError:
+    class SecondaryTierManager:
+        """The part of vLLM's SecondaryTierManager a tier inherits."""
+
+        def __init__(self, offloading_spec, primary_kv_view, tier_type):
+            self._offloading_spec = offloading_spec
+            self._primary_kv_view = primary_kv_view
+            self.tier_type = tier_type
+
+    @dataclass
+    class JobMetadata:
+        job_id: int
+        keys: list
+        block_ids: object
+        is_promotion: bool = False
+        req_context: object = None
+
+    @dataclass
+    class JobResult:
+        job_id: int
+        success: bool
+
+try:
+    from vllm.v1.kv_offload.base import LookupResult
+except ImportError:
+    LookupResult = None
+
+
+class KvtierSecondaryTier(SecondaryTierManager):
+    """kvtier's tiers below the CPU tier of vLLM's tiered OffloadingConnector.
+
+    The primary tier is vLLM's CPU KV cache, a memoryview whose first
+    stride is one block slot; kvtier stores each slot's bytes as they are
+    (one chunk a block, in a namespace of the model and the slot size), so
+    whatever vLLM's slot layout, a load gives back the very bytes stored.
+    Stores and loads are the store's asynchronous puts and gets straight
+    from and into the slots (no staging copy); get_finished polls them.
+    Every method runs in vLLM's scheduler process and returns at once.
+
+    Extra arguments are kvtier configuration keys (`kvtier_config`, a YAML
+    path, and any key of docs/CONFIG.md), as in the connector's
+    extra_config.
+    """
+
+    def __init__(self, offloading_spec=None, primary_kv_view=None, tier_type="kvtier",
+                 vllm_config=None, **settings):
+        # vLLM's tier factory has passed either the offloading spec or the
+        # vLLM config (its tiering interface is still moving): both work.
+        try:
+            super().__init__(offloading_spec, primary_kv_view, tier_type)
+        except TypeError:
+            super().__init__(vllm_config=vllm_config, primary_kv_view=primary_kv_view,
+                             tier_type=tier_type)
+        if primary_kv_view is None:
+            raise kvtier.InvalidArgument(kvtier.EINVAL, "no primary_kv_view")
+        view = primary_kv_view if isinstance(primary_kv_view, memoryview) \
+            else memoryview(primary_kv_view)
+        self._slot = int(view.strides[0])
+        self._n_slots = int(view.shape[0])
+        self._flat = view.cast("B") if view.ndim > 1 or view.format != "B" else view
+        self._extra = dict(settings)
+        self._store = _acquire_store(self._extra, writer=True)
+        # The slot as an opaque byte string: a layout of one layer of
+        # int8 "tokens" of 64 bytes whose payload is exactly the slot.
+        if self._slot % 64:
+            raise kvtier.LayoutError(kvtier.ENOTFOUND - 12,
+                                     "a primary slot of %d bytes is not a multiple of 64" %
+                                     self._slot)
+        n = self._slot // 64
+        lay = kvtier.Layout(1, 1, 64, "int8", kv_planes=1, block_size=n, chunk_tokens=n)
+        vc = vllm_config or getattr(offloading_spec, "vllm_config", None)
+        model = getattr(getattr(vc, "model_config", None), "model", None) or \
+            self._extra.get("model", "vllm")
+        self._ns = self._store.namespace("%s#offload-slot" % model, lay,
+                                         tenant=self._extra.get("tenant"))
+        self._jobs = {}  # job id -> [ops, keep]
+
+    def _keys(self, keys):
+        return [self._ns.key_from_engine_hash(bytes(k)) for k in keys]
+
+    def _slot_view(self, bid):
+        bid = int(bid)
+        if not 0 <= bid < self._n_slots:
+            raise kvtier.InvalidArgument(kvtier.EINVAL, "slot %d of %d" % (bid, self._n_slots))
+        return self._flat[bid * self._slot:(bid + 1) * self._slot]
+
+    def lookup(self, key, req_context=None):
+        hit = self._store.exists(self._ns, self._keys([key])[0])
+        if LookupResult is not None:
+            return LookupResult.HIT if hit else LookupResult.MISS
+        return hit
+
+    def submit_store(self, job_metadata):
+        ops = []
+        for k, bid in zip(self._keys(job_metadata.keys), job_metadata.block_ids):
+            if not self._store.exists(self._ns, k):
+                ops.append(self._store.put_async(self._ns, k, self._slot_view(bid)))
+        self._jobs[job_metadata.job_id] = ops
+
+    def submit_load(self, job_metadata):
+        ops = []
+        for k, bid in zip(self._keys(job_metadata.keys), job_metadata.block_ids):
+            ops.append(self._store.get_async(self._ns, k, self._slot_view(bid)))
+        self._jobs[job_metadata.job_id] = ops
+
+    def get_finished(self):
+        done = []
+        for job_id, ops in list(self._jobs.items()):
+            if not all(op.done for op in ops):
+                continue
+            ok = True
+            for op in ops:
+                try:
+                    op.wait()
+                except kvtier.Exists:
+                    pass  # another writer stored it first: it is there
+                except kvtier.Error as e:
+                    log.warning("kvtier: offload job %s: %s", job_id, e)
+                    ok = False
+                op.close()
+            del self._jobs[job_id]
+            done.append(JobResult(job_id=job_id, success=ok))
+        return done
+
+    # vLLM renamed get_finished to get_finished_jobs; both are served.
+    get_finished_jobs = get_finished
+
+    def touch(self, keys, req_context=None):
+        return
+
+    def drain_jobs(self):
+        for ops in self._jobs.values():
+            for op in ops:
+                try:
+                    op.wait()
+                except kvtier.Error:
+                    pass
+
+    def shutdown(self):
+        self.drain_jobs()
+        for ops in self._jobs.values():
+            for op in ops:
+                op.close()
+        self._jobs = {}
+        if self._store is not None:
+            st, self._store = self._store, None
+            _release_store(self._extra, st)
+
+
+try:  # vLLM's tier factory, where it has one, knows the type "kvtier"
+    from vllm.v1.kv_offload.tiering.factory import SecondaryTierFactory
+    try:
+        SecondaryTierFactory.register_tier("kvtier", __name__, "KvtierSecondaryTier")
+    except ValueError:
+        pass  # registered already (a reload)
+except ImportError:
+    pass

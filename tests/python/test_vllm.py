@@ -22,9 +22,11 @@ import random
 import shutil
 import subprocess
 import tempfile
+import time
 import unittest
 from types import SimpleNamespace as NS
 
+import numpy as np
 import torch
 
 import kvtier
@@ -279,7 +281,7 @@ class Tiers(unittest.TestCase):
             b.shutdown()
 
     def test_dram(self):
-        self.roundtrip(self.base(), same_time=True)
+        self.roundtrip(self.base(connector_threads=1), same_time=True)
 
     def test_dram_layouts(self):
         for layout in ("flash_attn_hnd", "flashinfer", "mla", "cross_layer"):
@@ -358,6 +360,62 @@ class Tiers(unittest.TestCase):
         d = os.path.join(self.root, "shared-bad")
         self.corrupt_one(self.base(local_cpu=False, shared_fs=d,
                                    max_shared_fs_size="64MiB"), d)
+
+
+class SecondaryTier(unittest.TestCase):
+    """KvtierSecondaryTier driven as vLLM's tiered offloading manager does:
+    submit_store of pinned primary slots, get_finished polled until the job
+    is reported, lookup, submit_load into other slots."""
+
+    SLOT, SLOTS = 16384, 12
+
+    def poll(self, tier, job):
+        for _ in range(2000):
+            for r in tier.get_finished():
+                if r.job_id == job:
+                    return r.success
+            time.sleep(0.005)
+        self.fail("job %d never finished" % job)
+
+    def run_tier(self, extra, restart):
+        from kvtier.vllm import JobMetadata, KvtierSecondaryTier
+        primary = torch.zeros(self.SLOTS, self.SLOT, dtype=torch.uint8)
+        view = memoryview(primary.numpy())
+        spec = NS(vllm_config=NS(model_config=NS(model="test/tiny-llama")))
+        tier = KvtierSecondaryTier(spec, view, "kvtier", **extra)
+        keys = [bytes([7, i]) * 16 for i in range(4)]
+        data = torch.randint(0, 256, (4, self.SLOT), dtype=torch.uint8)
+        primary[[1, 3, 5, 7]] = data
+        tier.submit_store(JobMetadata(1, keys, np.array([1, 3, 5, 7]), False, None))
+        self.assertTrue(self.poll(tier, 1))
+        if restart:
+            # The factory's other form (vllm_config=...) names the same chunks.
+            tier.shutdown()
+            tier = KvtierSecondaryTier(vllm_config=spec.vllm_config, primary_kv_view=view,
+                                       tier_type="kvtier", **extra)
+        primary.zero_()
+        self.assertEqual([bool(tier.lookup(k, None)) for k in keys + [b"x" * 32]],
+                         [True] * 4 + [False])
+        tier.submit_load(JobMetadata(2, keys, np.array([11, 10, 9, 8]), True, None))
+        self.assertTrue(self.poll(tier, 2))
+        self.assertTrue(torch.equal(primary[[11, 10, 9, 8]], data))
+        self.assertFalse(primary[:8].any())
+        tier.submit_load(JobMetadata(3, [keys[0], b"x" * 32], np.array([0, 2]), True, None))
+        self.assertFalse(self.poll(tier, 3))  # a miss fails the job
+        with self.assertRaises(kvtier.InvalidArgument):
+            tier.submit_store(JobMetadata(4, [b"y" * 32], np.array([self.SLOTS]), False, None))
+        tier.shutdown()
+
+    def test_dram(self):
+        self.run_tier({"max_local_cpu_size": "16MiB", "dram_prefault": False}, False)
+
+    def test_nvme_across_a_restart(self):
+        d = tempfile.mkdtemp(prefix="kvt-vllm-off-")
+        try:
+            self.run_tier({"max_local_cpu_size": "16MiB", "dram_prefault": False,
+                           "local_disk": d, "max_local_disk_size": "64MiB"}, True)
+        finally:
+            shutil.rmtree(d)
 
 
 class Contract(unittest.TestCase):
