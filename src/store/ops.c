@@ -222,6 +222,23 @@ static int into_reserve(void *arg, uint64_t len, const struct iovec **iov,
  * decoding and verifying it there before it is published: no bounce buffer,
  * no copy.  0, KVT_EEXIST (already in DRAM), or an error (a bad image is
  * dropped from `src`). */
+/* The image of `key` that tier `t` read straight into DRAM failed its
+ * checks (`rc`, kvt_errmsg()): report it as any failed read is, through
+ * the tier's corrupt() on a borrow of it, so a disk tier stops serving it
+ * and lists it for verify rather than remove it (no read removes a file). */
+static void drop_bad(kvt_tier *t, const kvt_key *key, int rc)
+{
+	char why[256];
+	kvt_tier_rbuf *rb;
+
+	snprintf(why, sizeof(why), "%s", kvt_errmsg()[0] ? kvt_errmsg() : kvt_strerror(rc));
+	if (t->ops->get(t, key, &rb))
+		return; /* gone already */
+	kvt_err(rc, "%s", why);
+	t->ops->corrupt(t, rb);
+	t->ops->release(t, rb);
+}
+
 static int promote_into(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 			int src)
 {
@@ -261,9 +278,9 @@ static int promote_into(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		if (rc == KVT_EMISMATCH)
 			return rc; /* another namespace's chunk: not ours to drop */
 		kvt_key_hex(key, hex);
-		kvt_log(KVT_LOG_WARN, "%s tier: dropping %s: %s (%s)", t->ops->name,
+		kvt_log(KVT_LOG_WARN, "%s tier: not serving %s: %s (%s)", t->ops->name,
 			hex, kvt_strerror(rc), kvt_errmsg());
-		t->ops->del(t, key);
+		drop_bad(t, key, rc);
 		hier_remove(st->hier, src, key);
 		return rc;
 	}
