@@ -923,6 +923,8 @@ enum kvt_plan_policy { KVT_PLAN_LRU = 0, KVT_PLAN_S3FIFO = 1 };
 enum kvt_plan_route {
 	KVT_PLAN_ROUTE_RR = 0,       /* round-robin */
 	KVT_PLAN_ROUTE_AFFINITY = 1, /* the node holding the longest prefix */
+	KVT_PLAN_ROUTE_BALANCED = 2, /* ... among those not above 1.25x the mean
+				      * recent work (blocks computed) */
 };
 enum kvt_plan_admit {
 	KVT_PLAN_ADMIT_ALL = 0,
@@ -997,7 +999,27 @@ typedef struct kvt_plan_tier {
 	double latency_us;      /* first byte */
 	double usd_gib_month;   /* storage */
 	double usd_per_1k_get, usd_per_1k_put;
+	/* What a fleet-wide tier serves all nodes together (0: no limit of
+	 * its own): a parallel file system's throughput per TiB provisioned
+	 * and its smallest size (FSx for Lustre: 0.125 GB/s per TiB, 1.2
+	 * TiB), an object store's GET requests per second per key prefix and
+	 * the prefixes the keys spread over (S3: 5,500). */
+	double gbps_per_tib, min_tib;
+	double get_per_s, prefixes;
 } kvt_plan_tier;
+
+/* A host link a load crosses ("pcie": host to accelerator, per
+ * accelerator; "nic": node to the shared tier, per node). */
+typedef struct kvt_plan_link {
+	char name[48];
+	double gbps;            /* 10^9 B/s, each direction */
+} kvt_plan_link;
+
+/* Where a catalog entry's figures come from: "built-in" (the planning
+ * defaults of docs/PLANNING.md) or the catalog file and line that last
+ * set them ("bench.cat:3").  kind is "model", "gpu", "tier" or "link";
+ * NULL when there is no such entry.  Valid until the next catalog load. */
+KVT_API const char *kvt_plan_catalog_source(const char *kind, const char *name);
 
 /* The catalog entry named `name` (case-insensitive), or NULL
  * when there is none.  `name` may not be NULL.  The entry stays valid
@@ -1005,10 +1027,12 @@ typedef struct kvt_plan_tier {
 KVT_API const kvt_plan_model *kvt_plan_model_find(const char *name);
 KVT_API const kvt_plan_gpu *kvt_plan_gpu_find(const char *name);
 KVT_API const kvt_plan_tier *kvt_plan_tier_find(const char *name);
+KVT_API const kvt_plan_link *kvt_plan_link_find(const char *name);
 /* Entry i of the catalog, in its order; NULL past the last. */
 KVT_API const kvt_plan_model *kvt_plan_model_at(size_t i);
 KVT_API const kvt_plan_gpu *kvt_plan_gpu_at(size_t i);
 KVT_API const kvt_plan_tier *kvt_plan_tier_at(size_t i);
+KVT_API const kvt_plan_link *kvt_plan_link_at(size_t i);
 
 /* Write the catalog as `kvtier plan --list` shows it to file descriptor
  * `fd` (the caller's; left open).  0, or -errno if it cannot be written. */
@@ -1032,6 +1056,87 @@ KVT_API double kvt_plan_prefill_seconds(const kvt_plan_model *m, const kvt_plan_
 /* Seconds to load `bytes` from tier `t`: latency + bytes / bandwidth, 0
  * when nothing loads. */
 KVT_API double kvt_plan_load_seconds(const kvt_plan_tier *t, double bytes);
+
+/* -- time and queueing -- */
+
+/*
+ * The trace in time, on a fleet of accelerators (docs/PLANNING.md, "Time
+ * and queueing").  Request q arrives at arrive_s[q] / rate on the node the
+ * cache simulation sent it to (per_req[q].node) and waits in that node's
+ * queue (first come, first served) for the first of its gpus_per_node
+ * accelerators to be free.  Its service is the prefill of its uncached
+ * tokens (kvt_plan_prefill_seconds) overlapped layer by layer with the
+ * loads of its cached blocks, tier after tier (T0, T1, S) as the engine
+ * connector loads them: layer l computes once its KV has arrived and
+ * layer l - 1 is done.  A load waits for the tier's first byte
+ * (latency_us), then holds every link of its path at the path's slowest
+ * bandwidth until it is done; a busy link is waited for (first come,
+ * first served):
+ *   T0: the tier (DRAM) and the accelerator's PCIe;
+ *   T1: the node's NVMe (the tier's bandwidth) and PCIe;
+ *   S:  the node's NIC (the link and the tier's per-node bandwidth), the
+ *       shared tier's fleet-wide throughput, and PCIe.
+ * A tier whose load, alone on its links, would take longer than computing
+ * the tokens it holds is not read (kvt_lookup_worth's rule): those tokens
+ * and the rest are computed, and the load counts as starved.  TTFT is
+ * arrival to the end of the prefill.
+ */
+enum {
+	KVT_PLAN_LINK_PCIE = 0,   /* host to accelerator, each accelerator */
+	KVT_PLAN_LINK_NVME = 1,   /* the node's NVMe reads */
+	KVT_PLAN_LINK_NIC = 2,    /* node to the shared tier, each node */
+	KVT_PLAN_LINK_SHARED = 3, /* the shared tier, fleet-wide */
+	KVT_PLAN_NLINK = 4,
+};
+
+typedef struct kvt_plan_fleet_conf {
+	const kvt_plan_model *model;
+	const kvt_plan_gpu *gpu;
+	const kvt_plan_tier *tier[KVT_PLAN_NT];  /* T0, T1, S: latency, bandwidth */
+	double link_gbps[KVT_PLAN_NLINK];        /* capacities; 0: no limit */
+	double rate;              /* traffic scale: arrivals at arrive_s / rate; > 0 */
+	unsigned nodes;           /* those of the simulation, 1..KVT_PLAN_MAX_NODES */
+	unsigned gpus_per_node;   /* replicas serving each node's queue, 1..64 */
+	unsigned tp;              /* accelerators a replica, tensor parallel, 1..64
+				   * (0: 1): prefill / tp, each one's PCIe in parallel */
+	double window_s;          /* bandwidth windows; 0: one second */
+} kvt_plan_fleet_conf;
+
+typedef struct kvt_plan_link_use {
+	double bytes;                       /* moved over the link */
+	double p50_gbps, p99_gbps, max_gbps; /* demand over the windows */
+	double busy_s;                      /* link-seconds held (each instance) */
+	uint64_t loads;                     /* loads whose slowest link this is */
+	uint64_t starved;   /* ... that took longer than recomputing their tokens */
+	uint64_t latency_bound; /* ... of which no bandwidth helps (latency alone is more) */
+	double fix_gbps;    /* bandwidth at which 99% of those loads beat the recompute */
+} kvt_plan_link_use;
+
+typedef struct kvt_plan_timing {
+	uint64_t requests;
+	double ttft_mean, ttft_p50, ttft_p90, ttft_p99, ttft_max;  /* seconds */
+	double wait_mean, wait_p50, wait_p90, wait_p99, wait_max;  /* in the queue */
+	double service_p90;   /* TTFT less the queueing: what no fleet size removes */
+	double span_s;        /* first arrival to last prefill's end */
+	double busy_s;        /* accelerator-seconds of service */
+	double compute_s;     /* of which prefill */
+	double utilisation;   /* busy_s / (accelerators x span_s) */
+	uint64_t windows;     /* bandwidth windows over span_s */
+	kvt_plan_link_use link[KVT_PLAN_NLINK];
+} kvt_plan_timing;
+
+/* Run trace `t` in time on fleet `f`, the cache hits and nodes from
+ * kvt_plan_simulate's per_req (NULL: no cache, requests round-robin).
+ * Optional outputs (each may be NULL): ttft_s and wait_s, one entry per
+ * request in trace order; series, link-major, series_cap windows per
+ * link, the demand of each window in 10^9 B/s (windows past series_cap
+ * are counted in the figures but not written).  Deterministic.  0;
+ * KVT_EINVAL for a fleet out of range (kvt_errmsg names the field);
+ * KVT_ENOMEM.  t, f and out may not be NULL. */
+KVT_API int kvt_plan_fleet_run(const kvt_plan_trace *t, const kvt_plan_req_hit *per_req,
+			       const kvt_plan_fleet_conf *f, kvt_plan_timing *out,
+			       double *ttft_s, double *wait_s, double *series,
+			       size_t series_cap);
 
 /* ------------------------------------------------------------------------ */
 /* Engine connector                                                          */

@@ -7,7 +7,9 @@ loaded and decoded (naturalWidth > 0), 'charts-failed' if one failed.  We
 dump the DOM after the page settles and read the title, and take a
 screenshot that must be a non-trivial PNG.
 
-usage: plan_browser.py REPORT_DIR    exit 0 pass, 1 fail, 77 skip (no chromium)
+usage: plan_browser.py REPORT_DIR [CHART.svg ...]   exit 0 pass, 1 fail, 77 skip
+(no chromium); the charts named must be in the rendered page besides
+hitrate.svg and ttft.svg
 """
 import os
 import re
@@ -65,7 +67,7 @@ def main():
         else:
             print(f"FAIL page title is {title!r}, want 'charts-ok'")
             fails += 1
-        for chart in ("hitrate.svg", "ttft.svg"):
+        for chart in ["hitrate.svg", "ttft.svg"] + sys.argv[2:]:
             if f'src="{chart}"' in dom.stdout:
                 print(f"ok   rendered DOM holds {chart}")
             else:

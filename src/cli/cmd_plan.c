@@ -20,6 +20,7 @@
 
 #include "cli.h"
 #include "jsonw.h"
+#include "plan_cli.h"
 
 #define MAX_LIST 64     /* capacities per tier list */
 #define MAX_POLICIES 8
@@ -27,35 +28,8 @@
 #define MAX_THREADS 64
 #define MAX_LIMIT 1000000000000ull /* requests: 10^12 */
 #define PLAN_ACCESSES_PER_THREAD 2e6 /* ~50 ms of simulation */
-
-struct cfg_out {
-	kvt_plan_conf conf;
-	const char *admit_name;
-	kvt_plan_result r;
-	double sim_s;
-	double ttft_mean, ttft_p50, ttft_p90, ttft_p99; /* seconds */
-	double gpu_s;                                    /* prefill compute */
-	double load_bytes[KVT_PLAN_NT];
-	double usd_storage_month, usd_req_per_m, usd_month;
-	double gpu_h_saved_per_m, usd_net_month;
-	int rc;
-};
-
-struct plan_ctx {
-	kvt_plan_trace *tr;
-	kvt_plan_trace_view tv;  /* of tr */
-	const kvt_plan_model *model;
-	const kvt_plan_gpu *gpu;
-	const kvt_plan_tier *tc[KVT_PLAN_NT];
-	double block_bytes;
-	double base_gpu_s;
-	double base_ttft_p90;
-	double req_per_month;
-	struct cfg_out *cfg;
-	size_t ncfg;
-	unsigned repeat;
-	atomic_size_t next, done;
-};
+#define MAX_SHARED_TIERS 8
+#define HOURS_MONTH 730.0
 
 /* ---- options -------------------------------------------------------------- */
 
@@ -221,9 +195,8 @@ static double cap_blocks(const struct plan_ctx *x, uint64_t cap)
 	return cap == KVT_PLAN_UNBOUNDED ? (double)x->tv.distinct_blocks : (double)cap;
 }
 
-/* TTFT of each request into ttft[] (seconds), and the totals into o. */
-static void evaluate(const struct plan_ctx *x, struct cfg_out *o,
-		     const kvt_plan_req_hit *ph, double *ttft)
+void plan_evaluate(const struct plan_ctx *x, struct cfg_out *o, const kvt_plan_req_hit *ph,
+		   double *ttft)
 {
 	const kvt_plan_trace_view *pt = &x->tv;
 	double kvb = kvt_plan_kv_bytes_per_token(x->model);
@@ -241,7 +214,7 @@ static void evaluate(const struct plan_ctx *x, struct cfg_out *o,
 			double b = (upto - prev) * kvb;
 			if (b > 0) {
 				o->load_bytes[k] += b;
-				load += kvt_plan_load_seconds(x->tc[k], b);
+				load += kvt_plan_load_seconds(o->tc[k], b);
 			}
 			prev = upto;
 		}
@@ -253,31 +226,38 @@ static void evaluate(const struct plan_ctx *x, struct cfg_out *o,
 	}
 	qsort(ttft, pt->requests, sizeof(double), cmp_double);
 	uint64_t n = pt->requests;
-	o->ttft_mean = n ? sum / (double)n : 0;
-	o->ttft_p50 = pct(ttft, n, 0.5);
-	o->ttft_p90 = pct(ttft, n, 0.9);
-	o->ttft_p99 = pct(ttft, n, 0.99);
+	(void)sum;
+	o->ttft_alone_p90 = pct(ttft, n, 0.9);
 
 	const kvt_plan_conf *c = &o->conf;
 	double gib = x->block_bytes / 1073741824.0;
 	o->usd_storage_month = 0;
-	for (unsigned k = 0; k < KVT_PLAN_NT; k++) {
+	o->shared_tib = 0;
+	for (unsigned k = 0; k < KVT_PLAN_NT && !o->no_tiers; k++) {
 		if (!c->tier[k].capacity)
 			continue;
 		double copies = k == KVT_PLAN_TS ? 1 : c->nodes;
-		o->usd_storage_month += copies * cap_blocks(x, c->tier[k].capacity) * gib *
-					x->tc[k]->usd_gib_month;
+		double g = cap_blocks(x, c->tier[k].capacity) * gib;
+		if (k == KVT_PLAN_TS && o->tc[k]->gbps_per_tib > 0) {
+			/* A file system is bought by the TiB, at least its
+			 * smallest size. */
+			o->shared_tib = g / 1024 > o->tc[k]->min_tib ? g / 1024 : o->tc[k]->min_tib;
+			g = o->shared_tib * 1024;
+		}
+		o->usd_storage_month += copies * g * o->tc[k]->usd_gib_month;
 	}
 	double usd_req = 0;
 	for (unsigned k = 0; k < KVT_PLAN_NT; k++)
-		usd_req += (double)o->r.hit_tier[k] * x->tc[k]->usd_per_1k_get / 1000 +
-			   (double)o->r.inserts[k] * x->tc[k]->usd_per_1k_put / 1000;
+		usd_req += (double)o->r.hit_tier[k] * o->tc[k]->usd_per_1k_get / 1000 +
+			   (double)o->r.inserts[k] * o->tc[k]->usd_per_1k_put / 1000;
 	double nreq = n ? (double)n : 1;
 	o->usd_req_per_m = usd_req / nreq * 1e6;
 	o->usd_month = o->usd_storage_month + usd_req / nreq * x->req_per_month;
 	o->gpu_h_saved_per_m = (x->base_gpu_s - o->gpu_s) / nreq * 1e6 / 3600;
 	o->usd_net_month = (x->base_gpu_s - o->gpu_s) / nreq * x->req_per_month / 3600 *
 			   x->gpu->usd_hour - o->usd_month;
+	o->usd_gpu_month = (double)plan_accels(x, o) * x->gpu->usd_hour * HOURS_MONTH;
+	o->usd_fleet_month = o->usd_gpu_month + o->usd_month;
 }
 
 static void *worker(void *arg)
@@ -296,15 +276,19 @@ static void *worker(void *arg)
 		} else {
 			/* --repeat: the fastest of several runs, to time the
 			 * simulator rather than a noisy neighbour. */
-			for (unsigned k = 0; k < (x->repeat ? x->repeat : 1); k++) {
+			for (unsigned k = 1; k < (x->repeat ? x->repeat : 1); k++) {
 				double t0 = cli_now();
 				o->rc = kvt_plan_simulate(x->tr, &o->conf, &o->r, ph);
 				double dt = cli_now() - t0;
-				if (!k || dt < o->sim_s)
+				if (!o->sim_s || dt < o->sim_s)
 					o->sim_s = dt;
 			}
-			if (!o->rc)
-				evaluate(x, o, ph, ttft);
+			if (o->rc)
+				;
+			else if (x->fleet)
+				o->rc = plan_fleet_search(x, o, ph, ttft);
+			else
+				o->rc = plan_fleet_eval(x, o, ph, ttft, NULL, NULL, NULL, 0);
 		}
 		atomic_fetch_add(&x->done, 1);
 	}
@@ -324,6 +308,11 @@ static const char *cap_str(uint64_t cap, char *buf, size_t n)
 	return buf;
 }
 
+static const char *route_str(int r)
+{
+	return r == KVT_PLAN_ROUTE_AFFINITY ? "affinity" : r == KVT_PLAN_ROUTE_BALANCED ? "balanced" : "rr";
+}
+
 static const char *pol_name(int k)
 {
 	return k == KVT_PLAN_S3FIFO ? "s3fifo" : "lru";
@@ -331,9 +320,10 @@ static const char *pol_name(int k)
 
 static void print_table(const struct plan_ctx *x, FILE *f)
 {
-	fprintf(f, "%-6s %-8s %9s %9s %9s %5s %7s %7s %9s %9s %9s %8s %8s %10s %10s\n",
-		"policy", "admit", "dram", "nvme", "shared", "nodes", "hit%blk", "hit%tok",
-		"hits_t0", "hits_t1", "hits_s", "ttft_p50", "ttft_p90", "gpuh/Mreq", "usd/month");
+	fprintf(f, "%-6s %-8s %-8s %-4s %2s %9s %9s %9s %5s %7s %7s %9s %9s %9s %8s %8s %5s %10s %10s\n",
+		"policy", "admit", "route", "sh", "tp", "dram", "nvme", "shared", x->fleet ? "accel" : "nodes",
+		"hit%blk", "hit%tok", "hits_t0", "hits_t1", "hits_s", "ttft_p50", "ttft_p90", "util%",
+		"gpuh/Mreq", x->fleet ? "fleet$/mo" : "usd/month");
 	for (size_t i = 0; i < x->ncfg; i++) {
 		const struct cfg_out *o = &x->cfg[i];
 		char a[24], b[24], c[24];
@@ -341,16 +331,23 @@ static void print_table(const struct plan_ctx *x, FILE *f)
 			fprintf(f, "config %zu failed: %s\n", i, kvt_strerror(o->rc));
 			continue;
 		}
-		fprintf(f, "%-6s %-8s %9s %9s %9s %5u %7.2f %7.2f %9llu %9llu %9llu %8.1f %8.1f %10.1f %10.0f\n",
-			pol_name(o->conf.policy), o->admit_name,
+		char acc[16];
+		if (x->fleet && !o->met)
+			snprintf(acc, sizeof(acc), ">%u", x->max_nodes * x->gpus_per_node * o->tp);
+		else
+			snprintf(acc, sizeof(acc), "%u", x->fleet ? plan_accels(x, o) : o->conf.nodes);
+		fprintf(f, "%-6s %-8s %-8s %-4s %2u %9s %9s %9s %5s %7.2f %7.2f %9llu %9llu %9llu %8.1f %8.1f %5.1f %10.1f %10.0f\n",
+			pol_name(o->conf.policy), o->admit_name, route_str(o->conf.route),
+			o->conf.tier[2].capacity ? o->tc[KVT_PLAN_TS]->name : "-", o->tp,
 			cap_str(o->conf.tier[0].capacity, a, sizeof(a)),
 			cap_str(o->conf.tier[1].capacity, b, sizeof(b)),
-			cap_str(o->conf.tier[2].capacity, c, sizeof(c)), o->conf.nodes,
+			cap_str(o->conf.tier[2].capacity, c, sizeof(c)), acc,
 			100.0 * (double)o->r.hit_blocks / (double)(o->r.blocks ? o->r.blocks : 1),
 			100.0 * (double)o->r.hit_tokens / (double)(o->r.tokens ? o->r.tokens : 1),
 			(unsigned long long)o->r.hit_tier[0], (unsigned long long)o->r.hit_tier[1],
-			(unsigned long long)o->r.hit_tier[2], o->ttft_p50 * 1e3, o->ttft_p90 * 1e3,
-			o->gpu_h_saved_per_m, o->usd_month);
+			(unsigned long long)o->r.hit_tier[2], o->tm.ttft_p50 * 1e3, o->tm.ttft_p90 * 1e3,
+			100 * o->tm.utilisation, o->gpu_h_saved_per_m,
+			x->fleet ? o->usd_fleet_month : o->usd_month);
 	}
 }
 
@@ -359,27 +356,30 @@ static void write_csv(const struct plan_ctx *x, FILE *f)
 	fprintf(f, "policy,admit,dram_blocks,nvme_blocks,shared_blocks,nodes,route,blocks,hit_blocks,"
 		   "hit_t0,hit_t1,hit_shared,tokens,hit_tokens,inserts_t0,inserts_t1,inserts_shared,"
 		   "ttft_mean_ms,ttft_p50_ms,ttft_p90_ms,ttft_p99_ms,gpu_hours_saved_per_mreq,"
-		   "usd_storage_month,usd_month,usd_net_month,sim_seconds\n");
+		   "usd_storage_month,usd_month,usd_net_month,sim_seconds,shared_tier,accelerators,"
+		   "queue_p90_ms,utilisation,usd_fleet_month,target_met,tp\n");
 	for (size_t i = 0; i < x->ncfg; i++) {
 		const struct cfg_out *o = &x->cfg[i];
 		char a[24], b[24], c[24];
 		if (o->rc)
 			continue;
 		fprintf(f, "%s,%s,%s,%s,%s,%u,%s,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,"
-			   "%.3f,%.3f,%.3f,%.3f,%.3f,%.2f,%.2f,%.2f,%.6f\n",
+			   "%.3f,%.3f,%.3f,%.3f,%.3f,%.2f,%.2f,%.2f,%.6f,%s,%u,%.3f,%.4f,%.2f,%s,%u\n",
 			pol_name(o->conf.policy), o->admit_name,
 			cap_str(o->conf.tier[0].capacity, a, sizeof(a)),
 			cap_str(o->conf.tier[1].capacity, b, sizeof(b)),
 			cap_str(o->conf.tier[2].capacity, c, sizeof(c)), o->conf.nodes,
-			o->conf.route == KVT_PLAN_ROUTE_AFFINITY ? "affinity" : "rr",
+			route_str(o->conf.route),
 			(unsigned long long)o->r.blocks, (unsigned long long)o->r.hit_blocks,
 			(unsigned long long)o->r.hit_tier[0], (unsigned long long)o->r.hit_tier[1],
 			(unsigned long long)o->r.hit_tier[2], (unsigned long long)o->r.tokens,
 			(unsigned long long)o->r.hit_tokens, (unsigned long long)o->r.inserts[0],
 			(unsigned long long)o->r.inserts[1], (unsigned long long)o->r.inserts[2],
-			o->ttft_mean * 1e3, o->ttft_p50 * 1e3, o->ttft_p90 * 1e3, o->ttft_p99 * 1e3,
-			o->gpu_h_saved_per_m, o->usd_storage_month, o->usd_month, o->usd_net_month,
-			o->sim_s);
+			o->tm.ttft_mean * 1e3, o->tm.ttft_p50 * 1e3, o->tm.ttft_p90 * 1e3,
+			o->tm.ttft_p99 * 1e3, o->gpu_h_saved_per_m, o->usd_storage_month, o->usd_month,
+			o->usd_net_month, o->sim_s, o->conf.tier[2].capacity ? o->tc[KVT_PLAN_TS]->name : "",
+			plan_accels(x, o), o->tm.wait_p90 * 1e3, o->tm.utilisation,
+			o->usd_fleet_month, !x->fleet ? "" : o->met ? "yes" : "no", o->tp);
 	}
 }
 
@@ -390,30 +390,77 @@ static json_t *jtriple(const uint64_t v[KVT_PLAN_NT])
 	return json_pack("[ooo]", cli_json_uint(v[0]), cli_json_uint(v[1]), cli_json_uint(v[2]));
 }
 
-static json_t *json_cfg(const struct cfg_out *o)
+static json_t *json_cfg(const struct plan_ctx *x, const struct cfg_out *o)
 {
 	char a[24], b[24], c[24];
 	return json_pack("{s:s,s:o,s:s,s:s,s:s,s:I,s:s,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,"
-			 "s:{s:o,s:o,s:o,s:o},s:[ooo],s:o,s:o,s:o,s:o,s:o,s:o}",
+			 "s:{s:o,s:o,s:o,s:o},s:[ooo],s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}",
 		"policy", pol_name(o->conf.policy), "admit", cli_json_str(o->admit_name),
 		"dram_blocks", cap_str(o->conf.tier[0].capacity, a, sizeof(a)),
 		"nvme_blocks", cap_str(o->conf.tier[1].capacity, b, sizeof(b)),
 		"shared_blocks", cap_str(o->conf.tier[2].capacity, c, sizeof(c)),
 		"nodes", (json_int_t)o->conf.nodes,
-		"route", o->conf.route == KVT_PLAN_ROUTE_AFFINITY ? "affinity" : "rr",
+		"route", route_str(o->conf.route),
 		"blocks", cli_json_uint(o->r.blocks), "hit_blocks", cli_json_uint(o->r.hit_blocks),
 		"hit_tier", jtriple(o->r.hit_tier), "tokens", cli_json_uint(o->r.tokens),
 		"hit_tokens", cli_json_uint(o->r.hit_tokens), "inserts", jtriple(o->r.inserts),
 		"rejects", jtriple(o->r.rejects), "demotions", cli_json_uint(o->r.demotions),
 		"promotions", cli_json_uint(o->r.promotions),
-		"ttft_ms", "mean", cli_json_fixed(o->ttft_mean * 1e3, 3), "p50", cli_json_fixed(o->ttft_p50 * 1e3, 3),
-		"p90", cli_json_fixed(o->ttft_p90 * 1e3, 3), "p99", cli_json_fixed(o->ttft_p99 * 1e3, 3),
+		"ttft_ms", "mean", cli_json_fixed(o->tm.ttft_mean * 1e3, 3), "p50", cli_json_fixed(o->tm.ttft_p50 * 1e3, 3),
+		"p90", cli_json_fixed(o->tm.ttft_p90 * 1e3, 3), "p99", cli_json_fixed(o->tm.ttft_p99 * 1e3, 3),
 		"load_gib", cli_json_fixed(o->load_bytes[0] / 1073741824.0, 3),
 		cli_json_fixed(o->load_bytes[1] / 1073741824.0, 3), cli_json_fixed(o->load_bytes[2] / 1073741824.0, 3),
 		"gpu_hours_saved_per_mreq", cli_json_fixed(o->gpu_h_saved_per_m, 4),
 		"usd_storage_month", cli_json_fixed(o->usd_storage_month, 2),
 		"usd_per_mreq", cli_json_fixed(o->usd_req_per_m, 4), "usd_month", cli_json_fixed(o->usd_month, 2),
-		"usd_net_month", cli_json_fixed(o->usd_net_month, 2), "sim_seconds", cli_json_fixed(o->sim_s, 6));
+		"usd_net_month", cli_json_fixed(o->usd_net_month, 2), "sim_seconds", cli_json_fixed(o->sim_s, 6),
+		"shared_tier", cli_json_str(o->tc[KVT_PLAN_TS]->name),
+		"ttft_alone_p90_ms", cli_json_fixed(o->ttft_alone_p90 * 1e3, 3),
+		"target_met", x->fleet ? json_boolean(o->met) : json_null(),
+		"timing", plan_timing_json(x, o));
+}
+
+/* Which catalog entries the plan used and where their figures come from:
+ * built-in planning defaults or a catalog file (a benchmark's measurements). */
+static int sources(const struct plan_ctx *x, const char *kind[], const char *name[], int max)
+{
+	int n = 0;
+	kind[n] = "model", name[n++] = x->model->name;
+	kind[n] = "gpu", name[n++] = x->gpu->name;
+	kind[n] = "tier", name[n++] = x->tc[KVT_PLAN_T0]->name;
+	kind[n] = "tier", name[n++] = x->tc[KVT_PLAN_T1]->name;
+	for (int i = 0; i < x->nshared && n < max - 2; i++)
+		kind[n] = "tier", name[n++] = x->shared[i]->name;
+	kind[n] = "link", name[n++] = x->pcie->name;
+	kind[n] = "link", name[n++] = x->nic->name;
+	return n;
+}
+
+static json_t *sources_json(const struct plan_ctx *x)
+{
+	const char *kind[16], *name[16];
+	int n = sources(x, kind, name, 16);
+	json_t *a = json_array();
+	for (int i = 0; a && i < n; i++)
+		json_array_append_new(a, json_pack("{s:s,s:o,s:o,s:b}", "kind", kind[i], "name",
+						   cli_json_str(name[i]), "source",
+						   cli_json_str(kvt_plan_catalog_source(kind[i], name[i])),
+						   "measured", strcmp(kvt_plan_catalog_source(kind[i], name[i]), "built-in") != 0
+						   ? 1 : 0));
+	return a;
+}
+
+static void sources_print(const struct plan_ctx *x, FILE *f)
+{
+	const char *kind[16], *name[16];
+	int n = sources(x, kind, name, 16);
+	fprintf(f, "figures (measured: from a catalog file; built-in: planning defaults):");
+	for (int i = 0; i < n; i++) {
+		const char *src = kvt_plan_catalog_source(kind[i], name[i]);
+		fprintf(f, "%s %s %s %s", i ? "," : "", kind[i], name[i],
+			strcmp(src, "built-in") ? src : "built-in");
+	}
+	fputc('\n', f);
 }
 
 /* The whole result as one JSON document and a newline (caller frees), or
@@ -424,13 +471,13 @@ static char *plan_json(const struct plan_ctx *x, const char *trace, long best, c
 	json_t *cfgs = json_array(), *rec = json_null();
 	for (size_t i = 0; cfgs && i < x->ncfg; i++)
 		if (!x->cfg[i].rc)
-			json_array_append_new(cfgs, json_cfg(&x->cfg[i]));
+			json_array_append_new(cfgs, json_cfg(x, &x->cfg[i]));
 	if (best >= 0)
 		rec = json_pack("{s:I,s:o,s:o}", "index", (json_int_t)best, "reason", cli_json_str(why), "config",
-				json_cfg(&x->cfg[best]));
+				json_cfg(x, &x->cfg[best]));
 	json_t *doc = json_pack(
 		"{s:{s:o,s:s,s:o,s:o,s:o,s:I,s:o},s:o,s:o,s:[ooo],s:s,s:s,s:{s:o},s:o,s:o,"
-		"s:{s:I,s:o,s:o,s:o,s:o}}",
+		"s:{s:I,s:o,s:o,s:o,s:o},s:o,s:o,s:o}",
 		"trace", "path", cli_json_str(trace), "format", kvt_plan_format_name(x->tv.format),
 		"requests", cli_json_uint(x->tv.requests), "blocks", cli_json_uint(x->tv.blocks),
 		"distinct_blocks", cli_json_uint(x->tv.distinct_blocks),
@@ -445,7 +492,9 @@ static char *plan_json(const struct plan_ctx *x, const char *trace, long best, c
 		"sim_cpu_seconds", cli_json_fixed(sim_cpu, 6),
 		"block_accesses", json_integer((json_int_t)llround(accesses)),
 		"accesses_per_second_per_thread",
-		json_integer((json_int_t)llround(sim_cpu > 0 ? accesses / sim_cpu : 0)));
+		json_integer((json_int_t)llround(sim_cpu > 0 ? accesses / sim_cpu : 0)),
+		"fleet", plan_fleet_json(x, best), "figures", sources_json(x),
+		"rate", cli_json_fixed(x->rate, 4));
 	return cli_json_text(doc);
 }
 
@@ -500,24 +549,28 @@ static int write_report(struct plan_ctx *x, const char *dir, const char *trace, 
 		return 1;
 	char *done = calloc(x->ncfg, 1);
 	int nseries = 0;
-	char titles[64][96];
+	char titles[64][160];
 	for (size_t i = 0; done && i < x->ncfg; i++) {
 		if (done[i] || x->cfg[i].rc)
 			continue;
 		const struct cfg_out *a = &x->cfg[i];
 		char b1[24], b2[24];
 		if (nseries < 64)
-			snprintf(titles[nseries], sizeof(titles[0]), "%s %s nvme=%s shared=%s n=%u",
+			snprintf(titles[nseries], sizeof(titles[0]), "%s %s nvme=%s %.40s=%s %s%s",
 				 pol_name(a->conf.policy), a->admit_name,
 				 cap_str(a->conf.tier[1].capacity, b1, sizeof(b1)),
-				 cap_str(a->conf.tier[2].capacity, b2, sizeof(b2)), a->conf.nodes);
+				 a->conf.tier[2].capacity ? a->tc[KVT_PLAN_TS]->name : "shared",
+				 cap_str(a->conf.tier[2].capacity, b2, sizeof(b2)),
+				 route_str(a->conf.route),
+				 x->fleet ? "" : "");
 		fprintf(f, "# %s\n", titles[nseries < 64 ? nseries : 63]);
 		for (size_t j = i; j < x->ncfg; j++) {
 			const struct cfg_out *o = &x->cfg[j];
 			if (o->rc || o->conf.policy != a->conf.policy || strcmp(o->admit_name, a->admit_name) ||
 			    o->conf.tier[1].capacity != a->conf.tier[1].capacity ||
 			    o->conf.tier[2].capacity != a->conf.tier[2].capacity ||
-			    o->conf.nodes != a->conf.nodes)
+			    o->tc[KVT_PLAN_TS] != a->tc[KVT_PLAN_TS] || o->conf.route != a->conf.route ||
+			    (!x->fleet && o->conf.nodes != a->conf.nodes))
 				continue;
 			done[j] = 1;
 			fprintf(f, "%.6f %.4f %.4f\n",
@@ -531,21 +584,29 @@ static int write_report(struct plan_ctx *x, const char *dir, const char *trace, 
 	free(done);
 	fclose(f);
 
-	/* TTFT distribution without the cache and with the recommended one. */
+	/* TTFT distribution, with queueing, without the cache (at the
+	 * fleet accelerators alone need, or the recommended one's) and with
+	 * the recommended configuration. */
 	uint64_t n = x->tv.requests;
 	double *base = malloc((n + 1) * sizeof(double)), *with = malloc((n + 1) * sizeof(double));
+	double *scratch = malloc((n + 1) * sizeof(double));
 	kvt_plan_req_hit *ph = calloc(n + 1, sizeof(*ph));
-	if (!base || !with || !ph) {
-		free(base); free(with); free(ph);
+	if (!base || !with || !ph || !scratch) {
+		free(base); free(with); free(ph); free(scratch);
 		return 1;
 	}
-	struct cfg_out nocache = {0};
-	evaluate(x, &nocache, ph, base);
 	struct cfg_out rec = best >= 0 ? x->cfg[best] : x->cfg[0];
-	if (kvt_plan_simulate(x->tr, &rec.conf, &rec.r, ph) == 0)
-		evaluate(x, &rec, ph, with);
-	else
-		memcpy(with, base, n * sizeof(double));
+	struct cfg_out nocache = x->base;
+	if (!x->fleet)
+		nocache.conf.nodes = rec.conf.nodes;
+	if (plan_fleet_eval(x, &nocache, ph, scratch, base, NULL, NULL, 0) ||
+	    plan_fleet_eval(x, &rec, ph, scratch, with, NULL, NULL, 0)) {
+		free(base); free(with); free(ph); free(scratch);
+		return 1;
+	}
+	free(scratch);
+	qsort(base, n, sizeof(double), cmp_double);
+	qsort(with, n, sizeof(double), cmp_double);
 	f = open_in(dir, "ttft.dat", path, sizeof(path));
 	if (!f) {
 		free(base); free(with); free(ph);
@@ -555,7 +616,7 @@ static int write_report(struct plan_ctx *x, const char *dir, const char *trace, 
 	fprintf(f, "# no cache\n");
 	for (uint64_t i = 0; i < n; i += step)
 		fprintf(f, "%.4f %.5f\n", base[i] * 1e3, (double)(i + 1) / (double)n);
-	fprintf(f, "\n\n# with cache\n");
+	fprintf(f, "\n\n# with the recommended configuration\n");
 	for (uint64_t i = 0; i < n; i += step)
 		fprintf(f, "%.4f %.5f\n", with[i] * 1e3, (double)(i + 1) / (double)n);
 	fclose(f);
@@ -583,6 +644,15 @@ static int write_report(struct plan_ctx *x, const char *dir, const char *trace, 
 		   "plot '%s/ttft.dat' index 0 using 1:2 with lines lw 2 title 'no cache', "
 		   "'%s/ttft.dat' index 1 using 1:2 with lines lw 2 title 'with cache (recommended)'\n",
 		dir, x->model->name, x->gpu->name, dir, dir);
+	/* The pictures in time (frontier, bandwidth, queueing): their data
+	 * and commands now, their <img> lines once gnuplot has drawn them. */
+	char *frag = NULL;
+	size_t fraglen = 0;
+	FILE *mem = open_memstream(&frag, &fraglen);
+	if (mem) {
+		plan_fleet_report(x, best, dir, f, mem);
+		fclose(mem);
+	}
 	fclose(f);
 	int have_charts = run_gnuplot(path) == 0;
 	if (!have_charts)
@@ -612,18 +682,36 @@ static int write_report(struct plan_ctx *x, const char *dir, const char *trace, 
 			cap_str(o->conf.tier[1].capacity, b, sizeof(b)),
 			cap_str(o->conf.tier[2].capacity, c, sizeof(c)),
 			100.0 * (double)o->r.hit_tokens / (double)(o->r.tokens ? o->r.tokens : 1),
-			o->ttft_p90 * 1e3, o->gpu_h_saved_per_m, o->usd_month);
+			o->tm.ttft_p90 * 1e3, o->gpu_h_saved_per_m, o->usd_month);
 	} else {
 		fprintf(f, "<p id=\"recommendation\">No configuration of the grid meets the target.</p>\n");
 	}
+	/* The fleet in time and where the figures come from, as the
+	 * terminal shows them (names from a catalog are escaped). */
+	char *txt = NULL;
+	size_t txtlen = 0;
+	FILE *tm = open_memstream(&txt, &txtlen);
+	if (tm) {
+		plan_fleet_print(x, best, tm);
+		fputc('\n', tm);
+		sources_print(x, tm);
+		fclose(tm);
+		fputs("<pre id=\"fleet\">", f);
+		for (const char *p = txt; p && *p; p++)
+			fputs(*p == '<' ? "&lt;" : *p == '>' ? "&gt;" : *p == '&' ? "&amp;" : (char[2]){ *p, 0 }, f);
+		fputs("</pre>\n", f);
+		free(txt);
+	}
 	if (have_charts)
 		fprintf(f, "<h2>Hit rate against capacity</h2>\n<p><img class=\"chart\" src=\"hitrate.svg\" alt=\"hit rate against capacity\"></p>\n"
-			   "<h2>TTFT with and without the cache</h2>\n<p><img class=\"chart\" src=\"ttft.svg\" alt=\"TTFT distribution\"></p>\n");
+			   "<h2>TTFT with and without the cache</h2>\n<p><img class=\"chart\" src=\"ttft.svg\" alt=\"TTFT distribution\"></p>\n"
+			   "%s", frag ? frag : "");
 	else
 		fprintf(f, "<p>Charts were not drawn: gnuplot is absent.</p>\n");
 	fprintf(f, "<p>Data: <a href=\"plan.json\">plan.json</a>, <a href=\"plan.csv\">plan.csv</a>.</p>\n"
 		   "<h2>Grid</h2>\n<table><tr><th>policy</th><th>admit</th><th>DRAM</th><th>NVMe</th><th>shared</th>"
-		   "<th>nodes</th><th>hit %% blocks</th><th>hit %% tokens</th><th>TTFT p90 ms</th><th>GPU-h/M req</th><th>$/month</th></tr>\n");
+		   "<th>%s</th><th>hit %% blocks</th><th>hit %% tokens</th><th>TTFT p90 ms</th><th>GPU-h/M req</th><th>$/month</th></tr>\n",
+		   x->fleet ? "accelerators" : "nodes");
 	for (size_t i = 0; i < x->ncfg; i++) {
 		const struct cfg_out *o = &x->cfg[i];
 		char a[24], b[24], c[24];
@@ -634,10 +722,12 @@ static int write_report(struct plan_ctx *x, const char *dir, const char *trace, 
 			pol_name(o->conf.policy), o->admit_name,
 			cap_str(o->conf.tier[0].capacity, a, sizeof(a)),
 			cap_str(o->conf.tier[1].capacity, b, sizeof(b)),
-			cap_str(o->conf.tier[2].capacity, c, sizeof(c)), o->conf.nodes,
+			cap_str(o->conf.tier[2].capacity, c, sizeof(c)),
+			x->fleet ? plan_accels(x, o) : o->conf.nodes,
 			100.0 * (double)o->r.hit_blocks / (double)(o->r.blocks ? o->r.blocks : 1),
 			100.0 * (double)o->r.hit_tokens / (double)(o->r.tokens ? o->r.tokens : 1),
-			o->ttft_p90 * 1e3, o->gpu_h_saved_per_m, o->usd_month);
+			o->tm.ttft_p90 * 1e3, o->gpu_h_saved_per_m,
+			x->fleet ? o->usd_fleet_month : o->usd_month);
 	}
 	/* The page reports in its title whether every chart decoded: a
 	 * headless browser test reads it (tests/plan_browser.py). */
@@ -652,6 +742,7 @@ static int write_report(struct plan_ctx *x, const char *dir, const char *trace, 
 		   "         im.addEventListener('error', function(){ one(false); }); }\n"
 		   " });\n})();\n</script>\n</body></html>\n");
 	fclose(f);
+	free(frag);
 	return 0;
 }
 
@@ -667,20 +758,29 @@ static const char plan_help[] =
 	"  --block-tokens N    tokens per block, 1..1048576 (default: the format's: 512, 16, 256)\n"
 	"  --limit N           only the first N requests (1..10^12)\n"
 	"  --dram LIST         T0 capacities per node: blocks (1000, 5k), sizes (64GiB) or inf\n"
-	"                      (default 1000,2000,5000,10000,20000,50000,inf)\n"
-	"  --nvme LIST         T1 capacities per node, 0 = none (default 0)\n"
-	"  --shared LIST       shared tier capacities, 0 = none (default 0)\n"
-	"  --shared-tier NAME  fs or s3 (default fs): its price and speed\n"
-	"  --policy LIST       lru,s3fifo (default both; at most 8)\n"
+	"                      (default 1000,2000,5000,10000,20000,50000,inf; fleet: 256GiB,1TiB)\n"
+	"  --nvme LIST         T1 capacities per node, 0 = none (default 0; fleet: 0,4TiB)\n"
+	"  --shared LIST       shared tier capacities, 0 = none (default 0; fleet: 0,16TiB)\n"
+	"  --shared-tier LIST  fs, s3 or a catalog tier: price and speed (default fs; fleet: fs,s3)\n"
+	"  --policy LIST       lru,s3fifo (default both; fleet: lru; at most 8)\n"
 	"  --admit LIST        none,seenN (N 1..15),tinylfu,prefixN for the lower tiers\n"
 	"                      (default none; at most 16)\n"
-	"  --nodes N           fleet size, 1..1024 (default 1)\n"
-	"  --route R           rr|affinity (default rr)\n"
+	"  --nodes N           fleet size, 1..1024 (default 1; a fleet search sets it)\n"
+	"  --route LIST        rr,affinity,balanced (default rr; fleet: rr,balanced); balanced:\n"
+	"                      affinity among nodes under 1.25x the mean recent work\n"
+	"  --gpus-per-node N   replicas serving each node's queue, 1..64 (default 1)\n"
+	"  --tp LIST           accelerators a replica, tensor parallel, 1..64 (default 1;\n"
+	"                      fleet: 1,2,4): prefill / tp (ideal scaling)\n"
+	"  --rate X            traffic: arrivals at the trace's times / X, 0.001..1000 (default 1)\n"
 	"  --model NAME        (default Llama-3.1-8B)   --gpu NAME (default H100)\n"
-	"  --catalog FILE      more models, GPUs, tiers (see docs/PLANNING.md)\n"
-	"  --list              print the models, GPUs and tiers known\n"
+	"  --catalog FILE      more or measured models, GPUs, tiers, links (kvtier-bench llama\n"
+	"                      --catalog writes one; see docs/PLANNING.md)\n"
+	"  --list              print the models, GPUs, tiers and links known\n"
 	"  --target-hit F      token hit rate to reach (0..1)\n"
-	"  --target-ttft-ms MS p90 TTFT to meet (0.001..1e9)\n"
+	"  --target-ttft-ms MS p90 TTFT with queueing to meet (0.001..1e9): searches, per\n"
+	"                      configuration and with no tiers, the fewest nodes that meet it\n"
+	"                      (the fleet defaults above), and prints the cheapest fleet\n"
+	"  --max-nodes N       the largest fleet searched, 1..1024 (default 32)\n"
 	"  --threads N         worker threads, 1..64 (default: one per 2 M block accesses\n"
 	"                      of the grid, up to the online CPUs)\n"
 	"  --repeat N          time each configuration as the fastest of N runs (1..1000)\n"
@@ -699,17 +799,19 @@ enum {
 	O_FORMAT = 0x100, O_BLOCK_TOKENS, O_LIMIT, O_DRAM, O_NVME, O_SHARED, O_SHARED_TIER,
 	O_POLICY, O_ADMIT, O_NODES, O_ROUTE, O_MODEL, O_GPU, O_CATALOG, O_TARGET_HIT,
 	O_TARGET_TTFT, O_THREADS, O_REPEAT, O_REPORT, O_JSON, O_CSV, O_QUIET, O_LIST,
+	O_RATE, O_GPUS_PER_NODE, O_MAX_NODES, O_TP,
 };
 
 /* What the options say; lists are checked once the trace is read (a size
  * needs the block's bytes), the rest as they come. */
 struct plan_args {
 	const char *dram, *nvme, *shared, *shared_tier, *policy, *admit, *model, *gpu, *report,
-		*catalog;
-	int fmt, json, csv, quiet, list, route;
-	uint32_t nodes, threads, repeat, block_tokens;
+		*catalog, *route;
+	int fmt, json, csv, quiet, list;
+	uint32_t nodes, threads, repeat, block_tokens, gpus_per_node, max_nodes;
+	const char *tp;
 	uint64_t limit;
-	double target_hit, target_ttft;
+	double target_hit, target_ttft, rate;
 };
 
 static int plan_opt(void *arg, int id, const char *v)
@@ -730,16 +832,15 @@ static int plan_opt(void *arg, int id, const char *v)
 		return cli_parse_u64("plan", "--limit", v, 1, MAX_LIMIT, &p->limit) ? 2 : -1;
 	case O_NODES:
 		return cli_parse_u32("plan", "--nodes", v, 1, KVT_PLAN_MAX_NODES, &p->nodes) ? 2 : -1;
-	case O_ROUTE:
-		if (!strcmp(v, "rr") || !strcmp(v, "round-robin")) {
-			p->route = KVT_PLAN_ROUTE_RR;
-		} else if (!strcmp(v, "affinity") || !strcmp(v, "prefix")) {
-			p->route = KVT_PLAN_ROUTE_AFFINITY;
-		} else {
-			fprintf(stderr, "kvtier plan: --route rr or affinity\n");
-			return 2;
-		}
-		return -1;
+	case O_ROUTE: p->route = v; return -1;
+	case O_RATE:
+		return cli_parse_double("plan", "--rate", v, 1e-3, 1e3, &p->rate) ? 2 : -1;
+	case O_GPUS_PER_NODE:
+		return cli_parse_u32("plan", "--gpus-per-node", v, 1, 64, &p->gpus_per_node) ? 2 : -1;
+	case O_TP: p->tp = v; return -1;
+	case O_MAX_NODES:
+		return cli_parse_u32("plan", "--max-nodes", v, 1, KVT_PLAN_MAX_NODES, &p->max_nodes) ? 2
+												     : -1;
 	case O_TARGET_HIT:
 		return cli_parse_double("plan", "--target-hit", v, 0, 1, &p->target_hit) ? 2 : -1;
 	case O_TARGET_TTFT:
@@ -793,19 +894,38 @@ int cmd_plan(int argc, char **argv)
 		{ "csv", no_argument, NULL, O_CSV },
 		{ "quiet", no_argument, NULL, O_QUIET },
 		{ "list", no_argument, NULL, O_LIST },
+		{ "rate", required_argument, NULL, O_RATE },
+		{ "gpus-per-node", required_argument, NULL, O_GPUS_PER_NODE },
+		{ "max-nodes", required_argument, NULL, O_MAX_NODES },
+		{ "tp", required_argument, NULL, O_TP },
 		{ 0 },
 	};
 	struct plan_args pa = {
-		.dram = "1000,2000,5000,10000,20000,50000,inf", .nvme = "0", .shared = "0",
-		.shared_tier = "fs", .policy = "lru,s3fifo", .admit = "none",
-		.model = "Llama-3.1-8B", .gpu = "H100", .fmt = KVT_PLAN_FMT_AUTO,
-		.route = KVT_PLAN_ROUTE_RR, .nodes = 1, .repeat = 1, .target_hit = -1,
-		.target_ttft = -1,
+		.admit = "none", .model = "Llama-3.1-8B", .gpu = "H100", .fmt = KVT_PLAN_FMT_AUTO,
+		.nodes = 1, .repeat = 1, .target_hit = -1, .target_ttft = -1, .rate = 1,
+		.gpus_per_node = 1, .max_nodes = 32,
 	};
 	int first;
 	int orc = cli_getopt("plan", argc, argv, NULL, opts, NULL, plan_opt, &pa, plan_usage, &first);
 	if (orc >= 0)
 		return orc;
+	/* A TTFT target asks for a fleet: its default grid explores every
+	 * tier and both routings over the fleet sizes searched. */
+	int fleet = pa.target_ttft >= 0;
+	if (!pa.dram)
+		pa.dram = fleet ? "256GiB,1TiB" : "1000,2000,5000,10000,20000,50000,inf";
+	if (!pa.nvme)
+		pa.nvme = fleet ? "0,4TiB" : "0";
+	if (!pa.shared)
+		pa.shared = fleet ? "0,16TiB" : "0";
+	if (!pa.shared_tier)
+		pa.shared_tier = fleet ? "fs,s3" : "fs";
+	if (!pa.route)
+		pa.route = fleet ? "rr,balanced" : "rr";
+	if (!pa.policy)
+		pa.policy = fleet ? "lru" : "lru,s3fifo";
+	if (!pa.tp)
+		pa.tp = fleet ? "1,2,4" : "1";
 	if (first + 1 < argc) {
 		fprintf(stderr, "kvtier plan: unexpected argument \"%s\" (one TRACE)\n\n",
 			argv[first + 1]);
@@ -818,7 +938,6 @@ int cmd_plan(int argc, char **argv)
 		   *catalog = pa.catalog;
 	int fmt = pa.fmt, json = pa.json, csv = pa.csv, quiet = pa.quiet, list = pa.list;
 	uint32_t nodes = pa.nodes, threads = pa.threads, repeat = pa.repeat;
-	int route = pa.route;
 	uint32_t block_tokens = pa.block_tokens;
 	uint64_t limit = pa.limit;
 	double target_hit = pa.target_hit, target_ttft = pa.target_ttft;
@@ -869,18 +988,55 @@ int cmd_plan(int argc, char **argv)
 	for (int i = 0; i < na; i++)
 		if (parse_admit(adms[i], &ac[i]))
 			return 2;
+	char rbuf[64], sbuf[512], *rts[3], *sts[MAX_SHARED_TIERS];
+	int routes[3];
+	int nr = split_list("--route", pa.route, rbuf, sizeof(rbuf), rts, 3);
+	int nst = split_list("--shared-tier", shared_tier, sbuf, sizeof(sbuf), sts, MAX_SHARED_TIERS);
+	char tbuf[64], *tps_s[8];
+	uint32_t tps[8];
+	int ntp = split_list("--tp", pa.tp, tbuf, sizeof(tbuf), tps_s, 8);
+	if (nr < 0 || nst < 0 || ntp < 0)
+		return 2;
+	for (int i = 0; i < ntp; i++)
+		if (cli_parse_u32("plan", "--tp", tps_s[i], 1, 64, &tps[i]))
+			return 2;
+	for (int i = 0; i < nr; i++) {
+		if (!strcmp(rts[i], "rr") || !strcmp(rts[i], "round-robin")) {
+			routes[i] = KVT_PLAN_ROUTE_RR;
+		} else if (!strcmp(rts[i], "affinity") || !strcmp(rts[i], "prefix")) {
+			routes[i] = KVT_PLAN_ROUTE_AFFINITY;
+		} else if (!strcmp(rts[i], "balanced")) {
+			routes[i] = KVT_PLAN_ROUTE_BALANCED;
+		} else {
+			fprintf(stderr, "kvtier plan: --route \"%s\": expected a comma list of rr, affinity, balanced\n",
+				rts[i]);
+			return 2;
+		}
+	}
 	struct plan_ctx *x = calloc(1, sizeof(*x));
 	if (!x)
 		return 1;
 	x->repeat = repeat;
+	x->rate = pa.rate;
+	x->gpus_per_node = pa.gpus_per_node;
+	x->max_nodes = pa.max_nodes;
+	x->fleet = fleet;
+	x->target_ttft_s = fleet ? target_ttft / 1e3 : -1;
 	x->model = kvt_plan_model_find(model);
 	x->gpu = kvt_plan_gpu_find(gpu);
 	x->tc[KVT_PLAN_T0] = kvt_plan_tier_find("dram");
 	x->tc[KVT_PLAN_T1] = kvt_plan_tier_find("nvme");
-	x->tc[KVT_PLAN_TS] = kvt_plan_tier_find(shared_tier);
-	if (!x->model || !x->gpu || !x->tc[0] || !x->tc[1] || !x->tc[2]) {
-		fprintf(stderr, "kvtier plan: unknown %s (kvtier plan --list)\n",
-			!x->model ? "model" : !x->gpu ? "gpu" : "tier");
+	x->pcie = kvt_plan_link_find("pcie");
+	x->nic = kvt_plan_link_find("nic");
+	const char *unknown = !x->model ? model : !x->gpu ? gpu : NULL;
+	for (int i = 0; !unknown && i < nst; i++)
+		if (!(x->shared[x->nshared++] = kvt_plan_tier_find(sts[i])))
+			unknown = sts[i];
+	x->tc[KVT_PLAN_TS] = x->shared[0];
+	if (unknown || !x->tc[0] || !x->tc[1] || !x->pcie || !x->nic) {
+		fprintf(stderr, "kvtier plan: unknown %s \"%s\" (kvtier plan --list)\n",
+			!x->model ? "model" : !x->gpu ? "gpu" : "tier",
+			unknown ? unknown : "dram, nvme, pcie or nic");
 		free(x);
 		return 2;
 	}
@@ -900,19 +1056,7 @@ int cmd_plan(int argc, char **argv)
 	double dur = x->tv.requests ? x->tv.arrive_s[x->tv.requests - 1] : 0;
 	if (dur <= 0)
 		dur = 3600; /* no timestamps: assume the trace spans an hour */
-	x->req_per_month = (double)x->tv.requests / dur * 30 * 86400;
-	{
-		kvt_plan_req_hit *ph = calloc(x->tv.requests + 1, sizeof(*ph));
-		double *tt = malloc((x->tv.requests + 1) * sizeof(double));
-		struct cfg_out nc = {0};
-		if (ph && tt) {
-			evaluate(x, &nc, ph, tt);
-			x->base_ttft_p90 = nc.ttft_p90;
-		}
-		free(ph);
-		free(tt);
-	}
-
+	x->req_per_month = (double)x->tv.requests / dur * 30 * 86400 * x->rate;
 	/* The grid, sizes now in blocks of this trace and model. */
 	if (parse_caps("--dram", dram, x->block_bytes, c0, &n0) ||
 	    parse_caps("--nvme", nvme, x->block_bytes, c1, &n1) ||
@@ -921,27 +1065,65 @@ int cmd_plan(int argc, char **argv)
 		free(x);
 		return 2;
 	}
-	size_t maxcfg = (size_t)np * (size_t)na * (size_t)n0 * (size_t)n1 * (size_t)ns;
+	/* No tiers at all: the fleet accelerators alone need (fleet search),
+	 * and a request's TTFT alone without a cache. */
+	x->base.no_tiers = 1;
+	x->base.admit_name = "none";
+	x->base.conf.nodes = 1;
+	for (unsigned k = 0; k < KVT_PLAN_NT; k++)
+		x->base.tc[k] = x->tc[k];
+	{
+		kvt_plan_req_hit *ph = calloc(x->tv.requests + 1, sizeof(*ph));
+		double *tt = malloc((x->tv.requests + 1) * sizeof(double));
+		/* Accelerators only: the cheapest fleet of every --tp that
+		 * meets the target (or the one with the lowest TTFT). */
+		for (int i = 0; ph && tt && i < (fleet ? ntp : 1); i++) {
+			struct cfg_out b = x->base;
+			b.tp = tps[i];
+			if (fleet)
+				b.rc = plan_fleet_search(x, &b, ph, tt);
+			else
+				b.rc = plan_fleet_eval(x, &b, ph, tt, NULL, NULL, NULL, 0);
+			if (!i || (b.met && (!x->base.met || b.usd_fleet_month < x->base.usd_fleet_month)) ||
+			    (!b.met && !x->base.met && b.tm.ttft_p90 < x->base.tm.ttft_p90))
+				x->base = b;
+		}
+		x->base_ttft_p90 = x->base.ttft_alone_p90;
+		free(ph);
+		free(tt);
+	}
+
+	size_t maxcfg = (size_t)np * (size_t)na * (size_t)n0 * (size_t)n1 * (size_t)ns *
+			(size_t)nr * (size_t)nst * (size_t)ntp;
 	x->cfg = calloc(maxcfg ? maxcfg : 1, sizeof(*x->cfg));
 	if (!x->cfg) {
 		kvt_plan_trace_free(x->tr);
 		free(x);
 		return 1;
 	}
-	for (int p = 0; p < np; p++) {
-		int kind = kinds[p];
-		for (int a = 0; a < na; a++)
-			for (int s = 0; s < ns; s++)
+	for (size_t g = 0; g < (size_t)np * na * nr * nst * ntp; g++) {
+		size_t h = g / (size_t)ntp;
+		int ti = (int)(g % (size_t)ntp);
+		int p = (int)(h / ((size_t)na * nr * nst)), a = (int)(h / ((size_t)nr * nst) % na);
+		int ri = (int)(h / nst % nr), st = (int)(h % nst);
+		for (int s = 0; s < ns; s++)
 				for (int j = 0; j < n1; j++)
 					for (int i = 0; i < n0; i++) {
 						/* Admission filters guard the slower tiers; with
-						 * none below T0 it has nothing to guard. */
+						 * none below T0 it has nothing to guard.  With
+						 * no shared tier, its kind does not matter. */
 						if (ac[a].admit && !c1[j] && !cs[s] && a > 0)
 							continue;
+						if (!cs[s] && st > 0)
+							continue;
 						struct cfg_out *o = &x->cfg[x->ncfg++];
-						o->conf.policy = kind;
+						o->conf.policy = kinds[p];
 						o->conf.nodes = nodes;
-						o->conf.route = route;
+						o->conf.route = routes[ri];
+						o->tp = tps[ti];
+						o->tc[KVT_PLAN_T0] = x->tc[KVT_PLAN_T0];
+						o->tc[KVT_PLAN_T1] = x->tc[KVT_PLAN_T1];
+						o->tc[KVT_PLAN_TS] = x->shared[st];
 						o->conf.tier[KVT_PLAN_T0].capacity = c0[i] ? c0[i] : 1;
 						o->conf.tier[KVT_PLAN_T1].capacity = c1[j];
 						o->conf.tier[KVT_PLAN_TS].capacity = cs[s];
@@ -962,7 +1144,7 @@ int cmd_plan(int argc, char **argv)
 		 * a second.  So one thread per PLAN_ACCESSES_PER_THREAD of
 		 * work, up to the online CPUs. */
 		long nc = sysconf(_SC_NPROCESSORS_ONLN);
-		double work = (double)x->ncfg * (double)x->tv.blocks;
+		double work = (double)x->ncfg * (double)x->tv.blocks * (fleet ? 8 : 1);
 		threads = nc > 0 ? (unsigned)nc : 1;
 		if (work / PLAN_ACCESSES_PER_THREAD < threads)
 			threads = (unsigned)(work / PLAN_ACCESSES_PER_THREAD) + 1;
@@ -1033,9 +1215,13 @@ int cmd_plan(int argc, char **argv)
 			double hr = (double)o->r.hit_tokens / (double)(o->r.tokens ? o->r.tokens : 1);
 			if (target_hit >= 0 && hr < target_hit)
 				continue;
-			if (target_ttft >= 0 && o->ttft_p90 * 1e3 > target_ttft)
+			/* A fleet is met at its searched size; its price is
+			 * the accelerators' and the tiers'. */
+			if (fleet && !o->met)
 				continue;
-			if (best < 0 || o->usd_month < x->cfg[best].usd_month)
+			double usd = fleet ? o->usd_fleet_month : o->usd_month;
+			double bu = best < 0 ? 0 : fleet ? x->cfg[best].usd_fleet_month : x->cfg[best].usd_month;
+			if (best < 0 || usd < bu)
 				best = (long)i;
 		}
 	} else {
@@ -1056,12 +1242,19 @@ int cmd_plan(int argc, char **argv)
 		       trace, kvt_plan_format_name(x->tv.format), (unsigned long long)x->tv.requests,
 		       (unsigned long long)x->tv.blocks, (unsigned long long)x->tv.distinct_blocks,
 		       x->tv.block_tokens, x->block_bytes / 1048576.0, x->model->name);
-		printf("capacities in blocks per node (shared: fleet-wide); %u node(s), %s routing; "
-		       "DRAM over NVMe exclusive, shared tier %s inclusive; model %s on %s\n\n",
-		       nodes, route == KVT_PLAN_ROUTE_AFFINITY ? "prefix-affinity" : "round-robin",
-		       x->tc[2]->name, x->model->name, x->gpu->name);
+		if (fleet)
+			printf("capacities in blocks per node (shared: fleet-wide); accel: the fewest accelerators "
+			       "(%u a node) meeting TTFT p90 <= %.4g ms with queueing at %gx the trace's rate; "
+			       "DRAM over NVMe exclusive, shared tier inclusive; model %s on %s\n\n",
+			       x->gpus_per_node, target_ttft, x->rate, x->model->name, x->gpu->name);
+		else
+			printf("capacities in blocks per node (shared: fleet-wide); %u node(s) of %u accelerator(s), "
+			       "%gx the trace's rate; DRAM over NVMe exclusive, shared tier inclusive; model %s on %s\n\n",
+			       nodes, x->gpus_per_node, x->rate, x->model->name, x->gpu->name);
 		print_table(x, stdout);
-		if (best >= 0) {
+		if (fleet) {
+			plan_fleet_print(x, best, stdout);
+		} else if (best >= 0) {
 			const struct cfg_out *o = &x->cfg[best];
 			char a[24], b[24], c[24], s0[32], s1[32], s2[32];
 			kvt_fmt_size((uint64_t)(cap_blocks(x, o->conf.tier[0].capacity) * x->block_bytes), s0, sizeof(s0));
@@ -1075,10 +1268,12 @@ int cmd_plan(int argc, char **argv)
 			       cap_str(o->conf.tier[1].capacity, b, sizeof(b)), o->conf.tier[1].capacity ? s1 : "-",
 			       cap_str(o->conf.tier[2].capacity, c, sizeof(c)), o->conf.tier[2].capacity ? s2 : "-",
 			       100.0 * (double)o->r.hit_tokens / (double)(o->r.tokens ? o->r.tokens : 1),
-			       o->ttft_p90 * 1e3, x->base_ttft_p90 * 1e3, o->gpu_h_saved_per_m, o->usd_month, o->usd_net_month);
+			       o->tm.ttft_p90 * 1e3, x->base_ttft_p90 * 1e3, o->gpu_h_saved_per_m, o->usd_month, o->usd_net_month);
+			plan_fleet_print(x, best, stdout);
 		} else {
 			printf("\nrecommendation: no configuration of the grid meets the target\n");
 		}
+		sources_print(x, stdout);
 		printf("simulated %zu configurations (%.0f block accesses) in %.3f s on %u thread(s): "
 		       "%.1f M accesses/s per thread; trace parsed in %.3f s\n",
 		       x->ncfg, accesses, wall, threads, sim_cpu > 0 ? accesses / sim_cpu / 1e6 : 0,

@@ -12,6 +12,7 @@
 
 #include "common/err.h"
 #include "plan/cost.h"
+#include "plan/fleet.h"
 #include "plan/plan.h"
 
 struct kvt_plan_trace {
@@ -134,12 +135,14 @@ int kvt_plan_simulate(const kvt_plan_trace *t, const kvt_plan_conf *c,
 	if (c->policy != KVT_PLAN_LRU && c->policy != KVT_PLAN_S3FIFO)
 		return kvt_err(KVT_EINVAL, "policy %d: expected KVT_PLAN_LRU or KVT_PLAN_S3FIFO",
 			       c->policy);
-	if (c->route != KVT_PLAN_ROUTE_RR && c->route != KVT_PLAN_ROUTE_AFFINITY)
-		return kvt_err(KVT_EINVAL, "route %d: expected KVT_PLAN_ROUTE_RR or _AFFINITY",
+	if (c->route != KVT_PLAN_ROUTE_RR && c->route != KVT_PLAN_ROUTE_AFFINITY &&
+	    c->route != KVT_PLAN_ROUTE_BALANCED)
+		return kvt_err(KVT_EINVAL, "route %d: expected KVT_PLAN_ROUTE_RR, _AFFINITY or _BALANCED",
 			       c->route);
 	pc.kind = c->policy == KVT_PLAN_LRU ? KVT_EVICT_LRU : KVT_EVICT_S3FIFO;
 	pc.nodes = c->nodes;
-	pc.route = c->route == KVT_PLAN_ROUTE_RR ? PLAN_ROUTE_RR : PLAN_ROUTE_AFFINITY;
+	pc.route = c->route == KVT_PLAN_ROUTE_RR ? PLAN_ROUTE_RR
+		   : c->route == KVT_PLAN_ROUTE_AFFINITY ? PLAN_ROUTE_AFFINITY : PLAN_ROUTE_BALANCED;
 	for (unsigned k = 0; k < KVT_PLAN_NT; k++) {
 		pc.tier[k].capacity = c->tier[k].capacity;
 		if ((rc = admit_conf(k, &c->tier[k], &pc.tier[k].admit)))
@@ -161,6 +164,28 @@ const kvt_plan_gpu *kvt_plan_gpu_find(const char *name)
 const kvt_plan_tier *kvt_plan_tier_find(const char *name)
 {
 	return plan_tier_find(name);
+}
+
+const kvt_plan_link *kvt_plan_link_find(const char *name)
+{
+	return plan_link_find(name);
+}
+
+const kvt_plan_link *kvt_plan_link_at(size_t i)
+{
+	return plan_link_at(i);
+}
+
+const char *kvt_plan_catalog_source(const char *kind, const char *name)
+{
+	return plan_catalog_source(kind, name);
+}
+
+int kvt_plan_fleet_run(const kvt_plan_trace *t, const kvt_plan_req_hit *per_req,
+		       const kvt_plan_fleet_conf *f, kvt_plan_timing *out, double *ttft_s,
+		       double *wait_s, double *series, size_t series_cap)
+{
+	return plan_fleet_run(&t->pt, per_req, f, out, ttft_s, wait_s, series, series_cap);
 }
 
 const kvt_plan_model *kvt_plan_model_at(size_t i)

@@ -55,13 +55,28 @@ static struct plan_gpu gpus[MAX_ENTRIES] = {
 };
 static int n_gpus = 4;
 
+/* fs: FSx for Lustre Persistent-2 at 125 MB/s per TiB, 1.2 TiB at least;
+ * s3: 5,500 GET/s per key prefix, S3's documented request rate. */
 static struct plan_tier_cost tiers[MAX_ENTRIES] = {
-	{ "dram", KVT_SPEED_DRAM_GBPS, KVT_SPEED_DRAM_LAT_US, 2.0, 0, 0 },
-	{ "nvme", KVT_SPEED_NVME_GBPS, KVT_SPEED_NVME_LAT_US, 0.10, 0, 0 },
-	{ "fs", KVT_SPEED_FS_GBPS, KVT_SPEED_FS_LAT_US, 0.145, 0, 0 },
-	{ "s3", KVT_SPEED_S3_GBPS, KVT_SPEED_S3_LAT_US, 0.023, 0.0004, 0.005 },
+	{ "dram", KVT_SPEED_DRAM_GBPS, KVT_SPEED_DRAM_LAT_US, 2.0, 0, 0, 0, 0, 0, 0 },
+	{ "nvme", KVT_SPEED_NVME_GBPS, KVT_SPEED_NVME_LAT_US, 0.10, 0, 0, 0, 0, 0, 0 },
+	{ "fs", KVT_SPEED_FS_GBPS, KVT_SPEED_FS_LAT_US, 0.145, 0, 0, 0.125, 1.2, 0, 0 },
+	{ "s3", KVT_SPEED_S3_GBPS, KVT_SPEED_S3_LAT_US, 0.023, 0.0004, 0.005, 0, 0, 5500, 1 },
 };
 static int n_tiers = 4;
+
+/* PCIe Gen5 x16 moves 64 GB/s each way raw, some 50 in practice; "nic" is
+ * one accelerator's share of a p5-class node's EFA (3,200 Gb/s for 8). */
+static struct plan_link links[MAX_ENTRIES] = {
+	{ "pcie", 50 },
+	{ "nic", 50 },
+};
+static int n_links = 2;
+
+/* Where each entry's figures come from: empty = built-in; else the
+ * catalog file and line that last set them. */
+static char model_src[MAX_ENTRIES][64], gpu_src[MAX_ENTRIES][64], tier_src[MAX_ENTRIES][64],
+	link_src[MAX_ENTRIES][64];
 
 #define FIND(arr, n, name) \
 	for (int i_ = 0; i_ < (n); i_++) \
@@ -76,6 +91,7 @@ const struct plan_model *plan_model_find(const char *name)
 }
 const struct plan_gpu *plan_gpu_find(const char *name) { FIND(gpus, n_gpus, name) }
 const struct plan_tier_cost *plan_tier_find(const char *name) { FIND(tiers, n_tiers, name) }
+const struct plan_link *plan_link_find(const char *name) { FIND(links, n_links, name) }
 
 const struct plan_model *plan_model_at(size_t i)
 {
@@ -84,6 +100,29 @@ const struct plan_model *plan_model_at(size_t i)
 }
 const struct plan_gpu *plan_gpu_at(size_t i) { return i < (size_t)n_gpus ? &gpus[i] : NULL; }
 const struct plan_tier_cost *plan_tier_at(size_t i) { return i < (size_t)n_tiers ? &tiers[i] : NULL; }
+const struct plan_link *plan_link_at(size_t i) { return i < (size_t)n_links ? &links[i] : NULL; }
+
+const char *plan_catalog_source(const char *kind, const char *name)
+{
+	const void *e = NULL, *base = NULL;
+	size_t sz = 1;
+	char (*src)[64] = NULL;
+
+	models_init();
+	if (!strcmp(kind, "model")) {
+		e = plan_model_find(name), base = models, sz = sizeof(models[0]), src = model_src;
+	} else if (!strcmp(kind, "gpu")) {
+		e = plan_gpu_find(name), base = gpus, sz = sizeof(gpus[0]), src = gpu_src;
+	} else if (!strcmp(kind, "tier")) {
+		e = plan_tier_find(name), base = tiers, sz = sizeof(tiers[0]), src = tier_src;
+	} else if (!strcmp(kind, "link")) {
+		e = plan_link_find(name), base = links, sz = sizeof(links[0]), src = link_src;
+	}
+	if (!e)
+		return NULL;
+	size_t i = (size_t)((const char *)e - (const char *)base) / sz;
+	return src[i][0] ? src[i] : "built-in";
+}
 
 void plan_catalog_print(FILE *f)
 {
@@ -100,9 +139,14 @@ void plan_catalog_print(FILE *f)
 			gpus[i].mfu, gpus[i].usd_hour);
 	fprintf(f, "tiers:\n");
 	for (int i = 0; i < n_tiers; i++)
-		fprintf(f, "  %-16s gbps=%g latency_us=%g usd_gib_month=%g usd_per_1k_get=%g usd_per_1k_put=%g\n",
+		fprintf(f, "  %-16s gbps=%g latency_us=%g usd_gib_month=%g usd_per_1k_get=%g usd_per_1k_put=%g"
+			   " gbps_per_tib=%g min_tib=%g get_per_s=%g prefixes=%g\n",
 			tiers[i].name, tiers[i].gbps, tiers[i].latency_us, tiers[i].usd_gib_month,
-			tiers[i].usd_per_1k_get, tiers[i].usd_per_1k_put);
+			tiers[i].usd_per_1k_get, tiers[i].usd_per_1k_put, tiers[i].gbps_per_tib,
+			tiers[i].min_tib, tiers[i].get_per_s, tiers[i].prefixes);
+	fprintf(f, "links:\n");
+	for (int i = 0; i < n_links; i++)
+		fprintf(f, "  %-16s gbps=%g\n", links[i].name, links[i].gbps);
 }
 
 /* A catalog is a short text file; anything larger is the wrong file. */
@@ -125,6 +169,11 @@ static const struct setting gpu_keys[] = {
 static const struct setting tier_keys[] = {
 	{ "gbps", 1e-6, 1e6, 0 }, { "latency_us", 0, 1e9, 0 }, { "usd_gib_month", 0, 1e6, 0 },
 	{ "usd_per_1k_get", 0, 1e6, 0 }, { "usd_per_1k_put", 0, 1e6, 0 },
+	{ "gbps_per_tib", 0, 1e6, 0 }, { "min_tib", 0, 1e9, 0 }, { "get_per_s", 0, 1e12, 0 },
+	{ "prefixes", 0, 1e9, 0 },
+};
+static const struct setting link_keys[] = {
+	{ "gbps", 1e-6, 1e6, 0 },
 };
 
 /* DIGITS [. DIGITS] [e [+-] DIGITS], the whole string: strtod alone takes
@@ -183,6 +232,14 @@ static int setting_set(const char *path, int ln, const char *tok, const struct s
 	return kvt_err(KVT_ECONFIG, "catalog %s:%d: unknown setting \"%s\"", path, ln, tok);
 }
 
+/* The file's last path element and the line: enough to find the entry,
+ * short enough for a report's table. */
+static void set_source(char *dst, const char *path, int ln)
+{
+	const char *b = strrchr(path, '/');
+	snprintf(dst, 64, "%.48s:%d", b ? b + 1 : path, ln);
+}
+
 int plan_catalog_load(const char *path)
 {
 	struct stat st;
@@ -216,10 +273,11 @@ int plan_catalog_load(const char *path)
 				     path, ln);
 			break;
 		}
-		double v[6] = {0};
+		double v[10] = {0};
 		int m = !strcmp(kind, "model"), g = !strcmp(kind, "gpu"), t = !strcmp(kind, "tier");
-		if (!m && !g && !t) {
-			rc = kvt_err(KVT_ECONFIG, "catalog %s:%d: \"%s\" is not model, gpu or tier",
+		int l = !strcmp(kind, "link");
+		if (!m && !g && !t && !l) {
+			rc = kvt_err(KVT_ECONFIG, "catalog %s:%d: \"%s\" is not model, gpu, tier or link",
 				     path, ln, kind);
 			break;
 		}
@@ -235,15 +293,21 @@ int plan_catalog_load(const char *path)
 			if (o) {
 				v[0] = o->tflops; v[1] = o->mfu; v[2] = o->usd_hour;
 			}
-		} else {
+		} else if (t) {
 			const struct plan_tier_cost *o = plan_tier_find(name);
 			if (o) {
 				v[0] = o->gbps; v[1] = o->latency_us; v[2] = o->usd_gib_month;
 				v[3] = o->usd_per_1k_get; v[4] = o->usd_per_1k_put;
+				v[5] = o->gbps_per_tib; v[6] = o->min_tib; v[7] = o->get_per_s;
+				v[8] = o->prefixes;
 			}
+		} else {
+			const struct plan_link *o = plan_link_find(name);
+			if (o)
+				v[0] = o->gbps;
 		}
-		const struct setting *keys = m ? model_keys : g ? gpu_keys : tier_keys;
-		int nk = m ? 5 : g ? 3 : 5;
+		const struct setting *keys = m ? model_keys : g ? gpu_keys : t ? tier_keys : link_keys;
+		int nk = m ? 5 : g ? 3 : t ? 9 : 1;
 		char *tok;
 		while (!rc && (tok = strtok_r(NULL, " \t\r\n", &save)))
 			rc = setting_set(path, ln, tok, keys, nk, v);
@@ -260,6 +324,7 @@ int plan_catalog_load(const char *path)
 				e = &models[n_models++];
 			if (!e) { rc = kvt_err(KVT_ECONFIG, "catalog: too many models"); break; }
 			snprintf(e->name, sizeof(e->name), "%s", name);
+			set_source(model_src[e - models], path, ln);
 			e->params = v[0]; e->layers = (uint32_t)v[1]; e->d_model = (uint32_t)v[2];
 			e->kv_heads = (uint32_t)v[3]; e->head_dim = (uint32_t)v[4];
 		} else if (g) {
@@ -273,8 +338,9 @@ int plan_catalog_load(const char *path)
 				e = &gpus[n_gpus++];
 			if (!e) { rc = kvt_err(KVT_ECONFIG, "catalog: too many gpus"); break; }
 			snprintf(e->name, sizeof(e->name), "%s", name);
+			set_source(gpu_src[e - gpus], path, ln);
 			e->tflops = v[0]; e->mfu = v[1]; e->usd_hour = v[2];
-		} else {
+		} else if (t) {
 			if (v[0] <= 0) {
 				rc = kvt_err(KVT_ECONFIG, "catalog %s:%d: tier %s needs gbps > 0", path,
 					     ln, name);
@@ -285,8 +351,24 @@ int plan_catalog_load(const char *path)
 				e = &tiers[n_tiers++];
 			if (!e) { rc = kvt_err(KVT_ECONFIG, "catalog: too many tiers"); break; }
 			snprintf(e->name, sizeof(e->name), "%s", name);
+			set_source(tier_src[e - tiers], path, ln);
 			e->gbps = v[0]; e->latency_us = v[1]; e->usd_gib_month = v[2];
 			e->usd_per_1k_get = v[3]; e->usd_per_1k_put = v[4];
+			e->gbps_per_tib = v[5]; e->min_tib = v[6]; e->get_per_s = v[7];
+			e->prefixes = v[8];
+		} else {
+			if (v[0] <= 0) {
+				rc = kvt_err(KVT_ECONFIG, "catalog %s:%d: link %s needs gbps > 0", path,
+					     ln, name);
+				break;
+			}
+			struct plan_link *e = (struct plan_link *)plan_link_find(name);
+			if (!e && n_links < MAX_ENTRIES)
+				e = &links[n_links++];
+			if (!e) { rc = kvt_err(KVT_ECONFIG, "catalog: too many links"); break; }
+			snprintf(e->name, sizeof(e->name), "%s", name);
+			set_source(link_src[e - links], path, ln);
+			e->gbps = v[0];
 		}
 	}
 	free(line);

@@ -17,6 +17,8 @@
  *   model NAME params=8.03e9 layers=32 d_model=4096 kv_heads=8 head_dim=128
  *   gpu   NAME tflops=989 mfu=0.5 usd_hour=4.5
  *   tier  NAME gbps=50 latency_us=5 usd_gib_month=3 usd_per_1k_get=0 usd_per_1k_put=0
+ *         gbps_per_tib=0.125 min_tib=1.2 get_per_s=5500 prefixes=1
+ *   link  NAME gbps=50
  */
 #ifndef KVT_PLAN_COST_H
 #define KVT_PLAN_COST_H
@@ -32,15 +34,20 @@
 #define plan_model kvt_plan_model
 #define plan_gpu kvt_plan_gpu
 #define plan_tier_cost kvt_plan_tier
+#define plan_link kvt_plan_link
 
 const struct plan_model *plan_model_find(const char *name);
 const struct plan_gpu *plan_gpu_find(const char *name);
 const struct plan_tier_cost *plan_tier_find(const char *name);
+const struct plan_link *plan_link_find(const char *name);
 /* Entry i in catalog order, or NULL past the last. */
 const struct plan_model *plan_model_at(size_t i);
 const struct plan_gpu *plan_gpu_at(size_t i);
 const struct plan_tier_cost *plan_tier_at(size_t i);
+const struct plan_link *plan_link_at(size_t i);
 void plan_catalog_print(FILE *f);
+/* "built-in", or the file:line that last set the entry; NULL if none. */
+const char *plan_catalog_source(const char *kind, const char *name);
 
 /* Read extra entries; 0 or KVT_ECONFIG/KVT_EIO (kvt_errmsg names the line). */
 int plan_catalog_load(const char *path);

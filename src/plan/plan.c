@@ -132,6 +132,13 @@ int plan_sim_run(const struct plan_trace *pt, const struct plan_conf *c,
 
 	const struct kvt_trace *t = &pt->t;
 	uint64_t rr = 0;
+	/* Balanced routing: each node's recent work (blocks it computed),
+	 * decayed by `decay` a request; a node above PLAN_BALANCE_SLACK times
+	 * the mean is passed over however long its prefix. */
+	double *load = NULL, decay = 1 - 1.0 / (4.0 * c->nodes), total = 0;
+	if (!rc && c->route == PLAN_ROUTE_BALANCED && c->nodes > 1 &&
+	    !(load = calloc(c->nodes, sizeof(*load))))
+		rc = KVT_ENOMEM;
 	int single = c->nodes == 1 && !s.has1 && !s.shared;
 	for (uint64_t q = 0; !rc && q < t->nreq; q++) {
 		const uint32_t *b = t->ids + t->off[q];
@@ -142,6 +149,20 @@ int plan_sim_run(const struct plan_trace *pt, const struct plan_conf *c,
 			for (unsigned j = 1; j < c->nodes && best < n; j++) {
 				unsigned cand = (ni + j) % c->nodes;
 				uint64_t h = local_prefix(&s.nodes[cand], b, n);
+				if (h > best) {
+					best = h;
+					ni = cand;
+				}
+			}
+		} else if (load) {
+			double bound = PLAN_BALANCE_SLACK * total / c->nodes;
+			int64_t best = -1;
+			unsigned start = ni;
+			for (unsigned j = 0; j < c->nodes; j++) {
+				unsigned cand = (start + j) % c->nodes;
+				if (load[cand] > bound)
+					continue;
+				int64_t h = (int64_t)local_prefix(&s.nodes[cand], b, n);
 				if (h > best) {
 					best = h;
 					ni = cand;
@@ -219,8 +240,16 @@ tally:;
 		}
 		r->blocks += n;
 		r->requests++;
+		if (load) {
+			total = 0;
+			for (unsigned i = 0; i < c->nodes; i++)
+				total += load[i] *= decay;
+			load[ni] += (double)(n - hit) + 1;
+			total += (double)(n - hit) + 1;
+		}
 		rc = s.err;
 	}
+	free(load);
 	for (unsigned i = 0; s.nodes && i < c->nodes; i++) {
 		kvt_evict_destroy(s.nodes[i].ev[0]);
 		kvt_evict_destroy(s.nodes[i].ev[1]);

@@ -18,7 +18,10 @@
  *    is identical to kvt_replay_run(KVT_REPLAY_INCLUSIVE) with S as T1.
  *  - Routing: round-robin, or prefix affinity (the node whose local tiers
  *    hold the longest prefix of the prompt; ties go round-robin), as a
- *    KV-aware router would.
+ *    KV-aware router would, or balanced: prefix affinity among the nodes
+ *    whose recent work (blocks computed, decayed by 1 - 1/(4 nodes) a
+ *    request) is at most PLAN_BALANCE_SLACK times the mean, as a router
+ *    with bounded loads does.
  *
  * A request's hit is the number of leading blocks present in the node's
  * tiers or in S; then every block is accessed in prompt order (see
@@ -40,7 +43,12 @@
 enum plan_route {
 	PLAN_ROUTE_RR = 0,
 	PLAN_ROUTE_AFFINITY = 1,
+	PLAN_ROUTE_BALANCED = 2,
 };
+
+/* Balanced routing passes over a node whose recent work is above this
+ * many times the fleet's mean. */
+#define PLAN_BALANCE_SLACK 1.25
 
 /* Tier slots in results: local T0, local T1, shared S. */
 enum { PLAN_T0 = 0, PLAN_T1 = 1, PLAN_TS = 2, PLAN_NT = 3 };

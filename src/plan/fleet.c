@@ -1,0 +1,372 @@
+/*
+ * fleet.c — the trace in time on a fleet of accelerators (fleet.h).
+ *
+ * One pass in arrival order.  Arrivals are sorted and every queue is first
+ * come, first served, so taking requests in trace order and giving each
+ * the earliest free accelerator of its node is exactly the FCFS schedule
+ * of every node's queue.  Links are reserved the same way: a load holds
+ * each link of its path from when the last of them is free until it is
+ * done, at the path's slowest bandwidth.  That serialises concurrent loads
+ * on a link instead of sharing it fairly; the total time a link is busy,
+ * and so the bandwidth it needs, is the same either way.
+ */
+#include "plan/fleet.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/err.h"
+#include "plan/cost.h"
+
+/* Loads per link kept for the fix figure (one double per load). */
+struct need {
+	double *v;
+	size_t n, cap;
+};
+
+struct fleet {
+	const kvt_plan_fleet_conf *f;
+	double win;                       /* window seconds */
+	double *wbytes[KVT_PLAN_NLINK];   /* bytes per window */
+	size_t nwin, wcap;
+	struct need need[KVT_PLAN_NLINK];
+	int err;
+};
+
+double plan_fleet_overlap_end(double start, double first, double last, double comp,
+			      unsigned layers)
+{
+	double lr = layers ? (double)layers : 1;
+	/* Layer l's KV is in at first + (l + 1)·a, a = (last − first)/L; each
+	 * layer computes b = comp/L.  The end is the latest of: compute
+	 * alone from start, the first layer's KV then all of compute, the
+	 * last layer's KV then its compute (the terms between are linear in
+	 * l, so an end is the worst). */
+	double e = start + comp;
+	double a = first + (last - first) / lr + comp;
+	double b = last + comp / lr;
+	if (a > e)
+		e = a;
+	return b > e ? b : e;
+}
+
+static int push(struct need *n, double v)
+{
+	if (n->n == n->cap) {
+		size_t c = n->cap ? n->cap * 2 : 1024;
+		double *p = realloc(n->v, c * sizeof(*p));
+		if (!p)
+			return KVT_ENOMEM;
+		n->v = p;
+		n->cap = c;
+	}
+	n->v[n->n++] = v;
+	return 0;
+}
+
+/* Room for window index w in every link's series. */
+static int windows_upto(struct fleet *fl, size_t w)
+{
+	if (w < fl->wcap)
+		return 0;
+	size_t c = fl->wcap ? fl->wcap : 4096;
+	while (c <= w)
+		c *= 2;
+	for (unsigned l = 0; l < KVT_PLAN_NLINK; l++) {
+		double *p = realloc(fl->wbytes[l], c * sizeof(*p));
+		if (!p)
+			return KVT_ENOMEM;
+		memset(p + fl->wcap, 0, (c - fl->wcap) * sizeof(*p));
+		fl->wbytes[l] = p;
+	}
+	fl->wcap = c;
+	return 0;
+}
+
+/* `bytes` moved over link l evenly during [s, e). */
+static void spread(struct fleet *fl, unsigned l, double s, double e, double bytes)
+{
+	size_t w0 = (size_t)(s / fl->win), w1 = (size_t)(e / fl->win);
+	if (fl->err || (fl->err = windows_upto(fl, w1)))
+		return;
+	if (w1 + 1 > fl->nwin)
+		fl->nwin = w1 + 1;
+	if (w0 == w1 || e <= s) {
+		fl->wbytes[l][w0] += bytes;
+		return;
+	}
+	double rate = bytes / (e - s);
+	for (size_t w = w0; w <= w1; w++) {
+		double a = w == w0 ? s : (double)w * fl->win;
+		double b = w == w1 ? e : (double)(w + 1) * fl->win;
+		fl->wbytes[l][w] += rate * (b - a);
+	}
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* The p-quantile of sorted v[0..n), nearest rank; 0 when n is 0. */
+static double quantile(const double *v, size_t n, double p)
+{
+	if (!n)
+		return 0;
+	size_t i = (size_t)ceil(p * (double)n);
+	if (i)
+		i--;
+	return v[i < n ? i : n - 1];
+}
+
+/* Mean, p50, p90, p99 and max of v[0..n) (sorted in place). */
+static void summary(double *v, size_t n, double *mean, double *p50, double *p90, double *p99,
+		    double *max)
+{
+	double sum = 0;
+	for (size_t i = 0; i < n; i++)
+		sum += v[i];
+	qsort(v, n, sizeof(*v), cmp_double);
+	*mean = n ? sum / (double)n : 0;
+	*p50 = quantile(v, n, 0.5);
+	*p90 = quantile(v, n, 0.9);
+	*p99 = quantile(v, n, 0.99);
+	*max = n ? v[n - 1] : 0;
+}
+
+static int check(const kvt_plan_fleet_conf *f)
+{
+	if (!f->model || !f->gpu)
+		return kvt_err(KVT_EINVAL, "fleet: a model and a gpu are needed");
+	for (unsigned k = 0; k < KVT_PLAN_NT; k++)
+		if (!f->tier[k] || !(f->tier[k]->gbps > 0))
+			return kvt_err(KVT_EINVAL, "fleet: tier %u: a tier with gbps > 0 is needed", k);
+	for (unsigned l = 0; l < KVT_PLAN_NLINK; l++)
+		if (!(f->link_gbps[l] >= 0) || !isfinite(f->link_gbps[l]))
+			return kvt_err(KVT_EINVAL, "fleet: link %u: %g GB/s: expected >= 0 (0: no limit)",
+				       l, f->link_gbps[l]);
+	if (!(f->rate > 0) || !isfinite(f->rate))
+		return kvt_err(KVT_EINVAL, "fleet: rate %g: expected > 0", f->rate);
+	if (f->nodes < 1 || f->nodes > KVT_PLAN_MAX_NODES)
+		return kvt_err(KVT_EINVAL, "fleet: nodes %u: expected 1..%u", f->nodes,
+			       KVT_PLAN_MAX_NODES);
+	if (f->gpus_per_node < 1 || f->gpus_per_node > PLAN_FLEET_MAX_GPUS_PER_NODE)
+		return kvt_err(KVT_EINVAL, "fleet: gpus_per_node %u: expected 1..%u",
+			       f->gpus_per_node, PLAN_FLEET_MAX_GPUS_PER_NODE);
+	if (f->tp > 64)
+		return kvt_err(KVT_EINVAL, "fleet: tp %u: expected 1..64", f->tp);
+	if (!(f->window_s >= 0) || !isfinite(f->window_s))
+		return kvt_err(KVT_EINVAL, "fleet: window_s %g: expected >= 0", f->window_s);
+	return 0;
+}
+
+/* The links a load from tier k crosses, and the bandwidth of its slowest
+ * (the tier's own per-node figure counts as the link it is read through). */
+static unsigned path_of(const kvt_plan_fleet_conf *f, unsigned k, unsigned *links,
+			double *gbps, unsigned *slowest)
+{
+	static const unsigned paths[KVT_PLAN_NT][3] = {
+		{ KVT_PLAN_LINK_PCIE },
+		{ KVT_PLAN_LINK_NVME, KVT_PLAN_LINK_PCIE },
+		{ KVT_PLAN_LINK_NIC, KVT_PLAN_LINK_SHARED, KVT_PLAN_LINK_PCIE },
+	};
+	static const unsigned len[KVT_PLAN_NT] = { 1, 2, 3 };
+	/* The tier's per-node figure: DRAM's is what reaches the GPU, NVMe's
+	 * the device's, the shared tier's one node's client. */
+	static const unsigned tier_link[KVT_PLAN_NT] = { KVT_PLAN_LINK_PCIE, KVT_PLAN_LINK_NVME,
+							 KVT_PLAN_LINK_NIC };
+	double best = f->tier[k]->gbps * (k == KVT_PLAN_T0 && f->tp ? f->tp : 1);
+	*slowest = tier_link[k];
+	for (unsigned i = 0; i < len[k]; i++) {
+		unsigned l = paths[k][i];
+		links[i] = l;
+		if (f->link_gbps[l] > 0 && f->link_gbps[l] < best) {
+			best = f->link_gbps[l];
+			*slowest = l;
+		}
+	}
+	*gbps = best;
+	return len[k];
+}
+
+int plan_fleet_run(const struct plan_trace *pt, const kvt_plan_req_hit *per_req,
+		   const kvt_plan_fleet_conf *f, kvt_plan_timing *out, double *ttft_s,
+		   double *wait_s, double *series, size_t series_cap)
+{
+	memset(out, 0, sizeof(*out));
+	int rc = check(f);
+	if (rc)
+		return rc;
+	const struct kvt_trace *t = &pt->t;
+	uint64_t n = t->nreq;
+	unsigned nodes = f->nodes, g = f->gpus_per_node;
+	size_t nacc = (size_t)nodes * g;
+	struct fleet fl = {.f = f, .win = f->window_s > 0 ? f->window_s : 1.0};
+	/* Free times: each accelerator and its PCIe link; each node's NVMe
+	 * and NIC; the shared tier. */
+	double *acc_free = calloc(nacc, sizeof(double));
+	double *pcie_free = calloc(nacc, sizeof(double));
+	double *node_free = calloc((size_t)nodes * 2, sizeof(double));
+	double shared_free = 0;
+	double *tt = ttft_s ? ttft_s : malloc((n + 1) * sizeof(double));
+	double *wt = wait_s ? wait_s : malloc((n + 1) * sizeof(double));
+	double *sorted = malloc((n + 1) * sizeof(double));
+	if (!acc_free || !pcie_free || !node_free || !tt || !wt || !sorted) {
+		rc = kvt_err(KVT_ENOMEM, "fleet: out of memory");
+		goto out;
+	}
+	double kvb = plan_kv_bytes_per_token(f->model);
+	/* Tensor parallel: each of tp accelerators computes 1/tp of every
+	 * layer (ideal scaling: an optimistic bound) and loads 1/tp of its
+	 * KV over its own PCIe link, all at once. */
+	double tp = f->tp ? f->tp : 1;
+	kvt_plan_fleet_conf ft = *f;
+	ft.link_gbps[KVT_PLAN_LINK_PCIE] *= tp;
+	f = &ft;
+	double end_max = 0;
+	for (uint64_t q = 0; q < n && !fl.err; q++) {
+		double a = pt->arrive_s[q] / f->rate;
+		unsigned node = per_req ? per_req[q].node : (unsigned)(q % nodes);
+		if (node >= nodes) {
+			rc = kvt_err(KVT_EINVAL, "fleet: request %llu on node %u of %u: the simulation "
+				     "had more nodes", (unsigned long long)q, node, nodes);
+			goto out;
+		}
+		size_t s = (size_t)node * g;
+		for (size_t j = s + 1; j < (size_t)node * g + g; j++)
+			if (acc_free[j] < acc_free[s])
+				s = j;
+		double start = a > acc_free[s] ? a : acc_free[s];
+		double L = pt->in_len[q], prev = 0, tnow = start, first = -1;
+		uint64_t blocks = 0;
+		int skip = 0;
+		for (unsigned k = 0; per_req && !skip && k < KVT_PLAN_NT; k++) {
+			blocks += per_req[q].hit[k];
+			double upto = (double)blocks * pt->block_tokens;
+			if (upto > L)
+				upto = L;
+			double bytes = (upto - prev) * kvb;
+			if (bytes <= 0) {
+				prev = upto;
+				continue;
+			}
+			unsigned links[3], slow;
+			double gbps;
+			unsigned np = path_of(f, k, links, &gbps, &slow);
+			double *fr[3];
+			for (unsigned i = 0; i < np; i++)
+				fr[i] = links[i] == KVT_PLAN_LINK_PCIE ? &pcie_free[s]
+					: links[i] == KVT_PLAN_LINK_NVME ? &node_free[2 * node]
+					: links[i] == KVT_PLAN_LINK_NIC ? &node_free[2 * node + 1]
+					: &shared_free;
+			double lat = f->tier[k]->latency_us * 1e-6;
+			/* Restoring is only worth it when it beats recomputing
+			 * (kvt_lookup_worth's rule): a tier slower than that,
+			 * even alone on its links, is not read, and the rest of
+			 * the prompt is computed. */
+			double recompute = plan_prefill_s(f->model, f->gpu, prev, upto) / tp;
+			kvt_plan_link_use *u = &out->link[slow];
+			if (lat < recompute && (fl.err = push(&fl.need[slow],
+							      bytes / (recompute - lat) / 1e9)))
+				break;
+			u->loads++;
+			if (lat + bytes / (gbps * 1e9) > recompute) {
+				u->starved++;
+				u->latency_bound += lat >= recompute;
+				skip = 1;
+				break;
+			}
+			double s0 = tnow + lat;
+			for (unsigned i = 0; i < np; i++)
+				if (*fr[i] > s0)
+					s0 = *fr[i];
+			double e = s0 + bytes / (gbps * 1e9);
+			for (unsigned i = 0; i < np; i++) {
+				*fr[i] = e;
+				out->link[links[i]].bytes += bytes;
+				out->link[links[i]].busy_s += e - s0;
+				spread(&fl, links[i], s0, e, bytes);
+			}
+			/* Starved too: the load, with its waits for busy
+			 * links, took longer than computing its tokens. */
+			if (e - tnow > recompute)
+				u->starved++;
+			if (first < 0)
+				first = s0;
+			tnow = e;
+			prev = upto;
+		}
+		double from = prev >= L ? (L > 0 ? L - 1 : 0) : prev;
+		double comp = plan_prefill_s(f->model, f->gpu, from, L) / tp;
+		double end = first < 0 ? start + comp
+				       : plan_fleet_overlap_end(start, first, tnow, comp,
+								f->model->layers);
+		acc_free[s] = end;
+		if (end > end_max)
+			end_max = end;
+		out->busy_s += end - start;
+		out->compute_s += comp;
+		tt[q] = end - a;
+		wt[q] = start - a;
+	}
+	if (fl.err) {
+		rc = kvt_err(fl.err, "fleet: out of memory");
+		goto out;
+	}
+	out->requests = n;
+	out->span_s = end_max;
+	out->utilisation = end_max > 0 ? out->busy_s / ((double)nacc * end_max) : 0;
+	memcpy(sorted, tt, n * sizeof(double));
+	summary(sorted, n, &out->ttft_mean, &out->ttft_p50, &out->ttft_p90, &out->ttft_p99,
+		&out->ttft_max);
+	for (uint64_t q = 0; q < n; q++)
+		sorted[q] = tt[q] - wt[q];
+	qsort(sorted, n, sizeof(double), cmp_double);
+	out->service_p90 = quantile(sorted, n, 0.9);
+	memcpy(sorted, wt, n * sizeof(double));
+	summary(sorted, n, &out->wait_mean, &out->wait_p50, &out->wait_p90, &out->wait_p99,
+		&out->wait_max);
+
+	/* Windows over the span: demand per window, then its quantiles. */
+	size_t nw = (size_t)ceil(end_max / fl.win);
+	if (nw < fl.nwin)
+		nw = fl.nwin;
+	if (!nw)
+		nw = 1;
+	out->windows = nw;
+	double *ws = realloc(sorted, (nw > n + 1 ? nw : n + 1) * sizeof(double));
+	if (!ws) {
+		rc = kvt_err(KVT_ENOMEM, "fleet: out of memory");
+		goto out;
+	}
+	sorted = ws;
+	for (unsigned l = 0; l < KVT_PLAN_NLINK; l++) {
+		kvt_plan_link_use *u = &out->link[l];
+		for (size_t w = 0; w < nw; w++)
+			ws[w] = w < fl.nwin ? fl.wbytes[l][w] / fl.win / 1e9 : 0;
+		for (size_t w = 0; series && w < nw && w < series_cap; w++)
+			series[(size_t)l * series_cap + w] = ws[w];
+		double mean, p90;
+		summary(ws, nw, &mean, &u->p50_gbps, &p90, &u->p99_gbps, &u->max_gbps);
+		if (u->starved) {
+			qsort(fl.need[l].v, fl.need[l].n, sizeof(double), cmp_double);
+			u->fix_gbps = quantile(fl.need[l].v, fl.need[l].n, 0.99);
+		}
+	}
+out:
+	for (unsigned l = 0; l < KVT_PLAN_NLINK; l++) {
+		free(fl.wbytes[l]);
+		free(fl.need[l].v);
+	}
+	free(acc_free);
+	free(pcie_free);
+	free(node_free);
+	if (!ttft_s)
+		free(tt);
+	if (!wait_s)
+		free(wt);
+	free(sorted);
+	return rc;
+}
