@@ -10,6 +10,14 @@
  *    parse, one replay per capacity) against plan's parse plus one
  *    simulation per capacity.
  * Hit blocks must agree to the block; a mismatch is an error (exit 1).
+ *
+ * In time (`queueing`): the same trace on 4 nodes round-robin, LRU per
+ * node, with queueing, loads and prefill (plan_sim_run + plan_fleet_run)
+ * against the reference's own implementation of that model (PLAN_QUEUE),
+ * TTFT percentiles equal to the microsecond; and `grid`: `kvtier plan` on
+ * a 100-configuration grid with queueing (5 DRAM x 5 NVMe x 2 shared
+ * sizes x 2 policies, 4 nodes), its whole process against 100 runs of the
+ * reference's in-time loop (ratio_vs_python).
  * The reference script and the default trace (the repository's
  * tests/data/traces/conversation_trace.jsonl) are the copies the build puts
  * in bench-data/ next to this program; a TRACE argument overrides the trace.
@@ -25,6 +33,8 @@
 
 #include "bench.h"
 #include "common/err.h"
+#include "plan/cost.h"
+#include "plan/fleet.h"
 #include "plan/plan.h"
 
 #define MAXCAP 16
@@ -204,6 +214,100 @@ out:
 	return rc;
 }
 
+/* The queueing model of the reference (PLAN_QUEUE): per capacity its
+ * TTFT p50/p90/p99 and queue p90 (ms) and the loop's seconds.  0 or -1. */
+static int run_queue_ref(const char *py, const char *trace, const char *caps_arg,
+			 const char *queue, double (*rows)[5], unsigned ncap)
+{
+	char cmd[16384];
+	snprintf(cmd, sizeof(cmd), "PLAN_QUEUE='%.500s' python3 '%s' '%s' %s", queue, py, trace, caps_arg);
+	FILE *p = popen(cmd, "r");
+	if (!p)
+		return -1;
+	char line[512], cap[64];
+	unsigned k = 0;
+	while (k < ncap && fgets(line, sizeof(line), p))
+		if (sscanf(line, "%63s %lf %lf %lf %lf %lf", cap, &rows[k][0], &rows[k][1], &rows[k][2],
+			   &rows[k][3], &rows[k][4]) == 6)
+			k++;
+	return pclose(p) == 0 && k == ncap ? 0 : -1;
+}
+
+#define QUEUE_NODES 4
+
+/* The in-time comparison: plan's simulation and clock per capacity (the
+ * fastest of `repeat`) against the reference's; 0 if they agree. */
+static int queueing(const char *py, const struct plan_trace *pt, const char *trace,
+		    const uint64_t *caps, const char *caps_arg, unsigned ncap, unsigned repeat,
+		    double *plan_s, double *ref_s, int *exact)
+{
+	const struct plan_model *m = plan_model_find("Llama-3.1-8B");
+	const struct plan_gpu *g = plan_gpu_find("H100");
+	const struct plan_tier_cost *d = plan_tier_find("dram");
+	const struct plan_link *pcie = plan_link_find("pcie");
+	kvt_plan_fleet_conf f = {.model = m, .gpu = g, .rate = 1, .nodes = QUEUE_NODES,
+				 .gpus_per_node = 1};
+	f.tier[0] = d;
+	f.tier[1] = plan_tier_find("nvme");
+	f.tier[2] = plan_tier_find("fs");
+	f.link_gbps[KVT_PLAN_LINK_PCIE] = pcie->gbps;
+	char queue[512];
+	snprintf(queue, sizeof(queue), "%d 1 %.17g %u %u %.17g %.17g %.17g %.17g", QUEUE_NODES,
+		 m->params, m->layers, m->d_model, plan_kv_bytes_per_token(m),
+		 g->tflops * 1e12 * g->mfu, d->gbps < pcie->gbps ? d->gbps : pcie->gbps,
+		 d->latency_us * 1e-6);
+	double rows[MAXCAP][5];
+	if (run_queue_ref(py, trace, caps_arg, queue, rows, ncap)) {
+		fprintf(stderr, "kvtier-bench plan: the reference's queueing (PLAN_QUEUE) failed\n");
+		return 1;
+	}
+	kvt_plan_req_hit *ph = malloc((pt->t.nreq + 1) * sizeof(*ph));
+	if (!ph)
+		return 1;
+	*plan_s = *ref_s = 0;
+	*exact = 1;
+	for (unsigned k = 0; k < ncap; k++) {
+		struct plan_conf c = {.kind = KVT_EVICT_LRU, .nodes = QUEUE_NODES};
+		c.tier[PLAN_T0].capacity = caps[k];
+		struct plan_result r;
+		kvt_plan_timing tm;
+		double best = 0;
+		for (unsigned i = 0; i < repeat; i++) {
+			double a = mono();
+			if (plan_sim_run(pt, &c, &r, ph) || plan_fleet_run(pt, ph, &f, &tm, NULL, NULL, NULL, 0)) {
+				free(ph);
+				fprintf(stderr, "kvtier-bench plan: %s\n", kvt_errmsg());
+				return 1;
+			}
+			double dt = mono() - a;
+			if (!i || dt < best)
+				best = dt;
+		}
+		double got[4] = { tm.ttft_p50 * 1e3, tm.ttft_p90 * 1e3, tm.ttft_p99 * 1e3, tm.wait_p90 * 1e3 };
+		for (int j = 0; j < 4; j++)
+			if (got[j] - rows[k][j] > 1e-3 + 1e-6 * rows[k][j] ||
+			    rows[k][j] - got[j] > 1e-3 + 1e-6 * rows[k][j])
+				*exact = 0;
+		*plan_s += best;
+		*ref_s += rows[k][4];
+	}
+	free(ph);
+	return 0;
+}
+
+/* `kvtier plan` on the 100-configuration grid with queueing, as a user
+ * starts it (every core it wants); its wall seconds, or -1. */
+static double grid_run(const char *trace)
+{
+	char kvtier[4096];
+	if (!bench_data_path("../kvtier", kvtier, sizeof(kvtier)))
+		return -1;
+	char *argv[] = {kvtier, "plan", (char *)trace, "--dram", "1000,2000,5000,10000,20000",
+			"--nvme", "0,10000,20000,50000,100000", "--shared", "0,inf", "--policy",
+			"lru,s3fifo", "--nodes", "4", "--csv", "--quiet", NULL};
+	return run_proc(argv);
+}
+
 int bench_plan(int argc, char **argv)
 {
 	const char *trace = NULL, *caps_s = "1000,5000,20000,inf";
@@ -310,6 +414,18 @@ int bench_plan(int argc, char **argv)
 		fprintf(stderr, "kvtier-bench plan: %s\n", kvt_errmsg());
 		return 1;
 	}
+	double q_plan = 0, q_ref = 0;
+	int q_exact = 0;
+	if (!rc && queueing(py, &pt, trace, caps, caps_arg, ncap, repeat, &q_plan, &q_ref, &q_exact)) {
+		plan_trace_free(&pt);
+		return 1;
+	}
+	double grid_s = grid_run(trace);
+	if (grid_s < 0) {
+		fprintf(stderr, "kvtier-bench plan: kvtier plan on the 100-configuration grid failed\n");
+		plan_trace_free(&pt);
+		return 1;
+	}
 	struct plan_result res[MAXCAP];
 	double sim_s[MAXCAP], first_s[MAXCAP];
 	for (unsigned k = 0; k < ncap && !rc; k++) {
@@ -393,7 +509,13 @@ int bench_plan(int argc, char **argv)
 		bench_json_summary("plan_seconds", sp);
 		putchar(',');
 		bench_json_summary("reference_seconds", sr);
-		printf(",\"ratio_vs_python\":%.2f}}\n", ratio_proc);
+		printf(",\"ratio_vs_python\":%.2f},", ratio_proc);
+		printf("\"queueing\":{\"nodes\":%d,\"exact\":%s,\"plan_seconds\":%.6f,"
+		       "\"reference_seconds\":%.6f,\"ratio_vs_python\":%.2f},"
+		       "\"grid\":{\"configs\":100,\"nodes\":%d,\"seconds\":%.3f,"
+		       "\"reference_seconds_100\":%.3f,\"ratio_vs_python\":%.2f}}\n",
+		       QUEUE_NODES, q_exact ? "true" : "false", q_plan, q_ref, q_ref / q_plan,
+		       QUEUE_NODES, grid_s, q_ref / ncap * 100, q_ref / ncap * 100 / grid_s);
 	} else {
 		printf("kvtier-bench plan: LRU on %s, fastest of %u (simulation only; both exclude\n"
 		       "trace parsing; the reference times its replay loop inside the script)\n",
@@ -423,7 +545,15 @@ int bench_plan(int argc, char **argv)
 		       bench_fmt_summary((struct summary){sp.median * 1e3, sp.min * 1e3, sp.max * 1e3}, a, sizeof(a)),
 		       bench_fmt_summary((struct summary){sr.median * 1e3, sr.min * 1e3, sr.max * 1e3}, b, sizeof(b)),
 		       ratio_proc);
+		printf("in time, %d nodes, LRU at the same capacities: TTFT percentiles %s the "
+		       "reference's; plan %.1f ms, reference %.1f ms: ratio_vs_python %.1fx\n",
+		       QUEUE_NODES, q_exact ? "equal to" : "DIFFER from", q_plan * 1e3, q_ref * 1e3,
+		       q_ref / q_plan);
+		printf("grid: kvtier plan, 100 configurations with queueing (%d nodes) in %.2f s; "
+		       "100 of the reference's in-time runs would take %.1f s: ratio_vs_python %.1fx\n",
+		       QUEUE_NODES, grid_s, q_ref / ncap * 100, q_ref / ncap * 100 / grid_s);
 	}
+	bad += !q_exact;
 	if (bad)
 		fprintf(stderr, "kvtier-bench plan: hit blocks differ from the reference\n");
 	return bad ? 1 : 0;

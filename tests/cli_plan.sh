@@ -63,10 +63,12 @@ if (cd "$work" && env -u KVT_SRC "$(dirname "$kvtier")/kvtier-bench" plan "$trac
 	"$py" - "$work/bench.json" <<'PY' || fails=$((fails + 1))
 import json, sys
 b = json.load(open(sys.argv[1]))
-ok = b["exact"] and b["ratio_vs_reference"] > 0 and b["accesses_per_s_per_core"] > 0
+q, g = b["queueing"], b["grid"]
+ok = b["exact"] and q["exact"] and b["ratio_vs_reference"] > 0 and b["accesses_per_s_per_core"] > 0
 print(f"{'ok  ' if ok else 'FAIL'} bench plan: {b['ratio_vs_reference']:.1f}x the reference (simulation only), "
       f"{b['accesses_per_s_per_core']/1e6:.1f} M accesses/s per core; end to end "
-      f"{b['end_to_end']['ratio_vs_reference']:.1f}x (printed, not asserted)")
+      f"{b['end_to_end']['ratio_vs_reference']:.1f}x; in time {q['ratio_vs_python']:.1f}x, TTFT percentiles "
+      f"{'equal' if q['exact'] else 'DIFFERENT'}; 100-configuration grid {g['seconds']:.2f} s (printed, not asserted)")
 sys.exit(0 if ok else 1)
 PY
 else

@@ -1080,10 +1080,12 @@ int cmd_plan(int argc, char **argv)
 		for (int i = 0; ph && tt && i < (fleet ? ntp : 1); i++) {
 			struct cfg_out b = x->base;
 			b.tp = tps[i];
+			/* Without a target only its TTFT alone is shown: no
+			 * fleet to run (the report runs it when it draws it). */
 			if (fleet)
 				b.rc = plan_fleet_search(x, &b, ph, tt);
 			else
-				b.rc = plan_fleet_eval(x, &b, ph, tt, NULL, NULL, NULL, 0);
+				plan_evaluate(x, &b, ph, tt);
 			if (!i || (b.met && (!x->base.met || b.usd_fleet_month < x->base.usd_fleet_month)) ||
 			    (!b.met && !x->base.met && b.tm.ttft_p90 < x->base.tm.ttft_p90))
 				x->base = b;

@@ -104,36 +104,80 @@ static void spread(struct fleet *fl, unsigned l, double s, double e, double byte
 	}
 }
 
-static int cmp_double(const void *a, const void *b)
+/* The nearest-rank index of the p-quantile of n values. */
+static size_t rank(size_t n, double p)
 {
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-/* The p-quantile of sorted v[0..n), nearest rank; 0 when n is 0. */
-static double quantile(const double *v, size_t n, double p)
-{
-	if (!n)
-		return 0;
 	size_t i = (size_t)ceil(p * (double)n);
 	if (i)
 		i--;
-	return v[i < n ? i : n - 1];
+	return i < n ? i : n - 1;
 }
 
-/* Mean, p50, p90, p99 and max of v[0..n) (sorted in place). */
+/* Put the k-th smallest of v[lo..hi] at v[k], smaller ones before it and
+ * larger after (Hoare's selection): a percentile without a whole sort,
+ * which was most of a small configuration's time. */
+static void select_k(double *v, size_t lo, size_t hi, size_t k)
+{
+	while (lo < hi) {
+		double pivot = v[lo + (hi - lo) / 2];
+		size_t i = lo, j = hi;
+		while (i <= j) {
+			while (v[i] < pivot)
+				i++;
+			while (v[j] > pivot)
+				j--;
+			if (i <= j) {
+				double t = v[i];
+				v[i] = v[j];
+				v[j] = t;
+				i++;
+				if (j == 0)
+					break;
+				j--;
+			}
+		}
+		if (k <= j)
+			hi = j;
+		else if (k >= i)
+			lo = i;
+		else
+			return;
+	}
+}
+
+/* The p-quantile of v[0..n) (reordered), nearest rank; 0 when n is 0. */
+static double quantile(double *v, size_t n, double p)
+{
+	if (!n)
+		return 0;
+	size_t k = rank(n, p);
+	select_k(v, 0, n - 1, k);
+	return v[k];
+}
+
+/* Mean, p50, p90, p99 and max of v[0..n) (reordered).  Each selection
+ * leaves the larger values above its rank, so the next looks there only. */
 static void summary(double *v, size_t n, double *mean, double *p50, double *p90, double *p99,
 		    double *max)
 {
-	double sum = 0;
-	for (size_t i = 0; i < n; i++)
+	double sum = 0, mx = 0;
+	for (size_t i = 0; i < n; i++) {
 		sum += v[i];
-	qsort(v, n, sizeof(*v), cmp_double);
+		if (!i || v[i] > mx)
+			mx = v[i];
+	}
 	*mean = n ? sum / (double)n : 0;
-	*p50 = quantile(v, n, 0.5);
-	*p90 = quantile(v, n, 0.9);
-	*p99 = quantile(v, n, 0.99);
-	*max = n ? v[n - 1] : 0;
+	*max = mx;
+	*p50 = *p90 = *p99 = 0;
+	if (!n)
+		return;
+	size_t k50 = rank(n, 0.5), k90 = rank(n, 0.9), k99 = rank(n, 0.99);
+	select_k(v, 0, n - 1, k50);
+	select_k(v, k50, n - 1, k90);
+	select_k(v, k90, n - 1, k99);
+	*p50 = v[k50];
+	*p90 = v[k90];
+	*p99 = v[k99];
 }
 
 static int check(const kvt_plan_fleet_conf *f)
@@ -323,7 +367,6 @@ int plan_fleet_run(const struct plan_trace *pt, const kvt_plan_req_hit *per_req,
 		&out->ttft_max);
 	for (uint64_t q = 0; q < n; q++)
 		sorted[q] = tt[q] - wt[q];
-	qsort(sorted, n, sizeof(double), cmp_double);
 	out->service_p90 = quantile(sorted, n, 0.9);
 	memcpy(sorted, wt, n * sizeof(double));
 	summary(sorted, n, &out->wait_mean, &out->wait_p50, &out->wait_p90, &out->wait_p99,
@@ -348,12 +391,12 @@ int plan_fleet_run(const struct plan_trace *pt, const kvt_plan_req_hit *per_req,
 			ws[w] = w < fl.nwin ? fl.wbytes[l][w] / fl.win / 1e9 : 0;
 		for (size_t w = 0; series && w < nw && w < series_cap; w++)
 			series[(size_t)l * series_cap + w] = ws[w];
+		if (u->starved)
+			u->fix_gbps = quantile(fl.need[l].v, fl.need[l].n, 0.99);
+		if (!u->bytes)
+			continue; /* every window 0 */
 		double mean, p90;
 		summary(ws, nw, &mean, &u->p50_gbps, &p90, &u->p99_gbps, &u->max_gbps);
-		if (u->starved) {
-			qsort(fl.need[l].v, fl.need[l].n, sizeof(double), cmp_double);
-			u->fix_gbps = quantile(fl.need[l].v, fl.need[l].n, 0.99);
-		}
 	}
 out:
 	for (unsigned l = 0; l < KVT_PLAN_NLINK; l++) {
