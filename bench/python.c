@@ -7,7 +7,9 @@
  * Shape: Llama-3.1-8B (32 layers, 8 KV heads x 128, bf16, 16-token blocks,
  * 256-token chunks of 32 MiB), a request of 4 chunks (2 with --quick) whose
  * block table is the same shuffled draw over a pool of exactly its blocks
- * on both sides.  Each side has its own DRAM store of 512 MiB, prefaulted.
+ * on both sides.  Each side has its own DRAM store, prefaulted, of 128 MiB a
+ * chunk of the request (the chunks the loads read, pinned, and room for
+ * the saves' new ones).
  *
  *   save: fresh keys (kvt_key_from_engine_hash of a counter, one a chunk),
  *         kvt_conn_save_keys, kvt_conn_save_layer of every layer, wait, end:
@@ -50,7 +52,7 @@
 #define LAYERS 32
 #define HEADS 8
 #define DIM 128
-#define DRAM "512MiB"
+#define DRAM_MIB_PER_CHUNK 128
 
 enum { OP_SAVE = 0, OP_LOAD = 1, N_OPS = 2 };
 static const char *const op_names[N_OPS] = { "save", "load" };
@@ -158,7 +160,8 @@ static int c_open(struct cside *x, uint32_t chunks)
 	kvt_paged_layer L[LAYERS];
 	kvt_conn_desc d = { 0 };
 	kvt_config *cfg = kvt_config_new();
-	const char *const kv[][2] = { { "max_local_cpu_size", DRAM },
+	char dram[32];
+	const char *const kv[][2] = { { "max_local_cpu_size", dram },
 				      { "dram_lock_memory", "false" } };
 	uint32_t nb = chunks * (CT / BT);
 	uint64_t plane = (uint64_t)nb * BT * HEADS * DIM * 2;
@@ -166,6 +169,7 @@ static int c_open(struct cside *x, uint32_t chunks)
 
 	memset(x, 0, sizeof(*x));
 	x->chunks = chunks;
+	snprintf(dram, sizeof(dram), "%uMiB", chunks * DRAM_MIB_PER_CHUNK);
 	if (!cfg)
 		return bench_fail(CMD, "configuration", KVT_ENOMEM);
 	if (bench_store_open(CMD, "store", cfg, bench_config_set_all(cfg, kv, 2), 0, &x->st))
@@ -217,7 +221,7 @@ static void c_close(struct cside *x)
 /* Start python_bench.py and wait for its READY. */
 static int py_open(struct pyside *p, const char *python, uint32_t chunks)
 {
-	char script[4096], pkg[4096], libp[4200], exe[4096], nchunks[16], line[256];
+	char script[4096], pkg[4096], libp[4200], exe[4096], nchunks[16], dram[32], line[256];
 	int in[2], out[2];
 	ssize_t n;
 	char *slash;
@@ -242,6 +246,7 @@ static int py_open(struct pyside *p, const char *python, uint32_t chunks)
 		return 1;
 	}
 	snprintf(nchunks, sizeof(nchunks), "%u", chunks);
+	snprintf(dram, sizeof(dram), "%uMiB", chunks * DRAM_MIB_PER_CHUNK);
 	if (pipe(in) || pipe(out))
 		return bench_fail(CMD, "pipe", -errno);
 	p->pid = fork();
@@ -255,7 +260,7 @@ static int py_open(struct pyside *p, const char *python, uint32_t chunks)
 		setenv("KVTIER_LIB", libp, 1);
 		setenv("PYTHONPATH", pkg, 1);
 		setenv("PYTHONDONTWRITEBYTECODE", "1", 1);
-		execl(python, python, script, "32", "8", "128", nchunks, DRAM, (char *)NULL);
+		execl(python, python, script, "32", "8", "128", nchunks, dram, (char *)NULL);
 		fprintf(stderr, "kvtier-bench " CMD ": cannot run %s: %s\n", python,
 			strerror(errno));
 		_exit(127);
@@ -349,7 +354,11 @@ int bench_python(int argc, char **argv)
 			json = 1;
 		} else if (!strcmp(argv[i], "--quick")) {
 			quick = 1;
-		} else if (!strcmp(argv[i], "--python") && i + 1 < argc) {
+		} else if (!strcmp(argv[i], "--python")) {
+			if (i + 1 >= argc) {
+				fprintf(stderr, "kvtier-bench " CMD ": --python needs a path\n");
+				return 2;
+			}
 			python = argv[++i];
 		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			usage(stdout);

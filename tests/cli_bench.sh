@@ -57,7 +57,17 @@ expect_fail "an unknown benchmark" "unknown benchmark" "$bench" frobnicate
 expect_fail "no benchmark named" "usage" "$bench"
 expect "--help" "$bench" --help
 expect "connector --json --quick" "$bench" connector --json --quick
-for c in dram nvme sharedfs s3 plan hierarchy daemon; do
+# The Python binding's benchmark: its Python side and the package come from
+# bench-data, the library from the build directory.
+expect "python --json --quick" "$bench" python --json --quick
+$py - "$work/out" <<'PY' && ok "python JSON carries both ratios" || bad "python JSON: $(head -c 400 "$work/out")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert [r["op"] for r in d["results"]] == ["save", "load"], d
+assert all(r["ratio_vs_c_connector"] > 0 and r["target"] == 0.8 for r in d["results"])
+PY
+expect_fail "python: a bad option" "unknown option" "$bench" python --frobnicate
+for c in dram nvme sharedfs s3 plan hierarchy daemon python; do
 	"$bench" "$c" --help >"$work/out" 2>&1 && grep -q "kvtier-bench $c" "$work/out" &&
 		ok "$c --help" || bad "$c --help: $(head -3 "$work/out")"
 done
