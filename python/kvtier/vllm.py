@@ -667,6 +667,8 @@ class KvtierSecondaryTier(SecondaryTierManager):
                     op.wait()
                 except kvtier.Exists:
                     pass  # another writer stored it first: it is there
+                except kvtier.NotFound:
+                    ok = False  # evicted since the lookup: vLLM recomputes
                 except kvtier.Error as e:
                     log.warning("kvtier: offload job %s: %s", job_id, e)
                     ok = False

@@ -160,36 +160,61 @@ class Engine:
             for p, dst in enumerate(self.token_kv(layer, blocks, pos)):
                 dst.copy_(kv[layer][p, pos])
 
-    def run_prefill(self, req, local_hit=0):
-        """One scheduler step that schedules `req`'s whole prompt, and the
-        forward pass that computes it.  Returns (external tokens, blocks,
-        invalid block ids reported)."""
+    def run_prefill(self, req, local_hit=0, budget=None, local_kv=None):
+        """Schedule `req`'s whole prompt, `budget` tokens a step (chunked
+        prefill; None: one step), and run each step's forward pass.  The
+        first local_hit tokens (whole blocks) are vLLM's own prefix-cache
+        hit: their blocks already hold `local_kv` (default: the prompt's
+        true KV).  Returns (external tokens, blocks, invalid block ids
+        reported over the steps, the prompt's true KV)."""
         n = len(req.prompt_token_ids)
         ext, load_async = self.sched.get_num_new_matched_tokens(req, local_hit)
         assert load_async is False and ext is not None
         # The scheduler may ask again; the answer is the same (no side effect).
         assert self.sched.get_num_new_matched_tokens(req, local_hit) == (ext, False)
-        blocks = [self.free.pop() for _ in range(-(-n // BS))]
+        kv = truth(req.prompt_token_ids, self.mla)
+        blocks = [self.free.pop() for _ in range(local_hit // BS)]
+        for l in range(L):
+            self.write(l, blocks, 0, local_hit, local_kv or kv)
+        done = local_hit + ext
+        step = min(budget or n, n - done)
+        blocks += [self.free.pop() for _ in range(-(-(done + step) // BS) - len(blocks))]
         self.sched.update_state_after_alloc(req, KVCacheBlocks(blocks), ext)
-        computed = local_hit + ext
         out = NS(scheduled_new_reqs=[NS(req_id=req.request_id,
                                         prompt_token_ids=req.prompt_token_ids,
                                         block_ids=(list(blocks),),
-                                        num_computed_tokens=computed)],
+                                        num_computed_tokens=done)],
                  scheduled_cached_reqs=NS(req_ids=[], resumed_req_ids=set(), new_block_ids=[],
                                           num_computed_tokens=[]),
-                 num_scheduled_tokens={req.request_id: n - computed},
+                 num_scheduled_tokens={req.request_id: step},
                  finished_req_ids=set())
-        meta = self.sched.build_connector_meta(out)
-        req.num_computed_tokens = computed
-        kv = truth(req.prompt_token_ids, self.mla)
-        # The model runner.
+        invalid = set()
+        while True:
+            req.num_computed_tokens = done
+            invalid |= self.forward(self.sched.build_connector_meta(out), blocks, done,
+                                    done + step, kv)
+            done += step
+            req.num_computed_tokens = done
+            if done == n:
+                return ext, blocks, invalid, kv
+            step = min(budget, n - done)
+            new = [self.free.pop() for _ in range(-(-(done + step) // BS) - len(blocks))]
+            blocks += new
+            out = NS(scheduled_new_reqs=[],
+                     scheduled_cached_reqs=NS(req_ids=[req.request_id], resumed_req_ids=set(),
+                                              new_block_ids=[(new,)],
+                                              num_computed_tokens=[done]),
+                     num_scheduled_tokens={req.request_id: step}, finished_req_ids=set())
+
+    def forward(self, meta, blocks, lo, hi, kv):
+        """The model runner's calls around one forward pass computing
+        tokens [lo, hi); the invalid block ids it reports."""
         w = self.worker
         w.bind_connector_metadata(meta)
         w.start_load_kv(NS(no_compile_layers={}, attn_metadata={}))
         for l, name in enumerate(self.names):
             w.wait_for_layer_load(name)
-            self.write(l, blocks, computed, n, kv)
+            self.write(l, blocks, lo, hi, kv)
             w.save_kv_layer(name, self.kv[l], None)
         w.wait_for_save()
         sending, recving = w.get_finished(set())
@@ -199,8 +224,7 @@ class Engine:
         self.sched.update_connector_output(NS(finished_sending=sending,
                                               finished_recving=recving,
                                               invalid_block_ids=invalid))
-        req.num_computed_tokens = n
-        return ext, blocks, invalid, kv
+        return invalid
 
     def finish(self, req, blocks):
         assert self.sched.request_finished(req, blocks) == (False, None)
@@ -282,6 +306,32 @@ class Tiers(unittest.TestCase):
 
     def test_dram(self):
         self.roundtrip(self.base(connector_threads=1), same_time=True)
+
+    def test_chunked_prefill_and_prefix_hits(self):
+        """A prompt computed 40 tokens a step saves each chunk in the step
+        that completes it; a vLLM prefix hit inside a chunk loads from that
+        chunk's start, one on a chunk boundary leaves vLLM's blocks alone."""
+        extra = self.base()
+        a, b = Engine(extra), Engine(extra)
+        try:
+            p = prompt(5, 3 * CHUNK + 20)
+            ra = Request("p-1", p)
+            self.assertEqual(a.run_prefill(ra, budget=40)[0], 0)
+            ext, blocks, inv, kv = b.run_prefill(Request("p-2", p), budget=50)
+            self.assertEqual((ext, inv), (3 * CHUNK, set()))
+            b.check(self, blocks, kv, 0, len(p))
+            ext, blocks, inv, kv = b.run_prefill(Request("p-3", p), local_hit=2 * BS)
+            self.assertEqual((ext, inv), (3 * CHUNK - 2 * BS, set()))
+            b.check(self, blocks, kv, 0, len(p))
+            mark = [torch.full_like(t, 0.5) for t in kv]
+            ext, blocks, inv, kv = b.run_prefill(Request("p-4", p), local_hit=CHUNK,
+                                                 local_kv=mark)
+            self.assertEqual((ext, inv), (2 * CHUNK, set()))
+            b.check(self, blocks, mark, 0, CHUNK)
+            b.check(self, blocks, kv, CHUNK, len(p))
+        finally:
+            a.shutdown()
+            b.shutdown()
 
     def test_dram_layouts(self):
         for layout in ("flash_attn_hnd", "flashinfer", "mla", "cross_layer"):
