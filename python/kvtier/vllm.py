@@ -409,6 +409,7 @@ class KvtierConnector(KVConnectorBase_V1):
                 st.saved_chunks = full
         for rid in getattr(scheduler_output, "finished_req_ids", ()) or ():
             self._reqs.pop(rid, None)
+            self._local.pop(rid, None)
         return meta
 
     def update_connector_output(self, connector_output):
@@ -419,6 +420,7 @@ class KvtierConnector(KVConnectorBase_V1):
 
     def request_finished(self, request, block_ids):
         self._reqs.pop(request.request_id, None)
+        self._local.pop(request.request_id, None)
         return False, None
 
     def take_events(self):
