@@ -333,6 +333,37 @@ class Tiers(unittest.TestCase):
             a.shutdown()
             b.shutdown()
 
+    def test_scheduler_in_a_process_of_its_own(self):
+        """With no worker in its process (vLLM's multiprocess executors) the
+        scheduler looks up in a read-only store over the lower tiers; with
+        none configured it finds nothing and says why once."""
+        d = os.path.join(self.root, "nvme-sched")
+        extra = self.base(local_disk=d, max_local_disk_size="64MiB")
+        a = Engine(extra)
+        p = prompt(6, 2 * CHUNK + 7)
+        ra = Request("s-1", p)
+        _, blocks, _, _ = a.run_prefill(ra)
+        a.finish(ra, blocks)
+        a.shutdown()
+        sched_only = KvtierConnector(a.worker._vllm_config, KVConnectorRole.SCHEDULER,
+                                     a.worker._kv_cache_config)
+        try:
+            self.assertEqual(sched_only.get_num_new_matched_tokens(Request("s-2", p), 0),
+                             (2 * CHUNK, False))
+            st = sched_only._store
+            self.assertEqual([t["name"] for t in st.stats()], ["nvme"])
+            self.assertEqual(st.stats(0)["read_only"], 1)
+        finally:
+            sched_only.shutdown()
+        dram_only = KvtierConnector(a.worker._vllm_config.__class__(
+            **dict(vars(a.worker._vllm_config), kv_transfer_config=NS(
+                kv_role="kv_both", kv_connector_extra_config=self.base(chunk_size=CHUNK)))),
+            KVConnectorRole.SCHEDULER, a.worker._kv_cache_config)
+        with self.assertLogs("kvtier.vllm", "WARNING"):
+            self.assertEqual(dram_only.get_num_new_matched_tokens(Request("s-3", p), 0),
+                             (0, False))
+        dram_only.shutdown()
+
     def test_dram_layouts(self):
         for layout in ("flash_attn_hnd", "flashinfer", "mla", "cross_layer"):
             with self.subTest(layout=layout):
