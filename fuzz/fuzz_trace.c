@@ -2,7 +2,8 @@
  * fuzz_trace.c — libFuzzer target for the request-trace readers.
  *
  * Traces are files a user points `kvtier plan` and `kvtier replay` at:
- * Mooncake and Bailian JSON Lines and token-id logs (plan/trace.h), read
+ * Mooncake and Bailian JSON Lines, vLLM KV events (fuzz_vllm_events.c
+ * explores those) and token-id logs (plan/trace.h), read
  * by one line checker (JSON records through jansson, several threads at
  * a time on long traces) through two front ends (plan_trace_parse on
  * bytes in memory, plan_trace_read streaming a file), which hand the ids
@@ -97,10 +98,12 @@ static void check_plan_trace(const struct plan_trace *pt, enum plan_fmt fmt,
 {
 	const struct kvt_trace *t = &pt->t;
 
-	if (pt->fmt < PLAN_FMT_MOONCAKE || pt->fmt > PLAN_FMT_TOKENS ||
+	if (pt->fmt < PLAN_FMT_MOONCAKE || pt->fmt > PLAN_FMT_VLLM ||
 	    (fmt != PLAN_FMT_AUTO && pt->fmt != fmt))
 		abort();
+	/* vLLM's events carry their own block size. */
 	if (block_tokens ? pt->block_tokens != block_tokens
+			 : pt->fmt == PLAN_FMT_VLLM ? !pt->block_tokens
 			 : pt->block_tokens != (pt->fmt == PLAN_FMT_MOONCAKE ? 512u
 						: pt->fmt == PLAN_FMT_BAILIAN ? 16u : 256u))
 		abort();

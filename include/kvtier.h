@@ -866,9 +866,10 @@ enum kvt_plan_format {
 	KVT_PLAN_FMT_MOONCAKE = 1, /* JSONL, timestamp in ms, 512-token blocks */
 	KVT_PLAN_FMT_BAILIAN = 2,  /* JSONL (Qwen/Bailian), seconds, 16-token blocks */
 	KVT_PLAN_FMT_TOKENS = 3,   /* token ids, one prompt a line, keyed by kvtier */
+	KVT_PLAN_FMT_VLLM = 4,     /* vLLM KV events (BlockStored), JSON lines */
 };
 
-/* "auto", "mooncake", "bailian" (or "qwen"), "tokens" -> enum
+/* "auto", "mooncake", "bailian" (or "qwen"), "tokens", "vllm" -> enum
  * kvt_plan_format; -1 if `name` is none of them.  `name` may not be NULL. */
 KVT_API int kvt_plan_format_parse(const char *name);
 /* The name of a format; "auto" for any other value.  Never NULL. */

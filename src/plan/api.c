@@ -32,8 +32,8 @@ const char *kvt_plan_format_name(int format)
 static int trace_new(int format, kvt_plan_trace **out, kvt_plan_trace **t)
 {
 	*out = NULL;
-	if (format < KVT_PLAN_FMT_AUTO || format > KVT_PLAN_FMT_TOKENS)
-		return kvt_err(KVT_EINVAL, "trace format %d: expected 0..3 (enum kvt_plan_format)",
+	if (format < KVT_PLAN_FMT_AUTO || format > KVT_PLAN_FMT_VLLM)
+		return kvt_err(KVT_EINVAL, "trace format %d: expected 0..4 (enum kvt_plan_format)",
 			       format);
 	*t = malloc(sizeof(**t));
 	return *t ? 0 : kvt_err(KVT_ENOMEM, "out of memory");

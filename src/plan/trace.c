@@ -16,6 +16,7 @@
  * range where there is one.
  */
 #include "plan/trace.h"
+#include "plan/vllm_events.h"
 
 #include <errno.h>
 #include <math.h>
@@ -43,6 +44,8 @@ int plan_fmt_parse(const char *s)
 		return PLAN_FMT_BAILIAN;
 	if (!strcmp(s, "tokens"))
 		return PLAN_FMT_TOKENS;
+	if (!strcmp(s, "vllm"))
+		return PLAN_FMT_VLLM;
 	return -1;
 }
 
@@ -52,6 +55,7 @@ const char *plan_fmt_name(enum plan_fmt f)
 	case PLAN_FMT_MOONCAKE: return "mooncake";
 	case PLAN_FMT_BAILIAN: return "bailian";
 	case PLAN_FMT_TOKENS: return "tokens";
+	case PLAN_FMT_VLLM: return "vllm";
 	default: return "auto";
 	}
 }
@@ -107,6 +111,9 @@ struct reader {
 	size_t tcap;
 	kvt_key *keys;
 	size_t kcap;
+
+	/* vLLM KV events: requests are whole only at the end of the input. */
+	struct plan_vllm *vl;
 };
 
 /* KVT_EINVAL naming the file and line: "name:line: what". */
@@ -1348,6 +1355,43 @@ static int token_line(struct reader *r, const char *p, const char *end)
 	return add_request(r, 0, nt, 0);
 }
 
+/* A line of vLLM KV events: read now, its requests given at the end. */
+static int vllm_line(struct reader *r, const char *p, const char *end)
+{
+	char err[300];
+	int rc = r->vl ? 0 : plan_vllm_new(&r->vl);
+	if (rc)
+		return kvt_err(rc, "%s: out of memory", r->name);
+	rc = plan_vllm_line(r->vl, p, (size_t)(end - p), &r->pt->block_tokens, err, sizeof(err));
+	if (rc == KVT_EINVAL)
+		return bad_line(r, "%s", err);
+	return rc ? kvt_err(rc, "%s: out of memory", r->name) : 0;
+}
+
+static int vllm_emit(void *arg, double ts, const uint64_t *ids, size_t n, uint64_t in,
+		     uint64_t out)
+{
+	struct reader *r = arg;
+	int rc = 0;
+	if (r->full)
+		return 0;
+	for (size_t i = 0; !rc && i < n; i++)
+		rc = line_id(r, ids[i]);
+	if (!rc)
+		rc = line_commit(r);
+	return rc ? rc : add_request(r, ts, in, out > PLAN_TRACE_MAX_TOKENS ? PLAN_TRACE_MAX_TOKENS : out);
+}
+
+/* AUTO: a line of KV events (a batch, or one event) rather than a trace
+ * record. */
+static int is_vllm_line(const char *p, const char *end)
+{
+	if (find_in(p, end, "\"hash_ids\""))
+		return 0;
+	return find_in(p, end, "\"BlockStored\"") || find_in(p, end, "\"BlockRemoved\"") ||
+	       find_in(p, end, "\"AllBlocksCleared\"") || find_in(p, end, "\"events\"");
+}
+
 /* One line, without its '\n'.  Blank lines are skipped; the first other
  * line decides the format when it is AUTO. */
 static int reader_line(struct reader *r, const char *p, size_t n)
@@ -1369,6 +1413,10 @@ static int reader_line(struct reader *r, const char *p, size_t n)
 		return 0;
 	/* AUTO: a line that is an object is a JSON record (its fields
 	 * decide which kind, json_line), anything else token ids. */
+	if (pt->fmt == PLAN_FMT_AUTO && (*q == '{' || *q == '[') && is_vllm_line(q, end))
+		pt->fmt = PLAN_FMT_VLLM;
+	if (pt->fmt == PLAN_FMT_VLLM)
+		return vllm_line(r, p, end);
 	if (pt->fmt == PLAN_FMT_AUTO && *q != '{')
 		pt->fmt = PLAN_FMT_TOKENS;
 	if (pt->fmt == PLAN_FMT_AUTO)
@@ -1427,6 +1475,8 @@ static void reader_free(struct reader *r)
 	free(r->out_len);
 	free(r->tok);
 	free(r->keys);
+	plan_vllm_free(r->vl);
+	r->vl = NULL;
 	jctx_free(r->jc);
 	r->jc = NULL;
 }
@@ -1437,6 +1487,8 @@ static int reader_finish(struct reader *r)
 	struct plan_trace *pt = r->pt;
 	int rc = 0;
 
+	if (r->vl && (rc = plan_vllm_finish(r->vl, vllm_emit, r)))
+		goto out;
 	if (!r->nreq) {
 		rc = kvt_err(KVT_EINVAL, "%s: no requests: an empty trace gives nothing to plan from",
 			     r->name);

@@ -18,6 +18,9 @@
  *    separated, optional [ ]), keyed with kvtier's own chain hash
  *    (kvt_key_chain, SHA-256, chunk = block_tokens, default 256); the first
  *    8 bytes of each key name the block.  Only whole chunks are keyed.
+ *  - PLAN_FMT_VLLM: vLLM's KV-cache events exported as JSON lines (a
+ *    KVEventBatch, or one event, a line): requests out of BlockStored
+ *    events and their 64-bit block hashes (plan/vllm_events.h).
  */
 #ifndef KVT_PLAN_TRACE_H
 #define KVT_PLAN_TRACE_H
@@ -32,6 +35,7 @@ enum plan_fmt {
 	PLAN_FMT_MOONCAKE = 1,
 	PLAN_FMT_BAILIAN = 2,
 	PLAN_FMT_TOKENS = 3,
+	PLAN_FMT_VLLM = 4,
 };
 
 struct plan_trace {
