@@ -27,7 +27,7 @@ __all__ = [
     "Corrupt", "LayoutError", "ConfigError", "BufferTooSmall", "Again", "Timeout",
     "NotSupported", "TenantError", "Cancelled", "IOFailure", "Closed",
     "Config", "Store", "Layout", "Namespace", "ExtraKeys", "Key", "Op", "Connector",
-    "PagedDesc", "Plane", "Done", "TierStats",
+    "PagedDesc", "Plane", "Done",
     "vllm_none_hash", "vllm_block_hash", "vllm_hash_u64", "dtype_size",
     "paged_flash_attn", "paged_flashinfer", "paged_mla", "paged_cross_layer",
     "paged_sglang_layer_first", "paged_sglang_page_first", "paged_sglang_mla_page_first",
@@ -677,12 +677,9 @@ def _durability(d):
     raise _bad("durability %r is not cached, crash_safe or power_safe" % (d,))
 
 
-TierStats = dict
-
-
 def _stats_dict(s):
     out = {}
-    for name, typ in s._fields_:
+    for name, _ in s._fields_:
         v = getattr(s, name)
         if name in ("name", "last_write_error", "state"):
             v = v.decode("utf-8", "replace")

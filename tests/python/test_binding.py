@@ -7,7 +7,6 @@ KVTIER_LIB naming the built libkvtier.so and PYTHONPATH the package.
 import gc
 import os
 import shutil
-import sys
 import tempfile
 import unittest
 import weakref
