@@ -80,10 +80,11 @@ class KVCacheBlocks:
 _POS = {}
 
 
-def truth(prompt, mla=False):
+def truth(prompt, mla=False, rank=0):
     """The KV a model computes for a prompt, per layer: (planes, tokens,
     heads, dim) of bf16.  A token's KV depends on its id and position only,
-    so prompts sharing a prefix share its KV, as with a real model."""
+    so prompts sharing a prefix share its KV, as with a real model; each
+    tensor-parallel rank holds other heads (other values)."""
     shape = (1, 1, 72) if mla else (2, H, D)
     if shape not in _POS:
         g = torch.Generator().manual_seed(11)
@@ -92,7 +93,7 @@ def truth(prompt, mla=False):
     pos_t, tok_t = _POS[shape]
     n = len(prompt)
     ids = torch.tensor(prompt) % 4096
-    kv = pos_t[:, :n] + tok_t[:, ids]          # (L, n, planes, heads, dim)
+    kv = pos_t[:, :n] + tok_t[:, ids] + rank   # (L, n, planes, heads, dim)
     return [kv[l].transpose(0, 1).to(torch.bfloat16).contiguous() for l in range(L)]
 
 
@@ -100,8 +101,12 @@ class Engine:
     """One vLLM instance: a scheduler-side and a worker-side connector, a
     KV cache in one of vLLM's layouts, and the calls vLLM makes per step."""
 
-    def __init__(self, extra, layout="flash_attn", kv_role="kv_both"):
+    def __init__(self, extra, layout="flash_attn", kv_role="kv_both", tp=(0, 1)):
+        """tp: (rank, size); every rank but 0 is a worker alone, driven by
+        rank 0's engine (vLLM's one scheduler) through `ranks`."""
         self.layout = layout
+        self.rank = tp[0]
+        self.ranks = []
         self.mla = layout == "mla"
         self.names = ["model.layers.%d.self_attn.attn" % i for i in range(L)]
         spec = (MLAAttentionSpec(block_size=BS, num_kv_heads=1, head_size=72,
@@ -113,12 +118,14 @@ class Engine:
         vllm_config = NS(
             kv_transfer_config=NS(kv_connector="KvtierConnector",
                                   kv_connector_module_path="kvtier.vllm", kv_role=kv_role,
-                                  kv_connector_extra_config=dict({"chunk_size": CHUNK}, **extra)),
+                                  kv_connector_extra_config=dict(
+                                      {"chunk_size": CHUNK, "tp_rank": tp[0]}, **extra)),
             cache_config=NS(block_size=BS, cache_dtype="auto"),
             model_config=NS(model="test/tiny-llama", revision=None),
-            parallel_config=NS(tensor_parallel_size=1, pipeline_parallel_size=1))
+            parallel_config=NS(tensor_parallel_size=tp[1], pipeline_parallel_size=1))
         self.worker = KvtierConnector(vllm_config, KVConnectorRole.WORKER, kv_cache_config)
-        self.sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER, kv_cache_config)
+        self.sched = KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER,
+                                     kv_cache_config) if tp[0] == 0 else None
         self.kv = self.allocate()
         if layout == "cross_layer":
             self.worker.register_cross_layers_kv_cache(self.kv, None)
@@ -191,8 +198,11 @@ class Engine:
         invalid = set()
         while True:
             req.num_computed_tokens = done
-            invalid |= self.forward(self.sched.build_connector_meta(out), blocks, done,
-                                    done + step, kv)
+            meta = self.sched.build_connector_meta(out)
+            invalid |= self.forward(meta, blocks, done, done + step, kv)
+            for r in self.ranks:  # the same metadata and block table on every rank
+                invalid |= r.forward(meta, blocks, done, done + step,
+                                     truth(req.prompt_token_ids, self.mla, r.rank))
             done += step
             req.num_computed_tokens = done
             if done == n:
@@ -221,9 +231,10 @@ class Engine:
         invalid = w.get_block_ids_with_load_errors()
         w.clear_connector_metadata()
         assert (sending, recving) == (None, None)
-        self.sched.update_connector_output(NS(finished_sending=sending,
-                                              finished_recving=recving,
-                                              invalid_block_ids=invalid))
+        if self.sched is not None:
+            self.sched.update_connector_output(NS(finished_sending=sending,
+                                                  finished_recving=recving,
+                                                  invalid_block_ids=invalid))
         return invalid
 
     def finish(self, req, blocks):
@@ -240,7 +251,8 @@ class Engine:
 
     def shutdown(self):
         self.worker.shutdown()
-        self.sched.shutdown()
+        if self.sched is not None:
+            self.sched.shutdown()
 
 
 def prompt(seed, n):
@@ -363,6 +375,31 @@ class Tiers(unittest.TestCase):
             self.assertEqual(dram_only.get_num_new_matched_tokens(Request("s-3", p), 0),
                              (0, False))
         dram_only.shutdown()
+
+    def test_tensor_parallel(self):
+        """Two TP ranks store their own shards under their own namespaces;
+        the scheduler counts a chunk only when every rank's shard is there,
+        and each rank gets its own bytes back."""
+        extra = self.base()
+        a0, a1 = Engine(extra, tp=(0, 2)), Engine(extra, tp=(1, 2))
+        a0.ranks = [a1]
+        b0, b1 = Engine(extra, tp=(0, 2)), Engine(extra, tp=(1, 2))
+        b0.ranks = [b1]
+        try:
+            p = prompt(8, 3 * CHUNK + 9)
+            ra = Request("t-1", p)
+            self.assertEqual(a0.run_prefill(ra)[0], 0)
+            ns1 = a1.worker._ns
+            self.assertNotEqual(ns1, a0.worker._ns)
+            self.assertTrue(a1.worker._store.delete(
+                ns1, ns1.key_from_engine_hash(ra.block_hashes[3 * (CHUNK // BS) - 1])))
+            ext, blocks, inv, kv = b0.run_prefill(Request("t-2", p))
+            self.assertEqual((ext, inv), (2 * CHUNK, set()))
+            b0.check(self, blocks, kv, 0, len(p))
+            b1.check(self, blocks, truth(p, rank=1), 0, len(p))
+        finally:
+            for e in (a0, a1, b0, b1):
+                e.shutdown()
 
     def test_dram_layouts(self):
         for layout in ("flash_attn_hnd", "flashinfer", "mla", "cross_layer"):
