@@ -5,7 +5,7 @@
  * set of clauses over each implementation of struct kvt_tier_ops, through
  * the same code.  A table of {name, open, capabilities} drives it:
  *
- *   dram   kvt_dram_open
+ *   dram   kvt_dram_open, also with a shared (memfd) arena
  *   device kvt_device_open over host memory: once read in place, once
  *          through staging copies as a GPU's memory is (the CUDA backend
  *          differs only in its copy and allocation calls)
@@ -146,6 +146,19 @@ static int open_dram(const tc_open_args *a, kvt_tier **out)
 	return kvt_dram_open(&o, out);
 }
 
+/* The arena kvtierd hands to local clients: a memfd mapped shared. */
+static int open_dram_shared(const tc_open_args *a, kvt_tier **out)
+{
+	kvt_dram_opts o = { .capacity = a->capacity, .page_size = 4096, .shared = 1 };
+	int rc = kvt_dram_open(&o, out);
+
+	if (rc == 0 && kvt_dram_arena_fd(*out) < 0) {
+		fprintf(stderr, "dram-shared: no memfd behind a shared arena\n");
+		return KVT_EINVAL;
+	}
+	return rc;
+}
+
 static int open_device(const tc_open_args *a, kvt_tier **out)
 {
 	kvt_device_opts o = { .capacity = a->capacity, .page_size = 4096, .backend = "host" };
@@ -191,6 +204,7 @@ static int open_s3(const tc_open_args *a, kvt_tier **out)
 
 static const tc_tier tiers[] = {
 	{ "dram", open_dram, TC_EVICTS, KVT_DUR_CACHED },
+	{ "dram-shared", open_dram_shared, TC_EVICTS, KVT_DUR_CACHED },
 	{ "device", open_device, TC_EVICTS, KVT_DUR_CACHED },
 	{ "device-staged", open_device_staged, TC_EVICTS, KVT_DUR_CACHED },
 	{ "nvme", open_nvme,

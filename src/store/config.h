@@ -43,6 +43,7 @@ struct kvt_config {
 	int dram_hugepages;
 	int dram_lock_memory;
 	int dram_prefault;
+	int dram_shared;              /* the arena is a memfd other processes map */
 	int read_only;                /* inspect only: no writes, no prefault */
 	int verify_dram_reads;        /* re-verify checksums on every DRAM get */
 	char local_disk[KVT_PATH_MAX];/* NVMe tier directory, "" = off */

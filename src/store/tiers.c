@@ -39,6 +39,7 @@ static int dram_open_cfg(const kvt_config *c, kvt_io *io, kvt_tier **out)
 		.lock_memory = c->dram_lock_memory,
 		/* an inspection reserves the arena, it does not touch it */
 		.prefault = c->dram_prefault && !c->read_only,
+		.shared = c->dram_shared,
 	};
 	int rc;
 
@@ -79,6 +80,7 @@ static const kvt_config_key dram_keys[] = {
 	KVT_CKEY_BOOL("dram_hugepages", dram_hugepages),
 	KVT_CKEY_BOOL("dram_lock_memory", dram_lock_memory),
 	KVT_CKEY_BOOL("dram_prefault", dram_prefault),
+	KVT_CKEY_BOOL("dram_shared", dram_shared),
 	KVT_CKEY_BOOL("verify_dram_reads", verify_dram_reads),
 };
 

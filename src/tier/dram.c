@@ -10,6 +10,11 @@
  * with mlock2(MLOCK_ONFAULT): pages are pinned as they are first touched, so
  * locking does not pre-fault either (a page is always written before it is
  * handed to a reader).  A refused lock is one line on stderr, not an error.
+ * A shared arena (opts.shared) is a memfd of the arena's length mapped
+ * MAP_SHARED instead: the same pages, which another process given the fd
+ * maps too (kvtierd's local clients write and read chunks in place).  The
+ * kernel aligns a large shared mapping for huge pages itself, so there is
+ * no trimming; the file is sized with ftruncate, which reserves nothing.
  *
  * PAGES.  A chunk is ceil(len / page_size) pages, not contiguous.  Free pages
  * sit on one LIFO stack of page indices (LIFO: the most recently freed page
@@ -153,6 +158,7 @@ struct dram_tier {
 	unsigned page_shift;
 	uint32_t n_pages;
 	int locked;
+	int memfd;            /* the shared arena's file, or -1 */
 	uint32_t n_shards;
 	unsigned shard_bits;
 	struct dram_shard *shards;
@@ -755,6 +761,8 @@ static void dram_destroy(struct dram_tier *t)
 	pthread_mutex_destroy(&t->pool.lock);
 	if (t->map)
 		munmap(t->map, t->map_len);
+	if (t->memfd >= 0)
+		close(t->memfd);
 	free(t);
 }
 
@@ -789,6 +797,36 @@ static unsigned log2_u32(uint32_t v)
 	while ((1u << s) < v)
 		s++;
 	return s;
+}
+
+/* A shared arena: a memfd of `len` bytes, mapped whole. */
+static int arena_map_shared(struct dram_tier *t, size_t len, int hugepages)
+{
+	unsigned char *m;
+	int e;
+
+	t->memfd = memfd_create("kvtier-dram", MFD_CLOEXEC);
+	if (t->memfd < 0) {
+		e = errno;
+		return kvt_err(-e, "dram: memfd_create for a shared arena: %s", strerror(e));
+	}
+	if (ftruncate(t->memfd, (off_t)len)) {
+		e = errno;
+		return kvt_err(-e, "dram: cannot size the shared arena to %zu bytes: %s",
+			       len, strerror(e));
+	}
+	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
+		 t->memfd, 0);
+	if (m == MAP_FAILED) {
+		e = errno;
+		return kvt_err(-e, "dram: cannot map a shared arena of %zu bytes: %s",
+			       len, strerror(e));
+	}
+	t->map = t->arena = m;
+	t->map_len = len;
+	if (hugepages)
+		(void)madvise(m, len, MADV_HUGEPAGE); /* shmem_enabled=advise */
+	return 0;
 }
 
 /* Reserve the arena: address space only (MAP_NORESERVE), 2 MiB aligned when
@@ -919,6 +957,7 @@ int kvt_dram_open(const kvt_dram_opts *opts, kvt_tier **out)
 	if (!t)
 		return kvt_err(KVT_ENOMEM, "dram: no memory for the tier");
 	t->base.ops = &dram_ops;
+	t->memfd = -1;
 	t->page_size = ps;
 	t->page_shift = log2_u32(ps);
 	t->n_pages = (uint32_t)n_pages;
@@ -928,7 +967,8 @@ int kvt_dram_open(const kvt_dram_opts *opts, kvt_tier **out)
 	atomic_init(&t->pool.used, 0);
 	pthread_mutex_init(&t->pool.lock, NULL);
 
-	rc = arena_map(t, len, opts->hugepages);
+	rc = opts->shared ? arena_map_shared(t, len, opts->hugepages)
+			  : arena_map(t, len, opts->hugepages);
 	if (rc)
 		goto fail;
 	/* The free stack can hold every page, but only its used part is ever
@@ -988,4 +1028,11 @@ int kvt_dram_arena(const kvt_tier *t, void **base, size_t *len)
 	*base = d->arena;
 	*len = (size_t)d->n_pages * d->page_size;
 	return 0;
+}
+
+int kvt_dram_arena_fd(const kvt_tier *t)
+{
+	if (!t || t->ops != &dram_ops)
+		return -1;
+	return ((const struct dram_tier *)t)->memfd;
 }

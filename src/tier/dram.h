@@ -24,6 +24,9 @@ typedef struct kvt_dram_opts {
 	int prefault;       /* nonzero: populate the whole arena at open, so no
 			     * put pays a page fault on the hot path */
 	uint32_t shards;    /* index shards (power of two); 0 = default */
+	int shared;         /* nonzero: the arena is a memfd mapped MAP_SHARED,
+			     * so another process can map the same pages
+			     * (kvt_dram_arena_fd: the daemon's local clients) */
 } kvt_dram_opts;
 
 /* Open a DRAM tier.  KVT_EINVAL names a bad option; -ENOMEM if the arena
@@ -36,5 +39,10 @@ int kvt_dram_locked(const kvt_tier *t);
 /* The arena of a DRAM tier (for a device to register as page-locked
  * memory): 0, or KVT_EINVAL if `t` is not one. */
 int kvt_dram_arena(const kvt_tier *t, void **base, size_t *len);
+
+/* The memfd behind a shared arena (opts.shared), owned by the tier: the
+ * caller passes it on, never closes it.  -1 if `t` is not a shared DRAM
+ * tier.  Page i of the arena is at offset i * page_size of the file. */
+int kvt_dram_arena_fd(const kvt_tier *t);
 
 #endif
