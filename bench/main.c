@@ -23,6 +23,7 @@ static const struct {
 	{ "connector", bench_connector, "[--json] [--quick]" },
 	{ "python", bench_python, "[--json] [--quick] [--python PATH]" },
 	{ "daemon", bench_daemon, "[--json] [--quick]" },
+	{ "daemon-local", bench_daemon_local, "[--json] [--quick]" },
 #ifdef KVT_BENCH_LLAMA
 	{ "llama", bench_llama, "[--json] [--quick] [--dir DIR] [--threads N] [--rounds N]" },
 #endif

@@ -813,6 +813,33 @@ KVT_API int kvt_store_iterate(kvt_store *st, int tier,
 		      int (*fn)(void *arg, const kvt_key *key, uint64_t len),
 		      void *arg);
 
+/* --- serving the node's processes (kvtierd; docs/DAEMON.md) -------------
+ *
+ * A store opened with the configuration key `daemon: unix:///path` (or
+ * KVTIER_DAEMON) is a client of the daemon listening there: every call
+ * above works on it unchanged, its one tier being the daemon's whole
+ * store, the data moving through shared memory (a put costs one copy, a
+ * get one, a borrow none).  kvt_local_serve is the daemon's side: it
+ * serves `st` on a Unix socket at o->path.  The store's first tier must be
+ * DRAM with `dram_shared: true`: its arena is what clients map.  Every
+ * process that can open the socket can read and write that arena (every
+ * chunk in DRAM), so it is created with mode o->mode (0: 0660) and only
+ * peers of the daemon's own uid, root, or a uid in o->uids are served. */
+typedef struct kvt_local_server kvt_local_server;
+typedef struct kvt_local_opts {
+	const char *path;
+	unsigned mode;
+	const uint32_t *uids;
+	size_t n_uids;
+} kvt_local_opts;
+
+/* 0, KVT_ECONFIG (no shared DRAM tier first), KVT_EINVAL, or -errno from
+ * the socket (-EADDRINUSE: another daemon listens there). */
+KVT_API int kvt_local_serve(kvt_store *st, const kvt_local_opts *o, kvt_local_server **out);
+/* Stop accepting, close every client (releasing what each held) and
+ * remove the socket.  Before kvt_store_close. */
+KVT_API void kvt_local_stop(kvt_local_server *s);
+
 /* What kvt_store_verify found. */
 typedef struct kvt_verify_result {
 	uint64_t checked;      /* objects read and verified, bad ones included */

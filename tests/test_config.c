@@ -313,10 +313,31 @@ static void tier_keys(void)
 		CHECK(strstr(kvt_errmsg(), name) != NULL);
 		kvt_config_free(cfg);
 	}
-	CHECK_EQ(kinds, 5);
+	CHECK_EQ(kinds, 6);
 	char hint[160];
 	CHECK(strcmp(kvt_tier_enable_hint(hint, sizeof(hint)),
-		     "device_capacity, local_cpu: true, local_disk, shared_fs or remote_url") == 0);
+		     "device_capacity, local_cpu: true, local_disk, shared_fs, remote_url or daemon") == 0);
+}
+
+/* `daemon`: kvtierd's local socket as unix:///path or /path, from a key or
+ * KVTIER_DAEMON; anything else is refused naming the form expected. */
+static void daemon_key(void)
+{
+	kvt_config *cfg = kvt_config_new();
+
+	CHECK_EQ(cfg->daemon[0], '\0');
+	CHECK_EQ(kvt_config_set(cfg, "daemon", "unix:///run/kvtier/kvtierd.sock"), 0);
+	CHECK(strcmp(cfg->daemon, "/run/kvtier/kvtierd.sock") == 0);
+	CHECK_EQ(kvt_config_set(cfg, "daemon", "null"), 0);
+	CHECK_EQ(cfg->daemon[0], '\0');
+	CHECK_EQ(kvt_config_set(cfg, "daemon", "unix://run/kvtierd.sock"), KVT_ECONFIG);
+	CHECK(strstr(kvt_errmsg(), "unix:///path") != NULL);
+	CHECK_EQ(kvt_config_set(cfg, "daemon", "tcp://node:6379"), KVT_ECONFIG);
+	setenv("KVTIER_DAEMON", "/tmp/kvtierd.sock", 1);
+	CHECK_EQ(kvt_config_apply_env(cfg), 0);
+	CHECK(strcmp(cfg->daemon, "/tmp/kvtierd.sock") == 0);
+	unsetenv("KVTIER_DAEMON");
+	kvt_config_free(cfg);
 }
 
 int main(void)
@@ -415,6 +436,7 @@ int main(void)
 	sizes_strict();
 	durations();
 	tier_keys();
+	daemon_key();
 	yaml_shape();
 	files();
 	endpoints();

@@ -48,6 +48,9 @@ static void usage(FILE *f)
 		"  --port N             TCP port (default 6379; 0: any free port)\n"
 		"  --bind ADDR          IPv4 address to listen on (default 127.0.0.1)\n"
 		"  --unix PATH          also serve RESP on a Unix socket\n"
+		"  --local PATH         serve the node's processes (the library's `daemon`\n"
+		"                       key) on a Unix socket, data in shared memory\n"
+		"  --local-uid UID      a uid allowed on --local besides ours and root\n"
 		"  --set KEY=VALUE      set a configuration key (repeatable)\n"
 		"  --threads N          worker threads (default 4)\n"
 		"  --durability D       of every SET: cached, crash-safe, power-safe\n"
@@ -89,7 +92,7 @@ static int mkdir_p(const char *path)
 }
 
 enum { O_CONFIG = 256, O_DATA, O_PORT, O_BIND, O_UNIX, O_SET, O_THREADS, O_DUR, O_PASS,
-       O_MAXCL, O_MAXVAL, O_TIMEOUT, O_LOG, O_CHECK, O_HELP };
+       O_MAXCL, O_MAXVAL, O_TIMEOUT, O_LOG, O_CHECK, O_HELP, O_LOCAL, O_LOCAL_UID };
 
 int main(int argc, char **argv)
 {
@@ -101,7 +104,8 @@ int main(int argc, char **argv)
 		{ "requirepass", 1, 0, O_PASS }, { "maxclients", 1, 0, O_MAXCL },
 		{ "max-value", 1, 0, O_MAXVAL }, { "client-timeout", 1, 0, O_TIMEOUT },
 		{ "log-level", 1, 0, O_LOG },	{ "check-config", 0, 0, O_CHECK },
-		{ "help", 0, 0, O_HELP },	{ 0, 0, 0, 0 }
+		{ "help", 0, 0, O_HELP },	{ "local", 1, 0, O_LOCAL },
+		{ "local-uid", 1, 0, O_LOCAL_UID }, { 0, 0, 0, 0 }
 	};
 	struct kvtd d = { .o = { .bind = "127.0.0.1", .port = 6379, .threads = 4,
 				 .maxclients = 10000, .max_value = 512ull << 20,
@@ -110,6 +114,9 @@ int main(int argc, char **argv)
 	const char *config = NULL, *data_dir = NULL, *sets[64];
 	int n_sets = 0, check = 0, err = 0, opt;
 	long v;
+	uint32_t local_uids[64];
+	kvt_local_opts lopt = { .uids = local_uids };
+	kvt_local_server *local = NULL;
 
 	while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (opt) {
@@ -122,6 +129,12 @@ int main(int argc, char **argv)
 			break;
 		case O_BIND: d.o.bind = optarg; break;
 		case O_UNIX: d.o.unix_path = optarg; break;
+		case O_LOCAL: lopt.path = optarg; break;
+		case O_LOCAL_UID:
+			if (lopt.n_uids == 64 || parse_long("--local-uid", optarg, 0, INT32_MAX, &v))
+				return 2;
+			local_uids[lopt.n_uids++] = (uint32_t)v;
+			break;
 		case O_SET:
 			if (n_sets == 64 || !strchr(optarg, '=')) {
 				fprintf(stderr, "kvtierd: --set %s: expected KEY=VALUE (at most 64)\n",
@@ -221,6 +234,9 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	/* local clients map the DRAM arena: it must be a memfd */
+	if (lopt.path && kvt_config_set(cfg, "dram_shared", "true"))
+		return 2;
 	if (check) {
 		printf("kvtierd: configuration OK\n");
 		kvt_config_free(cfg);
@@ -298,9 +314,15 @@ int main(int argc, char **argv)
 	d.config_path = config;
 	if (kvtd_listen(&d) || kvtd_start(&d))
 		return 1;
+	if (lopt.path && (err = kvt_local_serve(d.st, &lopt, &local))) {
+		kvtd_log(KVTD_LOG_ERROR, "--local: %s", kvt_errmsg());
+		return 1;
+	}
 	printf("kvtierd: listening on %s:%d", d.o.bind, d.port);
 	if (d.o.unix_path)
 		printf(" and %s", d.o.unix_path);
+	if (lopt.path)
+		printf(", local clients on %s", lopt.path);
 	printf("\n");
 	fflush(stdout);
 	kvtd_log(KVTD_LOG_INFO, "ready: %d threads, durability %s%s", d.nw,
@@ -330,6 +352,7 @@ int main(int argc, char **argv)
 	}
 	kvtd_log(KVTD_LOG_INFO, "shutting down: finishing requests in flight");
 	kvtd_stop(&d, 5000);
+	kvt_local_stop(local);
 	if (kvt_store_flush(d.st, 60000))
 		kvtd_log(KVTD_LOG_WARN, "background copies still running after 60 s");
 	vals_close(d.vals);

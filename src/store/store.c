@@ -190,6 +190,7 @@ kvt_store *kvt_store_open(const kvt_config *cfg, int *err)
 
 kvt_store *store_open_io(const kvt_config *cfg, kvt_io *io, int *err)
 {
+	const kvt_tier_class *alone = NULL; /* the daemon: the other tiers are its */
 	kvt_store *st;
 	int rc = 0;
 
@@ -202,6 +203,9 @@ kvt_store *store_open_io(const kvt_config *cfg, kvt_io *io, int *err)
 		int any = 0;
 		for (int i = 0; kvt_tier_classes[i]; i++)
 			any |= kvt_tier_classes[i]->configured(cfg);
+		for (int i = 0; kvt_tier_classes[i]; i++)
+			if (kvt_tier_classes[i]->alone && kvt_tier_classes[i]->configured(cfg))
+				alone = kvt_tier_classes[i];
 		if (!any) {
 			char hint[160];
 			rc = kvt_err(KVT_ECONFIG, "no tier configured: set %s",
@@ -225,7 +229,7 @@ kvt_store *store_open_io(const kvt_config *cfg, kvt_io *io, int *err)
 	for (int i = 0; kvt_tier_classes[i]; i++) {
 		const kvt_tier_class *cls = kvt_tier_classes[i];
 		kvt_tier *t;
-		if (!cls->configured(cfg))
+		if (!cls->configured(cfg) || (alone && cls != alone))
 			continue;
 		if ((rc = cls->open(&st->cfg, io, &t)))
 			goto fail;
@@ -495,10 +499,10 @@ static void tier_note_write(kvt_store *st, int i, int rc)
 }
 
 /* Durability each tier is asked for: memory gives "cached" only, so a
- * stronger level is the disk tiers' to give. */
+ * stronger level is the disk tiers' (and the daemon's) to give. */
 static int tier_durability(kvt_store *st, int i, int want)
 {
-	return i == 0 && st->cfg.local_cpu ? KVT_DUR_CACHED : want;
+	return st->cls[i]->persistent ? want : KVT_DUR_CACHED;
 }
 
 /* Copy the image a tier already holds into tiers that can give
@@ -605,6 +609,61 @@ static int drop_expired(kvt_store *st, int i, const kvt_key *key)
 	return 1;
 }
 
+/* A put's second half, once the image is in tier `first`'s wbuf and
+ * copied into the others' (w[i] valid where rc[i] == 0): publish, or give
+ * back.  `lost`: another writer was first somewhere; `err`: the first error
+ * so far. */
+static int put_publish(kvt_store *st, const kvt_key *key, uint64_t len,
+		       kvt_tier_wbuf **w, int *rc, int first, int lost, int err,
+		       int durability, int acct)
+{
+	int stored = 0, durable = 0;
+
+	if (err && first < 0 && !lost) {
+		/* Nothing reserved anywhere, or the image could not be
+		 * written: give back what was taken. */
+		for (int i = 0; i < st->n_tiers; i++)
+			if (rc[i] == 0 && w[i])
+				st->tiers[i]->ops->put_abort(st->tiers[i], w[i]);
+		return err;
+	}
+	/* Publish from the bottom up.  The lowest tier is the most widely
+	 * shared, so it arbitrates a race: if another writer published the
+	 * key there first, our image is withdrawn from every tier above.  A
+	 * durable put whose durable tiers all failed is withdrawn from the
+	 * memory tier too: the caller is told it failed, and a retry must not
+	 * find a cached copy and call it stored. */
+	for (int i = st->n_tiers - 1; i >= 0; i--) {
+		kvt_tier *t = st->tiers[i];
+		int want = tier_durability(st, i, durability);
+		if (rc[i] != 0)
+			continue;
+		if (lost || (want < durability && !durable)) {
+			t->ops->put_abort(t, w[i]);
+			continue;
+		}
+		rc[i] = t->ops->put_commit(t, w[i], want);
+		tier_note_write(st, i, rc[i]);
+		if (rc[i] == 0) {
+			store_after_insert(st, i, key, len, acct);
+			stored++;
+			if (want >= durability)
+				durable = 1;
+		} else if (rc[i] == KVT_EEXIST) {
+			lost = 1;
+		} else if (!err) {
+			err = rc[i];
+		}
+	}
+	if (lost)
+		return kvt_err(KVT_EEXIST, "another writer published the key first");
+	if (stored && durable)
+		return 0;
+	if (!err)
+		err = kvt_err(KVT_EFULL, "no tier accepted the chunk");
+	return err;
+}
+
 static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		     const void *const *layers, int durability, unsigned mask)
 {
@@ -612,7 +671,7 @@ static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	int rc[KVT_MAX_TIERS];
 	kvt_obj_hdr *h;
 	uint64_t len;
-	int first = -1, stored = 0, lost = 0, durable = 0, err = 0, holder = -1;
+	int first = -1, lost = 0, err = 0, holder = -1;
 	int acct = store_ns_acct(st, ns);
 
 	for (int i = 0; i < KVT_MAX_TIERS; i++)
@@ -686,51 +745,8 @@ static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 			err = rc[i];
 		}
 	}
-	if (err && first < 0 && !lost) {
-		/* Nothing reserved anywhere, or the image could not be
-		 * written: give back what was taken. */
-		for (int i = 0; i < st->n_tiers; i++)
-			if (rc[i] == 0 && w[i])
-				st->tiers[i]->ops->put_abort(st->tiers[i], w[i]);
-		free(h);
-		return err;
-	}
-	/* Publish from the bottom up.  The lowest tier is the most widely
-	 * shared, so it arbitrates a race: if another writer published the
-	 * key there first, our image is withdrawn from every tier above.  A
-	 * durable put whose durable tiers all failed is withdrawn from the
-	 * memory tier too: the caller is told it failed, and a retry must not
-	 * find a cached copy and call it stored. */
-	for (int i = st->n_tiers - 1; i >= 0; i--) {
-		kvt_tier *t = st->tiers[i];
-		int want = tier_durability(st, i, durability);
-		if (rc[i] != 0)
-			continue;
-		if (lost || (want < durability && !durable)) {
-			t->ops->put_abort(t, w[i]);
-			continue;
-		}
-		rc[i] = t->ops->put_commit(t, w[i], want);
-		tier_note_write(st, i, rc[i]);
-		if (rc[i] == 0) {
-			store_after_insert(st, i, key, len, acct);
-			stored++;
-			if (want >= durability)
-				durable = 1;
-		} else if (rc[i] == KVT_EEXIST) {
-			lost = 1;
-		} else if (!err) {
-			err = rc[i];
-		}
-	}
 	free(h);
-	if (lost)
-		return kvt_err(KVT_EEXIST, "another writer published the key first");
-	if (stored && durable)
-		return 0;
-	if (!err)
-		err = kvt_err(KVT_EFULL, "no tier accepted the chunk");
-	return err;
+	return put_publish(st, key, len, w, rc, first, lost, err, durability, acct);
 }
 
 /* --- moving chunks between tiers ------------------------------------------------ */
@@ -1003,6 +1019,150 @@ static int put_chunk(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	if (rc == 0 && async_through)
 		move_submit(st, MOVE_THROUGH, first, key);
 	return rc;
+}
+
+/* --- images another process writes (the local server, local.c) ------------- */
+
+int store_image_begin(kvt_store *st, const kvt_key *key, uint64_t len,
+		      kvt_tier_wbuf **w, int *first)
+{
+	int async_through, rc;
+	unsigned mask = put_mask(st, KVT_DUR_CACHED, &async_through);
+
+	*w = NULL;
+	if (st->cfg.read_only)
+		return kvt_err(-EROFS, "the store is open read-only (read_only: true)");
+	if (len < KVT_OBJ_HEADER_BYTES)
+		return kvt_err(KVT_EINVAL, "an image of %llu bytes has no room for its header",
+			       (unsigned long long)len);
+	for (int i = 0; i < st->n_tiers; i++)
+		if (st->tiers[i]->ops->exists(st->tiers[i], key) == 1 &&
+		    !(st->cfg.ttl_s && drop_expired(st, i, key)))
+			return kvt_err(KVT_EEXIST, "key already stored in the %s tier",
+				       st->tiers[i]->ops->name);
+	*first = mask ? __builtin_ctz(mask) : -1;
+	if (*first != 0)
+		return kvt_err(KVT_ENOTSUP, "the first tier takes no puts");
+	if (writes_off(st, 0))
+		return kvt_err(-EIO, "%s tier admits no writes after repeated errors",
+			       st->tiers[0]->ops->name);
+	rc = st->tiers[0]->ops->put_begin(st->tiers[0], key, len, w);
+	if (rc)
+		tier_note_write(st, 0, rc);
+	return rc;
+}
+
+int store_image_commit(kvt_store *st, int first, kvt_tier_wbuf *w0, int durability)
+{
+	kvt_tier_wbuf *w[KVT_MAX_TIERS] = { 0 };
+	int rc[KVT_MAX_TIERS];
+	int async_through, lost = 0, err = 0;
+	kvt_key key = w0->key;
+	uint64_t len = w0->len;
+	unsigned mask;
+
+	if (durability < KVT_DUR_CACHED || durability > KVT_DUR_POWER_SAFE ||
+	    (durability > KVT_DUR_CACHED && !store_has_persistent(st))) {
+		st->tiers[first]->ops->put_abort(st->tiers[first], w0);
+		return kvt_err(durability > KVT_DUR_POWER_SAFE || durability < 0 ? KVT_EINVAL
+										 : KVT_ENOTSUP,
+			       "durability %d: unknown, or the daemon has no disk tier",
+			       durability);
+	}
+	mask = put_mask(st, durability, &async_through);
+	for (int i = 0; i < KVT_MAX_TIERS; i++)
+		rc[i] = 1; /* not begun */
+	rc[first] = 0;
+	w[first] = w0;
+	for (int i = first + 1; i < st->n_tiers; i++) {
+		kvt_tier_rbuf src = { .key = key, .len = len, .iov = w0->iov, .n_iov = w0->n_iov };
+		if (!(mask & (1u << i)))
+			continue;
+		if (writes_off(st, i)) {
+			if (!err)
+				err = kvt_err(-EIO, "%s tier admits no writes after repeated errors",
+					      st->tiers[i]->ops->name);
+			continue;
+		}
+		rc[i] = st->tiers[i]->ops->put_begin(st->tiers[i], &key, len, &w[i]);
+		if (rc[i] == 0)
+			image_copy(&src, w[i]);
+		else
+			tier_note_write(st, i, rc[i]);
+		if (rc[i] == KVT_EEXIST)
+			lost = 1;
+		else if (rc[i] && !err)
+			err = rc[i];
+	}
+	err = put_publish(st, &key, len, w, rc, first, lost, err, durability, 0);
+	if (err == 0 && async_through)
+		move_submit(st, MOVE_THROUGH, first, &key);
+	return err;
+}
+
+void store_image_abort(kvt_store *st, int first, kvt_tier_wbuf *w)
+{
+	st->tiers[first]->ops->put_abort(st->tiers[first], w);
+}
+
+int store_image_get(kvt_store *st, const kvt_key *key, kvt_tier_rbuf **rb)
+{
+	kvt_tier *t0 = st->tiers[0];
+	int rc = t0->ops->get(t0, key, rb);
+
+	if (rc != KVT_ENOTFOUND)
+		return rc;
+	/* Held below only: copied up into the first tier now, verified in
+	 * the copy (a bad copy is not promoted), then served from there. */
+	for (int i = 1; i < st->n_tiers; i++) {
+		kvt_tier *t = st->tiers[i];
+		kvt_tier_rbuf *src;
+		kvt_obj_hdr h;
+
+		if (t->ops->get(t, key, &src))
+			continue;
+		rc = store_image_header(src, &h);
+		if (rc == 0)
+			rc = store_copy_verified(st, 0, src, &h);
+		if (rc <= KVT_EBADMAGIC && rc >= KVT_EMALFORMED) { /* the image is bad */
+			t->ops->corrupt(t, src);
+			hier_remove(st->hier, i, key);
+		}
+		t->ops->release(t, src);
+		if (rc && rc != KVT_EEXIST)
+			return rc;
+		hier_hit(st->hier, i, key);
+		return t0->ops->get(t0, key, rb);
+	}
+	return KVT_ENOTFOUND;
+}
+
+int store_image_exists(kvt_store *st, const kvt_key *key)
+{
+	for (int i = 0; i < st->n_tiers; i++)
+		if (st->tiers[i]->ops->exists(st->tiers[i], key) == 1)
+			return 1;
+	return 0;
+}
+
+int store_image_del(kvt_store *st, const kvt_key *key)
+{
+	int rc, found = 0, err = 0;
+
+	if (st->cfg.read_only)
+		return kvt_err(-EROFS, "the store is open read-only (read_only: true)");
+	for (int i = 0; i < st->n_tiers; i++) {
+		rc = st->tiers[i]->ops->del(st->tiers[i], key);
+		if (rc == 0 || rc == KVT_ENOTFOUND)
+			hier_remove(st->hier, i, key);
+		if (rc == 0)
+			found = 1;
+		else if (rc != KVT_ENOTFOUND && !err)
+			err = rc; /* e.g. unlink refused: the chunk may come back */
+	}
+	if (err)
+		return err;
+	return found ? 0 : kvt_err(KVT_ENOTFOUND, "no chunk under that key");
 }
 
 int kvt_put_layers(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
@@ -1340,33 +1500,17 @@ int kvt_exists(kvt_store *st, const kvt_ns *ns, const kvt_key *key)
 
 	if ((rc = store_check_args(st, ns, key)))
 		return rc;
-	for (int i = 0; i < st->n_tiers; i++)
-		if (st->tiers[i]->ops->exists(st->tiers[i], key) == 1)
-			return 1;
-	return 0;
+	return store_image_exists(st, key);
 }
 
 int kvt_delete(kvt_store *st, const kvt_ns *ns, const kvt_key *key)
 {
-	int rc, found = 0, err = 0;
+	int rc;
 
 	kvt_err_clear();
 	if ((rc = store_check_args(st, ns, key)))
 		return rc;
-	if (st->cfg.read_only)
-		return kvt_err(-EROFS, "the store is open read-only (read_only: true)");
-	for (int i = 0; i < st->n_tiers; i++) {
-		rc = st->tiers[i]->ops->del(st->tiers[i], key);
-		if (rc == 0 || rc == KVT_ENOTFOUND)
-			hier_remove(st->hier, i, key);
-		if (rc == 0)
-			found = 1;
-		else if (rc != KVT_ENOTFOUND && !err)
-			err = rc; /* e.g. unlink refused: the chunk may come back */
-	}
-	if (err)
-		return err;
-	return found ? 0 : kvt_err(KVT_ENOTFOUND, "no chunk under that key");
+	return store_image_del(st, key);
 }
 
 /* --- lookup ---------------------------------------------------------------------- */

@@ -168,6 +168,23 @@ int store_copy_verified(kvt_store *st, int dst, const kvt_tier_rbuf *rb,
 void store_drop_corrupt(kvt_ref *ref, const kvt_key *key);
 void store_ref_free(kvt_ref *ref);
 
+/* Images written and read by another process in the first tier's own
+ * memory (the local server, local.c), with no namespace: the store checks
+ * keys, the client checks what is inside.  begin reserves the image in
+ * the first tier (KVT_EEXIST if any tier holds the key; KVT_ENOTSUP if the
+ * first tier takes no puts); commit publishes it as kvt_put would at
+ * `durability` (copies into the lower tiers, policies, write-through) and
+ * consumes w; abort gives it back.  get borrows from the first tier,
+ * copying a lower tier's copy up first (verified in the copy).  exists and
+ * del act on every tier, as kvt_exists and kvt_delete. */
+int store_image_begin(kvt_store *st, const kvt_key *key, uint64_t len,
+		      kvt_tier_wbuf **w, int *first);
+int store_image_commit(kvt_store *st, int first, kvt_tier_wbuf *w, int durability);
+void store_image_abort(kvt_store *st, int first, kvt_tier_wbuf *w);
+int store_image_get(kvt_store *st, const kvt_key *key, kvt_tier_rbuf **rb);
+int store_image_exists(kvt_store *st, const kvt_key *key);
+int store_image_del(kvt_store *st, const kvt_key *key);
+
 /* --- ops.c ------------------------------------------------------------------ */
 
 /* The worker pool's thread, and queueing a job at a priority: 0, or

@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "common/err.h"
+#include "tier/daemon.h"
 #include "tier/device.h"
 #include "tier/dram.h"
 #include "tier/fsdir.h"
@@ -370,8 +371,59 @@ static const kvt_tier_class s3_class = {
 	.defaults = s3_defaults,
 };
 
+/* --- kvtierd: the store is the node daemon's client ------------------------------ */
+
+static int daemon_configured(const kvt_config *c) { return c->daemon[0] != '\0'; }
+
+static int daemon_open_cfg(const kvt_config *c, kvt_io *io, kvt_tier **out)
+{
+	(void)io; /* a socket and shared memory: no files */
+	return kvt_daemon_open(c->daemon, out);
+}
+
+/* unix:///path or /path; "" or null: no daemon. */
+static int daemon_set(kvt_config *c, const char *v)
+{
+	const char *p = !strncmp(v, "unix://", 7) ? v + 7 : v;
+
+	if (!*v || !strcasecmp(v, "null") || !strcasecmp(v, "none")) {
+		c->daemon[0] = '\0';
+		return 0;
+	}
+	if (p[0] != '/')
+		return kvt_err(KVT_ECONFIG, "\"%s\": expected unix:///path/to/kvtierd.sock "
+			       "(an absolute path)", v);
+	if (strlen(p) >= sizeof(c->daemon))
+		return kvt_err(KVT_ECONFIG, "\"%s\": a socket path has at most %zu bytes", v,
+			       sizeof(c->daemon) - 1);
+	snprintf(c->daemon, sizeof(c->daemon), "%s", p);
+	return 0;
+}
+
+static const kvt_config_key daemon_keys[] = {
+	KVT_CKEY_FN("daemon", daemon_set, "unix:///path of kvtierd's --local socket"),
+};
+
+static void daemon_defaults(kvt_config *c)
+{
+	/* The daemon's own policies decide what it keeps: the client's
+	 * view of it evicts nothing and admits everything. */
+	c->tier[KVT_CT_DAEMON].eviction = 0;
+	c->tier[KVT_CT_DAEMON].admit_rules = 0;
+}
+
+static const kvt_tier_class daemon_class = {
+	.name = "daemon", .kind = KVT_CT_DAEMON, .configured = daemon_configured,
+	.open = daemon_open_cfg, .verify = dram_verify,
+	.gbps = KVT_SPEED_DRAM_GBPS, .lat_us = KVT_SPEED_DRAM_LAT_US, .round = grain_byte,
+	/* durability is the daemon's to give or refuse (it says which) */
+	.persistent = 1, .key_prefix = "daemon", .enable_hint = "daemon",
+	.keys = daemon_keys, .n_keys = sizeof(daemon_keys) / sizeof(daemon_keys[0]),
+	.defaults = daemon_defaults, .alone = 1,
+};
+
 const kvt_tier_class *const kvt_tier_classes[] = {
-	&device_class, &dram_class, &nvme_class, &fsdir_class, &s3_class, NULL,
+	&device_class, &dram_class, &nvme_class, &fsdir_class, &s3_class, &daemon_class, NULL,
 };
 
 const char *kvt_tier_enable_hint(char *buf, size_t len)

@@ -37,6 +37,7 @@ typedef struct kvt_tier_class {
 	const kvt_config_key *keys; /* its own configuration keys */
 	size_t n_keys;
 	void (*defaults)(kvt_config *cfg); /* its fields in kvt_config_new */
+	int alone;          /* when configured, the store has this tier only */
 } kvt_tier_class;
 
 /* The kinds, fastest first, NULL-terminated. */

@@ -1,0 +1,278 @@
+/*
+ * daemon_local.c — kvtier-bench daemon-local: the library opened on a
+ * kvtierd through the `daemon` key, the data in the daemon's shared DRAM
+ * arena (docs/DAEMON.md, "Local clients"), in interleaved rounds:
+ *
+ *   put     kvt_put of 32 MiB chunks (the client writes its image straight
+ *           into the daemon's pages, checksummed in the same pass, then the
+ *           daemon publishes it) against memcpy of the same bytes between
+ *           two buffers of this process: ratio_vs_memcpy (target >= 0.7);
+ *   get     kvt_get of those chunks into a buffer (read in place from the
+ *           daemon's pages), the same bound and target;
+ *   borrow  kvt_borrow + kvt_release of a 32 MiB chunk, in microseconds per
+ *           op (target <= 10), against kvt_exists, the bare request and
+ *           reply over the same socket: ratio_vs_round_trip.
+ *
+ * kvtierd serves a 1 GiB DRAM tier alone, started here from beside this
+ * program, pre-faulted like a production arena.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+#define CMD "daemon-local"
+#define ROUNDS 5
+#define CHUNKS 8          /* per timed put or get run: 256 MiB */
+#define BORROWS 2000
+
+static const char magic[8] = "DMNLOCAL";
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void *(*volatile bound_memcpy)(void *, const void *, size_t) = memcpy;
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kvtier-bench daemon-local [--json] [--quick]\n"
+		"The library opened on a kvtierd (started here, DRAM tier alone) through\n"
+		"the daemon key: put and get of 32 MiB chunks through the shared-memory\n"
+		"path against memcpy (ratio_vs_memcpy, target >= 0.7), and borrow latency\n"
+		"(target <= 10 us) against the socket's bare round trip (ratio_vs_round_trip).\n");
+}
+
+/* kvtierd with --local on `sock`; its pid, or -1. */
+static pid_t start_daemon(const char *bin, const char *sock, const char *log)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		if (!freopen(log, "w", stdout) || !freopen(log, "a", stderr))
+			_exit(127);
+		execl(bin, bin, "--port", "0", "--local", sock, "--threads", "2", "--set",
+		      "max_local_cpu_size=1GiB", "--set", "dram_page_size=2MiB", "--log-level",
+		      "warn", (char *)NULL);
+		_exit(127);
+	}
+	if (strlen(sock) >= sizeof(a.sun_path))
+		return -1;
+	memcpy(a.sun_path, sock, strlen(sock) + 1);
+	for (int i = 0; i < 600 && pid > 0; i++) { /* 30 s: the arena is pre-faulted */
+		int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0), ok;
+		ok = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+		close(fd);
+		if (ok)
+			return pid;
+		if (waitpid(pid, NULL, WNOHANG) == pid)
+			return -1;
+		nanosleep(&(struct timespec){ 0, 50000000 }, NULL);
+	}
+	return -1;
+}
+
+struct fig {
+	double bound[BENCH_MAX_ROUNDS], subj[BENCH_MAX_ROUNDS], ratio[BENCH_MAX_ROUNDS];
+};
+
+static double memcpy_gbps(uint8_t *dst, const uint8_t *src, size_t len)
+{
+	double t0 = now_s();
+	for (int i = 0; i < CHUNKS; i++)
+		bound_memcpy(dst, src, len);
+	return (double)len * CHUNKS / (now_s() - t0) / 1e9;
+}
+
+static void json_fig(const char *name, const struct fig *f, int rounds, const char *bu,
+		     const char *su, const char *ratio, double target, int higher)
+{
+	struct summary r = bench_summarize(f->ratio, rounds);
+
+	printf("\"%s\":{", name);
+	bench_json_summary(bu, bench_summarize(f->bound, rounds));
+	putchar(',');
+	bench_json_summary(su, bench_summarize(f->subj, rounds));
+	printf(",\"%s\":%.6g,", ratio, r.median);
+	bench_json_summary("ratio_range", r);
+	printf(",\"target\":%.6g}", target);
+	(void)higher;
+}
+
+static void row(const char *what, const struct fig *f, int rounds, const char *unit,
+		const char *target)
+{
+	char a[48], b[48], r[48];
+
+	printf("%-8s %-26s %-26s %-22s %s\n", what,
+	       bench_fmt_summary(bench_summarize(f->bound, rounds), a, sizeof(a)),
+	       bench_fmt_summary(bench_summarize(f->subj, rounds), b, sizeof(b)),
+	       bench_fmt_summary(bench_summarize(f->ratio, rounds), r, sizeof(r)), target);
+	(void)unit;
+}
+
+int bench_daemon_local(int argc, char **argv)
+{
+	struct bench_opts o = { 0 };
+	char exe[4096], bin[4200], dir[80], sock[100], log[100], url[120];
+	static struct fig put, get, bor;
+	kvt_ns_desc nd = { .model = "bench/daemon-local",
+			   /* 32 layers of 1 MiB: 8 KV heads of 128, bf16, 256 tokens */
+			   .layout = { 32, 8, 128, KVT_DTYPE_BF16, 2, 0, 16, 256 } };
+	kvt_store *st = NULL;
+	kvt_config *cfg;
+	uint8_t *src = NULL, *dst = NULL;
+	size_t len;
+	kvt_ns ns;
+	pid_t pid = -1;
+	int rounds, rc = 1, err;
+
+	for (int i = 1; i < argc; i++) {
+		int c = bench_common_opt(CMD, argc, argv, &i, &o, usage);
+		if (c == -2)
+			return 0;
+		if (c < 0)
+			return 2;
+		if (c == 0 || o.dir)
+			return bench_unknown_opt(CMD, argv[i], usage);
+	}
+	rounds = o.quick ? 2 : ROUNDS;
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	exe[n > 0 ? n : 0] = 0;
+	if (strrchr(exe, '/'))
+		*strrchr(exe, '/') = 0;
+	snprintf(bin, sizeof(bin), "%s/kvtierd", exe);
+	if (access(bin, X_OK)) {
+		fprintf(stderr, "kvtier-bench %s: needs %s (a full build)\n", CMD, bin);
+		return 1;
+	}
+	if (bench_scratch_dir(CMD, "/tmp", "daemon-local", dir, sizeof(dir)))
+		return 1;
+	snprintf(sock, sizeof(sock), "%s/kvtierd.sock", dir);
+	snprintf(log, sizeof(log), "%s/kvtierd.out", dir);
+	if ((pid = start_daemon(bin, sock, log)) < 0) {
+		fprintf(stderr, "kvtier-bench %s: kvtierd did not start (see %s)\n", CMD, log);
+		goto out;
+	}
+	cfg = kvt_config_new();
+	snprintf(url, sizeof(url), "unix://%s", sock);
+	err = cfg ? kvt_config_set(cfg, "daemon", url) : KVT_ENOMEM;
+	if (bench_store_open(CMD, "the store on kvtierd", cfg, err, 0, &st))
+		goto out;
+	if ((err = kvt_ns_init(st, &nd, &ns))) {
+		rc = bench_fail(CMD, "namespace", err);
+		goto out;
+	}
+	len = kvt_layout_payload_bytes(&ns.layout);
+	src = bench_buffer(len);
+	dst = bench_buffer(len);
+	if (!src || !dst) {
+		fprintf(stderr, "kvtier-bench %s: out of memory\n", CMD);
+		goto out;
+	}
+	bench_fill_random(src, len, 42);
+	bench_fill_random(dst, len, 43);
+
+	for (int r = 0; r < rounds; r++) {
+		kvt_key k[CHUNKS];
+		double t0, b1, b2;
+
+		for (int i = 0; i < CHUNKS; i++)
+			bench_chunk_key(&k[i], (uint32_t)r, 1, (uint64_t)i, magic);
+		b1 = memcpy_gbps(dst, src, len);
+		t0 = now_s();
+		for (int i = 0; i < CHUNKS; i++)
+			if ((err = kvt_put(st, &ns, &k[i], src, len, KVT_DUR_CACHED))) {
+				rc = bench_fail(CMD, "kvt_put", err);
+				goto out;
+			}
+		put.subj[r] = (double)len * CHUNKS / (now_s() - t0) / 1e9;
+		b2 = memcpy_gbps(dst, src, len);
+		t0 = now_s();
+		for (int i = 0; i < CHUNKS; i++)
+			if ((err = kvt_get(st, &ns, &k[i], dst, len, NULL))) {
+				rc = bench_fail(CMD, "kvt_get", err);
+				goto out;
+			}
+		get.subj[r] = (double)len * CHUNKS / (now_s() - t0) / 1e9;
+		if (memcmp(dst, src, len)) {
+			fprintf(stderr, "kvtier-bench %s: kvt_get returned other bytes\n", CMD);
+			goto out;
+		}
+		get.bound[r] = memcpy_gbps(dst, src, len);
+		put.bound[r] = (b1 + b2) / 2;
+		put.ratio[r] = put.subj[r] / put.bound[r];
+		get.ratio[r] = get.subj[r] / get.bound[r];
+
+		/* borrow against the bare round trip, alternating */
+		kvt_ref *ref;
+		t0 = now_s();
+		for (int i = 0; i < BORROWS; i++)
+			if (kvt_exists(st, &ns, &k[i % CHUNKS]) != 1) {
+				rc = bench_fail(CMD, "kvt_exists", KVT_ENOTFOUND);
+				goto out;
+			}
+		bor.bound[r] = (now_s() - t0) / BORROWS * 1e6;
+		t0 = now_s();
+		for (int i = 0; i < BORROWS; i++) {
+			if ((err = kvt_borrow(st, &ns, &k[i % CHUNKS], &ref))) {
+				rc = bench_fail(CMD, "kvt_borrow", err);
+				goto out;
+			}
+			kvt_release(ref);
+		}
+		bor.subj[r] = (now_s() - t0) / BORROWS * 1e6;
+		bor.ratio[r] = bor.bound[r] / bor.subj[r];
+		for (int i = 0; i < CHUNKS; i++)
+			kvt_delete(st, &ns, &k[i]);
+	}
+
+	if (o.json) {
+		printf("{\"bench\":\"daemon-local\",\"version\":\"%s\",\"rounds\":%d,"
+		       "\"quick\":%s,\"chunk_bytes\":%zu,\"gbps\":\"1e9 bytes/s\","
+		       "\"daemon\":{\"max_local_cpu_size\":%llu,\"dram_page_size\":%u},",
+		       KVT_VERSION_STRING, rounds, o.quick ? "true" : "false", len, 1ull << 30,
+		       2u << 20);
+		json_fig("put", &put, rounds, "memcpy_gbps", "kvt_put_gbps", "ratio_vs_memcpy",
+			 0.7, 1);
+		putchar(',');
+		json_fig("get", &get, rounds, "memcpy_gbps", "kvt_get_gbps", "ratio_vs_memcpy",
+			 0.7, 1);
+		putchar(',');
+		json_fig("borrow", &bor, rounds, "round_trip_us", "borrow_us",
+			 "ratio_vs_round_trip", 1.0, 1);
+		printf(",\"borrow_target_us\":10,\"borrow_pass\":%s}\n",
+		       bench_summarize(bor.subj, rounds).median <= 10 ? "true" : "false");
+	} else {
+		printf("kvtier-bench daemon-local: %d rounds of %d chunks of %zu MiB through "
+		       "kvtierd's shared memory;\nmedian [min..max] over rounds\n\n",
+		       rounds, CHUNKS, len >> 20);
+		printf("%-8s %-26s %-26s %-22s %s\n", "op", "bound", "subject", "ratio", "target");
+		row("put", &put, rounds, "GB/s", "memcpy GB/s vs kvt_put GB/s, >= 0.7");
+		row("get", &get, rounds, "GB/s", "memcpy GB/s vs kvt_get GB/s, >= 0.7");
+		row("borrow", &bor, rounds, "us", "exists us vs borrow us, borrow <= 10 us");
+	}
+	rc = 0;
+out:
+	kvt_store_close(st);
+	if (pid > 0) {
+		kill(pid, SIGTERM);
+		waitpid(pid, NULL, 0);
+	}
+	free(src);
+	free(dst);
+	bench_remove_tree(dir);
+	return rc;
+}

@@ -1,0 +1,491 @@
+/*
+ * daemon.c — the tier of a store that is a client of kvtierd (daemon.h).
+ *
+ * Why a tier.  A store opened with `daemon: unix:///path` has this one
+ * tier, and everything above it — kvt_put's fused copy and checksum,
+ * kvt_get's header and key checks and verification, borrows, async ops,
+ * prefetch, lookups, the engine connector, the Python binding — is the
+ * store's own code, unchanged: only the eight tier ops cross the socket.
+ * A client store speaking a higher-level protocol (put this payload, get
+ * that key) would have needed a second implementation of each of those.
+ *
+ * Data.  At connect the daemon passes the memfd of its DRAM arena, which
+ * is mapped here shared.  put_begin's reply names the pages the daemon
+ * reserved (offsets into the file), which become this tier's wbuf: the
+ * store writes the image straight into the daemon's memory, and
+ * put_commit asks the daemon to publish.  get's reply names the pinned
+ * pages of the chunk, read in place until release.  So a put or a get
+ * costs the store's one copy, and a borrow none.
+ *
+ * One socket, one request at a time under a mutex (a request is
+ * microseconds of the daemon's index work; the bytes do not cross it).
+ * RELEASE, PUT_ABORT and CORRUPT are sent without waiting.
+ *
+ * A daemon that goes away (stopped, restarted) fails the call that finds
+ * the socket closed with an error naming it; the next call connects
+ * again.  Borrows and writes of the old connection were released by the
+ * daemon when it closed; their old mapping stays until this tier closes,
+ * so a reader still holding one reads stale but mapped memory, never a
+ * fault.  A write begun before the loss fails at commit.
+ */
+#include "tier/daemon.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/err.h"
+#include "tier/local_proto.h"
+
+struct dmn_map {
+	void *p;
+	size_t len;
+};
+
+struct dmn_tier {
+	kvt_tier base;
+	char path[108];
+	pthread_mutex_t mu;
+	int fd;            /* -1: not connected */
+	uint64_t gen;      /* connections made so far */
+	uint8_t *arena;
+	size_t arena_len;
+	struct dmn_map *maps; /* every mapping made, unmapped at close */
+	size_t n_maps;
+	uint8_t *msg;      /* the reply being read, under mu */
+};
+
+struct dmn_buf {
+	union {
+		kvt_tier_wbuf w;
+		kvt_tier_rbuf r;
+	} u;
+	uint64_t id, gen;
+	struct iovec iov[];
+};
+
+static const struct kvt_tier_ops dmn_ops;
+
+static struct dmn_tier *dmn_of(kvt_tier *t)
+{
+	return (struct dmn_tier *)t;
+}
+
+static void dmn_disconnect(struct dmn_tier *t)
+{
+	if (t->fd >= 0)
+		close(t->fd);
+	t->fd = -1;
+	t->arena = NULL;
+}
+
+static int dmn_send(struct dmn_tier *t, int op, uint64_t id, uint64_t size, int arg,
+		    const kvt_key *key)
+{
+	struct kvt_lp_req q = { .magic = KVT_LP_MAGIC, .op = (uint16_t)op,
+				.version = KVT_LP_VERSION, .len = sizeof(q), .arg = arg,
+				.id = id, .size = size };
+
+	if (key)
+		memcpy(q.key, key->b, KVT_KEY_BYTES);
+	if (send(t->fd, &q, sizeof(q), MSG_NOSIGNAL) != (ssize_t)sizeof(q)) {
+		int e = errno;
+		dmn_disconnect(t);
+		return kvt_err(-EPIPE, "kvtierd at %s: connection lost (%s: the daemon stopped "
+			       "or restarted); the next call connects again", t->path, strerror(e));
+	}
+	return 0;
+}
+
+/* Receive one reply into t->msg, with the fd it carries if `fd` asks. */
+static int dmn_recv(struct dmn_tier *t, int op, struct kvt_lp_rep *rep, const void **body,
+		    size_t *blen, int *fd)
+{
+	struct iovec iov = { t->msg, KVT_LP_MAX_MSG };
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} u;
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
+	ssize_t n;
+	int rc;
+
+	if (fd) {
+		m.msg_control = u.b;
+		m.msg_controllen = sizeof(u.b);
+		*fd = -1;
+	}
+	do
+		n = recvmsg(t->fd, &m, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (fd && n > 0) {
+		struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+		if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+		    c->cmsg_len == CMSG_LEN(sizeof(int)))
+			memcpy(fd, CMSG_DATA(c), sizeof(int));
+	}
+	if (n <= 0) {
+		dmn_disconnect(t);
+		return kvt_err(-EPIPE, "kvtierd at %s: connection lost (%s); the next call "
+			       "connects again", t->path,
+			       n == 0 ? "the daemon closed it: stopped or restarted"
+				      : strerror(errno));
+	}
+	if ((m.msg_flags & MSG_TRUNC) ||
+	    (rc = kvt_lp_rep_check(t->msg, (size_t)n, op, rep, body, blen))) {
+		dmn_disconnect(t);
+		return kvt_err(-EPROTO, "kvtierd at %s: %s", t->path,
+			       (m.msg_flags & MSG_TRUNC) ? "a reply too long" : kvt_errmsg());
+	}
+	if (rep->status < 0)
+		return kvt_err(rep->status, "kvtierd: %s", (const char *)*body);
+	return 0;
+}
+
+static int dmn_connect(struct dmn_tier *t)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	struct kvt_lp_rep rep;
+	const void *body;
+	size_t blen;
+	void *p;
+	int rc, memfd = -1;
+
+	memcpy(a.sun_path, t->path, strlen(t->path) + 1);
+	t->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (t->fd < 0 || connect(t->fd, (struct sockaddr *)&a, sizeof(a))) {
+		int e = errno;
+		dmn_disconnect(t);
+		return kvt_err(-e, "cannot connect to kvtierd at %s: %s%s", t->path, strerror(e),
+			       e == ENOENT || e == ECONNREFUSED
+				       ? " (is it running, with --local at that path?)"
+				       : e == EACCES ? " (the socket's mode or owner excludes this user)"
+						     : "");
+	}
+	if ((rc = dmn_send(t, KVT_LP_HELLO, 0, 0, 0, NULL)))
+		return rc;
+	if ((rc = dmn_recv(t, KVT_LP_HELLO, &rep, &body, &blen, &memfd))) {
+		if (rc == -EPIPE) /* closed before HELLO's reply: refused */
+			return kvt_err(-EACCES, "kvtierd at %s closed the connection at once: "
+				       "this uid is not allowed (the daemon's --local-uid)", t->path);
+		return rc;
+	}
+	if (memfd < 0 || rep.size == 0 || rep.size > SIZE_MAX / 2) {
+		if (memfd >= 0)
+			close(memfd);
+		dmn_disconnect(t);
+		return kvt_err(-EPROTO, "kvtierd at %s passed no shared arena", t->path);
+	}
+	{
+		struct dmn_map *nm = realloc(t->maps, (t->n_maps + 1) * sizeof(*nm));
+		if (!nm) {
+			close(memfd);
+			dmn_disconnect(t);
+			return kvt_err(KVT_ENOMEM, "out of memory");
+		}
+		t->maps = nm;
+	}
+	p = mmap(NULL, rep.size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	close(memfd);
+	if (p == MAP_FAILED) {
+		int e = errno;
+		dmn_disconnect(t);
+		return kvt_err(-e, "kvtierd at %s: cannot map its %" PRIu64 "-byte arena: %s",
+			       t->path, rep.size, strerror(e));
+	}
+	t->maps[t->n_maps++] = (struct dmn_map){ p, rep.size };
+	t->arena = p;
+	t->arena_len = rep.size;
+	t->gen++;
+	return 0;
+}
+
+/* One request and its reply, under t->mu (held by the caller, which reads
+ * the body before letting go). */
+static int dmn_call(struct dmn_tier *t, int op, uint64_t id, uint64_t size, int arg,
+		    const kvt_key *key, struct kvt_lp_rep *rep, const void **body, size_t *blen)
+{
+	int rc;
+
+	if (t->fd < 0 && (rc = dmn_connect(t)))
+		return rc;
+	if ((rc = dmn_send(t, op, id, size, arg, key)))
+		return rc;
+	return dmn_recv(t, op, rep, body, blen, NULL);
+}
+
+/* A request with no reply, for what the connection `gen` holds: nothing
+ * to do once that connection is gone (the daemon let go of it then). */
+static void dmn_post(struct dmn_tier *t, int op, uint64_t id, uint64_t gen)
+{
+	pthread_mutex_lock(&t->mu);
+	if (t->fd >= 0 && t->gen == gen)
+		(void)dmn_send(t, op, id, 0, 0, NULL);
+	pthread_mutex_unlock(&t->mu);
+}
+
+/* A wbuf or rbuf over the segments of a reply, in the current mapping. */
+static int dmn_buf_new(struct dmn_tier *t, const struct kvt_lp_rep *rep, const void *body,
+		       const kvt_key *key, struct dmn_buf **out)
+{
+	const struct kvt_lp_seg *seg = body;
+	struct dmn_buf *b;
+	int rc;
+
+	if ((rc = kvt_lp_segs_check(seg, rep->n, rep->size, t->arena_len)))
+		return kvt_err_prefix(rc, "kvtierd at %s: ", t->path);
+	b = malloc(sizeof(*b) + rep->n * sizeof(struct iovec));
+	if (!b)
+		return kvt_err(KVT_ENOMEM, "out of memory");
+	for (uint32_t i = 0; i < rep->n; i++) {
+		uint64_t off, len;
+		memcpy(&off, &seg[i].off, sizeof(off));
+		memcpy(&len, &seg[i].len, sizeof(len));
+		b->iov[i].iov_base = t->arena + off;
+		b->iov[i].iov_len = len;
+	}
+	b->id = rep->id;
+	b->gen = t->gen;
+	b->u.w.key = *key;
+	b->u.w.len = rep->size;
+	b->u.w.iov = b->iov;
+	b->u.w.n_iov = (int)rep->n;
+	*out = b;
+	return 0;
+}
+
+static int dmn_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len, kvt_tier_wbuf **w)
+{
+	struct dmn_tier *t = dmn_of(tt);
+	struct kvt_lp_rep rep;
+	struct dmn_buf *b = NULL;
+	const void *body;
+	size_t blen;
+	int rc;
+
+	*w = NULL;
+	pthread_mutex_lock(&t->mu);
+	rc = dmn_call(t, KVT_LP_PUT_BEGIN, 0, len, 0, key, &rep, &body, &blen);
+	if (rc == 0 && rep.size != len)
+		rc = kvt_err(-EPROTO, "kvtierd reserved %" PRIu64 " bytes for %" PRIu64,
+			     rep.size, len);
+	if (rc == 0 && (rc = dmn_buf_new(t, &rep, body, key, &b)))
+		(void)dmn_send(t, KVT_LP_PUT_ABORT, rep.id, 0, 0, NULL);
+	pthread_mutex_unlock(&t->mu);
+	if (rc == 0)
+		*w = &b->u.w;
+	return rc;
+}
+
+static int dmn_put_commit(kvt_tier *tt, kvt_tier_wbuf *w, int durability)
+{
+	struct dmn_tier *t = dmn_of(tt);
+	struct dmn_buf *b = (struct dmn_buf *)w;
+	struct kvt_lp_rep rep;
+	const void *body;
+	size_t blen;
+	int rc;
+
+	pthread_mutex_lock(&t->mu);
+	if (t->fd < 0 || t->gen != b->gen)
+		rc = kvt_err(-EPIPE, "kvtierd at %s: the connection this write began on was lost; "
+			     "nothing was stored", t->path);
+	else
+		rc = dmn_call(t, KVT_LP_PUT_COMMIT, b->id, 0, durability, NULL, &rep, &body, &blen);
+	pthread_mutex_unlock(&t->mu);
+	free(b);
+	return rc;
+}
+
+static void dmn_put_abort(kvt_tier *tt, kvt_tier_wbuf *w)
+{
+	struct dmn_buf *b = (struct dmn_buf *)w;
+
+	if (!b)
+		return;
+	dmn_post(dmn_of(tt), KVT_LP_PUT_ABORT, b->id, b->gen);
+	free(b);
+}
+
+static int dmn_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **r)
+{
+	struct dmn_tier *t = dmn_of(tt);
+	struct kvt_lp_rep rep;
+	struct dmn_buf *b = NULL;
+	const void *body;
+	size_t blen;
+	int rc;
+
+	*r = NULL;
+	pthread_mutex_lock(&t->mu);
+	rc = dmn_call(t, KVT_LP_GET, 0, 0, 0, key, &rep, &body, &blen);
+	if (rc == 0 && (rc = dmn_buf_new(t, &rep, body, key, &b)))
+		(void)dmn_send(t, KVT_LP_RELEASE, rep.id, 0, 0, NULL);
+	pthread_mutex_unlock(&t->mu);
+	if (rc == KVT_ENOTFOUND)
+		kvt_err_clear(); /* a miss is the common answer, not a fault */
+	if (rc == 0)
+		*r = &b->u.r;
+	return rc;
+}
+
+static void dmn_release(kvt_tier *tt, kvt_tier_rbuf *r)
+{
+	struct dmn_buf *b = (struct dmn_buf *)r;
+
+	if (!b)
+		return;
+	dmn_post(dmn_of(tt), KVT_LP_RELEASE, b->id, b->gen);
+	free(b);
+}
+
+static void dmn_corrupt(kvt_tier *tt, kvt_tier_rbuf *r)
+{
+	struct dmn_buf *b = (struct dmn_buf *)r;
+
+	dmn_post(dmn_of(tt), KVT_LP_CORRUPT, b->id, b->gen);
+}
+
+/* A status-only request (EXISTS, DEL): its status, or the error. */
+static int dmn_status(struct dmn_tier *t, int op, const kvt_key *key)
+{
+	struct kvt_lp_rep rep;
+	const void *body;
+	size_t blen;
+	int rc;
+
+	pthread_mutex_lock(&t->mu);
+	rc = dmn_call(t, op, 0, 0, 0, key, &rep, &body, &blen);
+	pthread_mutex_unlock(&t->mu);
+	return rc ? rc : rep.status;
+}
+
+static int dmn_exists(kvt_tier *tt, const kvt_key *key)
+{
+	return dmn_status(dmn_of(tt), KVT_LP_EXISTS, key) == 1;
+}
+
+static int dmn_del(kvt_tier *tt, const kvt_key *key)
+{
+	return dmn_status(dmn_of(tt), KVT_LP_DEL, key);
+}
+
+/* Batch by batch; fn is called with no lock held (it may call back in). */
+static int dmn_iterate(kvt_tier *tt, int (*fn)(void *arg, const kvt_key *key, uint64_t len),
+		       void *arg)
+{
+	struct dmn_tier *t = dmn_of(tt);
+	struct kvt_lp_item *items = malloc(KVT_LP_ITER_BATCH * sizeof(*items));
+	uint64_t cursor = 0;
+	int rc = 0, more = 1;
+
+	if (!items)
+		return kvt_err(KVT_ENOMEM, "out of memory");
+	while (more && rc == 0) {
+		struct kvt_lp_rep rep;
+		const void *body;
+		size_t blen;
+		uint32_t n = 0;
+
+		pthread_mutex_lock(&t->mu);
+		rc = dmn_call(t, KVT_LP_ITER, cursor, 0, 0, NULL, &rep, &body, &blen);
+		if (rc == 0 && (rep.n > KVT_LP_ITER_BATCH || rep.size != cursor + rep.n))
+			rc = kvt_err(-EPROTO, "kvtierd's listing skips or repeats keys");
+		if (rc == 0) {
+			n = rep.n;
+			memcpy(items, body, n * sizeof(*items));
+			more = rep.status == 1;
+			cursor = rep.size;
+		}
+		pthread_mutex_unlock(&t->mu);
+		for (uint32_t i = 0; i < n && rc == 0; i++) {
+			kvt_key k;
+			memcpy(k.b, items[i].key, KVT_KEY_BYTES);
+			rc = fn(arg, &k, items[i].len);
+		}
+	}
+	free(items);
+	return rc;
+}
+
+/* The daemon's first tier (its shared DRAM, where borrows are pinned),
+ * under this tier's name; zeros if it cannot be reached. */
+static void dmn_stats(kvt_tier *tt, kvt_tier_stats *out)
+{
+	struct dmn_tier *t = dmn_of(tt);
+	struct kvt_lp_rep rep;
+	const void *body;
+	size_t blen;
+
+	memset(out, 0, sizeof(*out));
+	pthread_mutex_lock(&t->mu);
+	if (dmn_call(t, KVT_LP_STATS, 0, 0, 0, NULL, &rep, &body, &blen) == 0)
+		memcpy(out, body, sizeof(*out));
+	pthread_mutex_unlock(&t->mu);
+	snprintf(out->name, sizeof(out->name), "%s", dmn_ops.name);
+}
+
+static void dmn_close(kvt_tier *tt)
+{
+	struct dmn_tier *t = dmn_of(tt);
+
+	if (!t)
+		return;
+	dmn_disconnect(t);
+	for (size_t i = 0; i < t->n_maps; i++)
+		munmap(t->maps[i].p, t->maps[i].len);
+	free(t->maps);
+	free(t->msg);
+	pthread_mutex_destroy(&t->mu);
+	free(t);
+}
+
+static const struct kvt_tier_ops dmn_ops = {
+	.name = "daemon",
+	.put_begin = dmn_put_begin,
+	.put_commit = dmn_put_commit,
+	.put_abort = dmn_put_abort,
+	.get = dmn_get,
+	.release = dmn_release,
+	.exists = dmn_exists,
+	.del = dmn_del,
+	.iterate = dmn_iterate,
+	.stats = dmn_stats,
+	.corrupt = dmn_corrupt,
+	.close = dmn_close,
+};
+
+int kvt_daemon_open(const char *path, kvt_tier **out)
+{
+	struct dmn_tier *t;
+	int rc;
+
+	*out = NULL;
+	if (!path || path[0] != '/' || strlen(path) >= sizeof(t->path))
+		return kvt_err(KVT_EINVAL, "daemon socket \"%s\": an absolute path of at most %zu "
+			       "bytes", path ? path : "", sizeof(t->path) - 1);
+	t = calloc(1, sizeof(*t));
+	if (!t || !(t->msg = malloc(KVT_LP_MAX_MSG))) {
+		free(t);
+		return kvt_err(KVT_ENOMEM, "out of memory");
+	}
+	t->base.ops = &dmn_ops;
+	t->fd = -1;
+	pthread_mutex_init(&t->mu, NULL);
+	snprintf(t->path, sizeof(t->path), "%s", path);
+	/* Connect now, so that a store opened on a daemon that is not there
+	 * says so at open rather than at the first put. */
+	if ((rc = dmn_connect(t))) {
+		dmn_close(&t->base);
+		return rc;
+	}
+	*out = &t->base;
+	return 0;
+}

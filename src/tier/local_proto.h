@@ -1,0 +1,98 @@
+/*
+ * local_proto.h — the local protocol between kvtierd and the processes of
+ * its node (docs/DAEMON.md, "Local clients").
+ *
+ * A SOCK_SEQPACKET Unix socket: one message is one request or one reply,
+ * never split nor merged, so no framing can go wrong.  The data never
+ * crosses the socket: at HELLO the daemon passes the memfd of its DRAM
+ * arena (SCM_RIGHTS) and every image is then named by segments, offsets
+ * and lengths into that file, which the client has mapped.
+ *
+ * A request is one fixed 64-byte struct, whatever the op.  A reply is a
+ * fixed 32-byte header followed by what the op returns: segments (GET,
+ * PUT_BEGIN), (key, length) items (ITER), the statistics (STATS), or, when
+ * status is negative, the daemon's error message.  Both sides decode with
+ * the functions below, which check every length and offset; a daemon that
+ * receives a request they refuse closes that client's connection.
+ *
+ * RELEASE, PUT_ABORT and CORRUPT have no reply: they are sent and
+ * forgotten, so that letting go of a borrow costs no round trip.
+ */
+#ifndef KVT_LOCAL_PROTO_H
+#define KVT_LOCAL_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvtier.h"
+
+#define KVT_LP_MAGIC 0x314c564bu /* "KVL1" little-endian */
+#define KVT_LP_VERSION 1
+/* The largest reply; a request is always sizeof(struct kvt_lp_req). */
+#define KVT_LP_MAX_MSG (256u * 1024u)
+#define KVT_LP_MAX_SEGS ((KVT_LP_MAX_MSG - sizeof(struct kvt_lp_rep)) / sizeof(struct kvt_lp_seg))
+#define KVT_LP_ITER_BATCH 4096u
+#define KVT_LP_ERRMSG_MAX 512u
+
+enum kvt_lp_op {
+	KVT_LP_HELLO = 1,     /* -> size: arena bytes, id: page size; the memfd */
+	KVT_LP_PUT_BEGIN = 2, /* key, size -> id, segments */
+	KVT_LP_PUT_COMMIT = 3,/* id, arg: durability -> status */
+	KVT_LP_PUT_ABORT = 4, /* id; no reply */
+	KVT_LP_GET = 5,       /* key -> id, size: image bytes, segments */
+	KVT_LP_RELEASE = 6,   /* id; no reply */
+	KVT_LP_CORRUPT = 7,   /* id: the borrow failed verification; no reply */
+	KVT_LP_EXISTS = 8,    /* key -> status 1 or 0 */
+	KVT_LP_DEL = 9,       /* key -> status */
+	KVT_LP_ITER = 10,     /* id: cursor (0 first) -> items; status 1: more, at size */
+	KVT_LP_STATS = 11,    /* -> a kvt_tier_stats */
+	KVT_LP_OP_MAX = 11,
+};
+
+struct kvt_lp_req {
+	uint32_t magic;
+	uint16_t op;
+	uint16_t version;
+	uint32_t len;  /* sizeof(struct kvt_lp_req) */
+	int32_t arg;
+	uint64_t id;
+	uint64_t size;
+	uint8_t key[KVT_KEY_BYTES];
+};
+
+struct kvt_lp_rep {
+	uint32_t magic;
+	uint16_t op;    /* the request's */
+	uint16_t pad;
+	int32_t status; /* 0 (1: EXISTS found, ITER more) or a negative code */
+	uint32_t n;     /* segments or items that follow */
+	uint64_t id;
+	uint64_t size;
+};
+
+struct kvt_lp_seg {
+	uint64_t off, len;
+};
+
+struct kvt_lp_item {
+	uint8_t key[KVT_KEY_BYTES];
+	uint64_t len;
+};
+
+/* The daemon's side: 0 if `buf` (n bytes, as received) is a well-formed
+ * request, else -EPROTO with what is wrong. */
+int kvt_lp_req_check(const void *buf, size_t n, struct kvt_lp_req *out);
+
+/* The client's side: 0 if `buf` is a well-formed reply to `op`; then
+ * *rep is its header and *body what follows (rep->n entries, or the error
+ * message when status < 0, NUL-terminated by the daemon).  -EPROTO
+ * otherwise. */
+int kvt_lp_rep_check(const void *buf, size_t n, int op, struct kvt_lp_rep *rep,
+		     const void **body, size_t *body_len);
+
+/* Segments of a reply against the mapped arena: each inside
+ * [0, arena_len), none empty, together `size` bytes.  0 or -EPROTO. */
+int kvt_lp_segs_check(const struct kvt_lp_seg *segs, uint32_t n, uint64_t size,
+		      uint64_t arena_len);
+
+#endif

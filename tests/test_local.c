@@ -1,0 +1,499 @@
+/*
+ * test_local.c — the library opened on a real kvtierd through the
+ * `daemon` key (docs/DAEMON.md, "Local clients").
+ *
+ * The test starts kvtierd (KVT_KVTIERD names it) with a DRAM tier and a
+ * disk tier under a scratch data directory and --local on a socket there,
+ * then, through kvt_store_open with `daemon: unix://<socket>`:
+ *   - put, get, borrow, lookup, exists, delete, first writer wins, a key
+ *     of another namespace a miss, the store's statistics the daemon's;
+ *   - the engine connector's save and layer-wise load, byte-identical;
+ *   - two processes sharing chunks: a child puts, the parent gets, and
+ *     the parent's borrow reads the very pages the child wrote;
+ *   - a child killed -9 holding a borrow and a reserved write: the
+ *     daemon's borrowed count goes back to 0 and its pages come back;
+ *   - a store that is not the daemon's: open fails naming the socket;
+ *   - a daemon restart: the call that finds it gone fails naming the
+ *     socket, the next one connects again and finds the crash-safe
+ *     chunks on the daemon's disk tier.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "tier/local_proto.h"
+
+#define LAYERS 4
+#define HEADS 2
+#define DIM 64
+#define BT 16
+#define CT 64
+#define NB 64
+#define N_TOK (4 * CT)
+#define N_PROMPT (N_TOK + 10) /* four whole chunks and a partial one */
+
+static char dir[40], sock[80];
+static pid_t daemon_pid = -1;
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+static int can_connect(const char *path)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0), ok;
+
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+	ok = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+	close(fd);
+	return ok;
+}
+
+/* A raw connection that reserves `len` bytes for `fill` key and never
+ * commits: what a client killed between PUT_BEGIN and PUT_COMMIT leaves.
+ * The fd, or -1. */
+static int raw_reserve(uint64_t len, int fill)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	struct kvt_lp_req q = { .magic = KVT_LP_MAGIC, .version = KVT_LP_VERSION,
+				.len = sizeof(q) };
+	static uint8_t rep[KVT_LP_MAX_MSG];
+	struct kvt_lp_rep r;
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock);
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)))
+		return -1;
+	q.op = KVT_LP_PUT_BEGIN;
+	q.size = len;
+	memset(q.key, fill, sizeof(q.key));
+	if (send(fd, &q, sizeof(q), 0) != sizeof(q) || recv(fd, rep, sizeof(rep), 0) < (ssize_t)sizeof(r))
+		return -1;
+	memcpy(&r, rep, sizeof(r));
+	return r.status == 0 && r.size == len ? fd : -1;
+}
+
+static int daemon_start(const char *bin)
+{
+	char data[96], log[96];
+
+	snprintf(data, sizeof(data), "%s/data", dir);
+	snprintf(log, sizeof(log), "%s/kvtierd.log", dir);
+	daemon_pid = fork();
+	if (daemon_pid == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		execl(bin, bin, "--port", "0", "--data-dir", data, "--local", sock, "--threads",
+		      "2", "--set", "max_local_cpu_size=64MiB", "--set", "dram_prefault=false",
+		      "--set", "dram_lock_memory=false", "--set", "dram_page_size=64KiB",
+		      "--set", "max_local_disk_size=256MiB", (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 400; i++) {
+		int st;
+		if (can_connect(sock))
+			return 0;
+		if (waitpid(daemon_pid, &st, WNOHANG) == daemon_pid) {
+			fprintf(stderr, "kvtierd exited at start (see %s)\n", log);
+			daemon_pid = -1;
+			return -1;
+		}
+		sleep_ms(25);
+	}
+	fprintf(stderr, "kvtierd did not listen on %s within 10 s\n", sock);
+	return -1;
+}
+
+static void daemon_stop(int sig)
+{
+	int st;
+
+	if (daemon_pid <= 0)
+		return;
+	kill(daemon_pid, sig);
+	waitpid(daemon_pid, &st, 0);
+	daemon_pid = -1;
+}
+
+static kvt_store *open_client(void)
+{
+	kvt_config *c = kvt_config_new();
+	char url[160];
+	kvt_store *st;
+	int err;
+
+	snprintf(url, sizeof(url), "unix://%s", sock);
+	CHECK_EQ(kvt_config_set(c, "daemon", url), 0);
+	st = kvt_store_open(c, &err);
+	kvt_config_free(c);
+	if (!st)
+		fprintf(stderr, "open on the daemon: %s (%s)\n", kvt_strerror(err), kvt_errmsg());
+	return st;
+}
+
+static kvt_layout layout(void)
+{
+	return (kvt_layout){ LAYERS, HEADS, DIM, KVT_DTYPE_BF16, 2, 0, BT, CT };
+}
+
+static void ns_of(kvt_store *st, const char *model, kvt_ns *ns)
+{
+	kvt_ns_desc d = { .model = model, .layout = layout() };
+
+	CHECK_EQ(kvt_ns_init(st, &d, ns), 0);
+}
+
+static void fill(uint8_t *p, size_t n, uint32_t seed)
+{
+	for (size_t i = 0; i < n; i++) {
+		seed = seed * 1664525u + 1013904223u;
+		p[i] = (uint8_t)(seed >> 24);
+	}
+}
+
+static uint64_t daemon_borrowed(kvt_store *st)
+{
+	kvt_tier_stats s;
+
+	CHECK_EQ(kvt_store_stats(st, 0, &s), 0);
+	return s.borrowed;
+}
+
+/* put, get, borrow, lookup, exists, delete through the daemon. */
+static void calls(kvt_store *st)
+{
+	size_t len = kvt_layout_payload_bytes(&(kvt_layout){ LAYERS, HEADS, DIM, KVT_DTYPE_BF16,
+							     2, 0, BT, CT });
+	uint8_t *a = malloc(len), *b = malloc(len);
+	uint32_t tok[N_TOK];
+	kvt_key keys[4];
+	kvt_lookup_result lr;
+	kvt_tier_stats s;
+	kvt_ns ns, other;
+	kvt_ref *ref;
+	size_t got = 0;
+
+	CHECK_EQ(kvt_store_tiers(st), 1);
+	CHECK_EQ(kvt_store_stats(st, 0, &s), 0);
+	CHECK(strcmp(s.name, "daemon") == 0);
+	CHECK_EQ(s.capacity_bytes, 64ull << 20); /* the daemon's DRAM tier */
+	ns_of(st, "test/local", &ns);
+	ns_of(st, "test/local-other", &other);
+	for (int i = 0; i < N_TOK; i++)
+		tok[i] = 1000 + (uint32_t)i;
+	CHECK_EQ(kvt_key_chain(&ns, tok, N_TOK, NULL, keys, 4), 4);
+	for (int i = 0; i < 3; i++) {
+		fill(a, len, (uint32_t)i + 1);
+		CHECK_EQ(kvt_put(st, &ns, &keys[i], a, len, KVT_DUR_CRASH_SAFE), 0);
+	}
+	CHECK_EQ(kvt_put(st, &ns, &keys[0], a, len, KVT_DUR_CRASH_SAFE), KVT_EEXIST);
+	CHECK_EQ(kvt_lookup(st, &ns, keys, 4, &lr), 3);
+	CHECK_EQ(kvt_exists(st, &ns, &keys[3]), 0);
+	fill(a, len, 2);
+	CHECK_EQ(kvt_get(st, &ns, &keys[1], b, len, &got), 0);
+	CHECK_EQ(got, len);
+	CHECK(memcmp(a, b, len) == 0);
+	/* the same key under another namespace is not that chunk */
+	CHECK_EQ(kvt_get(st, &other, &keys[1], b, len, &got), KVT_ENOTFOUND);
+	CHECK_EQ(kvt_get(st, &ns, &keys[3], b, len, &got), KVT_ENOTFOUND);
+
+	/* a borrow is the daemon's pages, read in place */
+	CHECK_EQ(kvt_borrow(st, &ns, &keys[1], &ref), 0);
+	if (ref) {
+		const struct iovec *iov;
+		int n, off = 0;
+		CHECK_EQ(kvt_ref_iov(ref, &iov, &n), 0);
+		for (int i = 0; i < n; i++) {
+			CHECK(memcmp((uint8_t *)iov[i].iov_base, a + off, iov[i].iov_len) == 0);
+			off += (int)iov[i].iov_len;
+		}
+		CHECK_EQ(off, len);
+		CHECK_EQ(kvt_ref_verify(ref), 0);
+		CHECK_EQ(daemon_borrowed(st), 1);
+		/* deleted while borrowed: the borrow keeps its view */
+		CHECK_EQ(kvt_delete(st, &ns, &keys[1]), 0);
+		CHECK(memcmp(iov[0].iov_base, a, iov[0].iov_len) == 0);
+		kvt_release(ref);
+	}
+	CHECK_EQ(kvt_exists(st, &ns, &keys[1]), 0);
+	CHECK_EQ(kvt_delete(st, &ns, &keys[1]), KVT_ENOTFOUND);
+	CHECK_EQ(kvt_lookup(st, &ns, keys, 4, &lr), 1);
+	for (int i = 0; i < 100 && daemon_borrowed(st); i++)
+		sleep_ms(10); /* RELEASE is sent without waiting */
+	CHECK_EQ(daemon_borrowed(st), 0);
+	free(a);
+	free(b);
+}
+
+struct engine {
+	uint16_t *kv[LAYERS];
+	kvt_paged_layer L[LAYERS];
+};
+
+static const size_t plane_elems = (size_t)NB * BT * HEADS * DIM;
+
+static void engine_init(struct engine *e, uint32_t seed)
+{
+	for (int l = 0; l < LAYERS; l++) {
+		e->kv[l] = calloc(2 * plane_elems, 2);
+		if (seed)
+			fill((uint8_t *)e->kv[l], 2 * plane_elems * 2, seed + (uint32_t)l);
+		for (int p = 0; p < 2; p++) {
+			kvt_paged_plane *pl = &e->L[l].plane[p];
+			pl->base = e->kv[l] + p * plane_elems;
+			pl->block_stride = (uint64_t)BT * HEADS * DIM * 2;
+			pl->token_stride = HEADS * DIM * 2;
+			pl->head_stride = DIM * 2;
+			pl->elem_stride = 2;
+		}
+		e->L[l].scale = NULL;
+	}
+}
+
+static kvt_conn *conn_on(kvt_store *st, kvt_ns *ns, struct engine *e)
+{
+	kvt_conn_desc d = { 0 };
+	kvt_conn *c = NULL;
+
+	ns_of(st, "test/local-conn", ns);
+	d.layers = e->L;
+	d.n_layer_descs = LAYERS;
+	d.num_blocks = NB;
+	d.durability = KVT_DUR_CRASH_SAFE;
+	CHECK_EQ(kvt_conn_open(st, ns, &d, &c), 0);
+	return c;
+}
+
+/* The connector saves from engine A's blocks and loads, layer by layer,
+ * into engine B's other blocks: byte-identical. */
+static void connector(kvt_store *st)
+{
+	struct engine A, B;
+	uint32_t tok[N_PROMPT], ta[NB / 2], tb[NB / 2];
+	size_t blk = (size_t)BT * HEADS * DIM;
+	kvt_conn_done d[8];
+	kvt_conn *ca, *cb;
+	kvt_ns ns;
+	int n;
+
+	engine_init(&A, 7);
+	engine_init(&B, 0);
+	for (int i = 0; i < N_PROMPT; i++)
+		tok[i] = 7000 + (uint32_t)i;
+	for (uint32_t i = 0; i < NB / 2; i++) {
+		ta[i] = (i * 7) % (NB / 2);       /* a shuffled table */
+		tb[i] = NB / 2 + (i * 5) % (NB / 2);
+	}
+	ca = conn_on(st, &ns, &A);
+	cb = conn_on(st, &ns, &B);
+	if (!ca || !cb)
+		goto out;
+	CHECK_EQ(kvt_conn_save(ca, 1, tok, N_PROMPT, NULL, ta, NB / 2), 4);
+	for (uint32_t l = 0; l < LAYERS; l++)
+		CHECK_EQ(kvt_conn_save_layer(ca, 1, l), 0);
+	CHECK_EQ(kvt_conn_wait(ca, 1, 10000), 0);
+	n = kvt_conn_finished(ca, d, 8);
+	CHECK_EQ(n, 1);
+	CHECK_EQ(d[0].status, 0);
+	CHECK_EQ(kvt_conn_end(ca, 1), 0);
+
+	CHECK_EQ(kvt_conn_lookup(cb, tok, N_PROMPT, NULL), N_TOK);
+	CHECK_EQ(kvt_conn_load(cb, 2, tok, N_PROMPT, NULL, tb, NB / 2, N_TOK, -1), 0);
+	for (uint32_t l = 0; l < LAYERS; l++)
+		CHECK_EQ(kvt_conn_wait_layer(cb, 2, l, 10000), 0);
+	n = kvt_conn_finished(cb, d, 8);
+	CHECK_EQ(n, 1);
+	CHECK_EQ(d[0].status, 0);
+	CHECK_EQ(d[0].chunks, 4);
+	for (int l = 0; l < LAYERS; l++)
+		for (int p = 0; p < 2; p++)
+			for (int i = 0; i < N_TOK / BT; i++)
+				CHECK(memcmp(A.kv[l] + p * plane_elems + ta[i] * blk,
+					     B.kv[l] + p * plane_elems + tb[i] * blk, blk * 2) == 0);
+	CHECK_EQ(kvt_conn_end(cb, 2), 0);
+out:
+	kvt_conn_close(ca);
+	kvt_conn_close(cb);
+	for (int l = 0; l < LAYERS; l++) {
+		free(A.kv[l]);
+		free(B.kv[l]);
+	}
+}
+
+/* Another process puts; this one gets the same bytes, and its borrow is
+ * the very memory the other wrote. */
+static void two_processes(kvt_store *st)
+{
+	size_t len = kvt_layout_payload_bytes(&(kvt_layout){ LAYERS, HEADS, DIM, KVT_DTYPE_BF16,
+							     2, 0, BT, CT });
+	uint8_t *a = malloc(len), *b = malloc(len);
+	kvt_key key;
+	kvt_ns ns;
+	pid_t pid;
+	int status;
+
+	ns_of(st, "test/local-shared", &ns);
+	memset(&key, 0x5a, sizeof(key));
+	fill(a, len, 99);
+	pid = fork();
+	if (pid == 0) {
+		kvt_store *cs = open_client();
+		kvt_ns cns;
+		int rc = 1;
+		if (cs) {
+			ns_of(cs, "test/local-shared", &cns);
+			rc = kvt_put(cs, &cns, &key, a, len, KVT_DUR_CACHED) != 0;
+			kvt_store_close(cs);
+		}
+		_exit(rc);
+	}
+	CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	memset(b, 0, len);
+	CHECK_EQ(kvt_get(st, &ns, &key, b, len, NULL), 0);
+	CHECK(memcmp(a, b, len) == 0);
+	free(a);
+	free(b);
+}
+
+/* A client killed -9 while it holds a borrow and a reserved write: the
+ * daemon notices the closed socket and lets go of both. */
+static void killed_client(kvt_store *st)
+{
+	size_t len = kvt_layout_payload_bytes(&(kvt_layout){ LAYERS, HEADS, DIM, KVT_DTYPE_BF16,
+							     2, 0, BT, CT });
+	uint8_t *a = malloc(len);
+	kvt_tier_stats before, s;
+	kvt_key key;
+	kvt_ns ns;
+	int p[2], status;
+	char c = 0;
+	pid_t pid;
+
+	ns_of(st, "test/local-killed", &ns);
+	memset(&key, 0x6b, sizeof(key));
+	fill(a, len, 5);
+	/* crash-safe: written down now, so no background copy of the
+	 * daemon's holds a borrow of it while the counts are compared */
+	CHECK_EQ(kvt_put(st, &ns, &key, a, len, KVT_DUR_CRASH_SAFE), 0);
+	for (int i = 0; i < 200 && daemon_borrowed(st); i++)
+		sleep_ms(10); /* earlier cached puts' write-through copies */
+	CHECK_EQ(kvt_store_stats(st, 0, &before), 0);
+	CHECK_EQ(before.borrowed, 0);
+	CHECK_EQ(pipe(p), 0);
+	pid = fork();
+	if (pid == 0) {
+		kvt_store *cs = open_client();
+		kvt_ref *ref = NULL;
+		kvt_ns cns;
+		if (cs) {
+			ns_of(cs, "test/local-killed", &cns);
+			if (kvt_borrow(cs, &cns, &key, &ref) == 0 &&
+			    raw_reserve(4 << 20, 0x6c) >= 0)
+				c = 'b';
+		}
+		(void)!write(p[1], &c, 1);
+		for (;;)
+			pause(); /* holding it until killed */
+	}
+	close(p[1]);
+	CHECK_EQ(read(p[0], &c, 1), 1);
+	CHECK_EQ(c, 'b');
+	CHECK_EQ(daemon_borrowed(st), 1);
+	CHECK_EQ(kvt_store_stats(st, 0, &s), 0);
+	CHECK(s.used_bytes >= before.used_bytes + (4 << 20)); /* the reserved write */
+	kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	close(p[0]);
+	for (int i = 0; i < 200 && daemon_borrowed(st); i++)
+		sleep_ms(10);
+	CHECK_EQ(kvt_store_stats(st, 0, &s), 0);
+	CHECK_EQ(s.borrowed, 0);
+	CHECK_EQ(s.used_bytes, before.used_bytes);
+	/* still served to the living */
+	CHECK_EQ(kvt_exists(st, &ns, &key), 1);
+	free(a);
+}
+
+/* The daemon stops: the call that finds it gone fails naming the socket;
+ * started again, the next call reconnects and the crash-safe chunks are
+ * there, read back from its disk tier. */
+static void restart(kvt_store *st, const char *bin)
+{
+	size_t len = kvt_layout_payload_bytes(&(kvt_layout){ LAYERS, HEADS, DIM, KVT_DTYPE_BF16,
+							     2, 0, BT, CT });
+	uint8_t *a = malloc(len), *b = malloc(len);
+	kvt_key key;
+	kvt_ns ns;
+	int rc;
+
+	ns_of(st, "test/local-restart", &ns);
+	memset(&key, 0x7c, sizeof(key));
+	fill(a, len, 11);
+	CHECK_EQ(kvt_put(st, &ns, &key, a, len, KVT_DUR_CRASH_SAFE), 0);
+	daemon_stop(SIGTERM);
+	rc = kvt_get(st, &ns, &key, b, len, NULL);
+	CHECK(rc < 0 && rc != KVT_ENOTFOUND);
+	CHECK(strstr(kvt_errmsg(), sock) != NULL);
+	rc = kvt_get(st, &ns, &key, b, len, NULL); /* no daemon to reconnect to */
+	CHECK(rc < 0 && rc != KVT_ENOTFOUND);
+	CHECK(strstr(kvt_errmsg(), "cannot connect to kvtierd") != NULL);
+	CHECK(strstr(kvt_errmsg(), sock) != NULL);
+	if (daemon_start(bin)) {
+		CHECK(0);
+		goto out;
+	}
+	memset(b, 0, len);
+	CHECK_EQ(kvt_get(st, &ns, &key, b, len, NULL), 0);
+	CHECK(memcmp(a, b, len) == 0);
+out:
+	free(a);
+	free(b);
+}
+
+int main(void)
+{
+	const char *bin = getenv("KVT_KVTIERD");
+	kvt_store *st;
+	char cmd[96];
+
+	if (!bin || access(bin, X_OK))
+		SKIP("KVT_KVTIERD does not name kvtierd (ctest sets it)");
+	snprintf(dir, sizeof(dir), "/tmp/kvt-local-XXXXXX");
+	if (!mkdtemp(dir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	snprintf(sock, sizeof(sock), "%s/kvtierd.sock", dir);
+
+	/* no daemon: open says which socket it tried */
+	st = open_client();
+	CHECK(st == NULL);
+	CHECK(strstr(kvt_errmsg(), sock) != NULL);
+
+	if (daemon_start(bin) == 0 && (st = open_client())) {
+		calls(st);
+		connector(st);
+		two_processes(st);
+		killed_client(st);
+		restart(st, bin);
+		kvt_store_close(st);
+	} else {
+		CHECK(0);
+	}
+	daemon_stop(SIGTERM);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	if (system(cmd)) {
+	}
+	TEST_DONE();
+}
