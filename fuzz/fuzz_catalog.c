@@ -2,8 +2,8 @@
  * fuzz_catalog.c — libFuzzer target for the planner's catalog reader
  * (plan_catalog_load, src/plan/cost.c).
  *
- * `kvtier plan --catalog FILE` extends the built-in model, GPU and tier
- * tables from a text file the user names.  plan_catalog_load takes a path,
+ * `kvtier plan --catalog FILE` extends the built-in model, GPU, tier and
+ * link tables from a text file the user names.  plan_catalog_load takes a path,
  * so the input is given to it as a memfd opened by its /proc/self/fd name
  * (nothing is written to any file system).
  *
@@ -39,7 +39,8 @@ static struct {
 	struct plan_model models[MAX_ENTRIES];
 	struct plan_gpu gpus[MAX_ENTRIES];
 	struct plan_tier_cost tiers[MAX_ENTRIES];
-	int n_models, n_gpus, n_tiers;
+	struct plan_link links[MAX_ENTRIES];
+	int n_models, n_gpus, n_tiers, n_links;
 } builtin;
 
 static fuzz_memfile mem = { -1, "" };
@@ -54,9 +55,11 @@ static void setup(void)
 	memcpy(builtin.models, models, sizeof(models));
 	memcpy(builtin.gpus, gpus, sizeof(gpus));
 	memcpy(builtin.tiers, tiers, sizeof(tiers));
+	memcpy(builtin.links, links, sizeof(links));
 	builtin.n_models = n_models;
 	builtin.n_gpus = n_gpus;
 	builtin.n_tiers = n_tiers;
+	builtin.n_links = n_links;
 	fuzz_memfile_open(&mem, "fuzz_catalog");
 }
 
@@ -65,9 +68,15 @@ static void restore(void)
 	memcpy(models, builtin.models, sizeof(models));
 	memcpy(gpus, builtin.gpus, sizeof(gpus));
 	memcpy(tiers, builtin.tiers, sizeof(tiers));
+	memcpy(links, builtin.links, sizeof(links));
 	n_models = builtin.n_models;
 	n_gpus = builtin.n_gpus;
 	n_tiers = builtin.n_tiers;
+	n_links = builtin.n_links;
+	memset(model_src, 0, sizeof(model_src));
+	memset(gpu_src, 0, sizeof(gpu_src));
+	memset(tier_src, 0, sizeof(tier_src));
+	memset(link_src, 0, sizeof(link_src));
 }
 
 
@@ -102,9 +111,20 @@ static void check_tables(void)
 		const struct plan_tier_cost *t = &tiers[i];
 		if (!t->name[0] || !in(t->gbps, 1e-6, 1e6) || !in(t->latency_us, 0, 1e9) ||
 		    !in(t->usd_gib_month, 0, 1e6) || !in(t->usd_per_1k_get, 0, 1e6) ||
-		    !in(t->usd_per_1k_put, 0, 1e6) || plan_tier_find(t->name) != t)
+		    !in(t->usd_per_1k_put, 0, 1e6) || !in(t->gbps_per_tib, 0, 1e6) ||
+		    !in(t->min_tib, 0, 1e9) || !in(t->get_per_s, 0, 1e12) || !in(t->prefixes, 0, 1e9) ||
+		    plan_tier_find(t->name) != t || !plan_catalog_source("tier", t->name))
 			abort();
 		if (!in(plan_load_s(t, 1e12), 0, INFINITY))
+			abort();
+	}
+	if (n_links > MAX_ENTRIES)
+		abort();
+	for (int i = 0; i < n_links; i++) {
+		const struct plan_link *l = &links[i];
+		const char *src = plan_catalog_source("link", l->name);
+		if (!l->name[0] || !in(l->gbps, 1e-6, 1e6) || plan_link_find(l->name) != l || !src ||
+		    (i >= builtin.n_links && !strcmp(src, "built-in")))
 			abort();
 	}
 }
