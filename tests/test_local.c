@@ -7,6 +7,8 @@
  * then, through kvt_store_open with `daemon: unix://<socket>`:
  *   - put, get, borrow, lookup, exists, delete, first writer wins, a key
  *     of another namespace a miss, the store's statistics the daemon's;
+ *     a borrow let go of with no request after it is released all the
+ *     same (the client's flusher), as another client sees;
  *   - the engine connector's save and layer-wise load, byte-identical;
  *   - two processes sharing chunks: a child puts, the parent gets, and
  *     the parent's borrow reads the very pages the child wrote;
@@ -227,6 +229,19 @@ static void calls(kvt_store *st)
 		kvt_release(ref);
 	}
 	CHECK_EQ(kvt_exists(st, &ns, &keys[1]), 0);
+
+	/* A release rides on the client's next request; a client that makes
+	 * none still lets go within milliseconds, as another client sees. */
+	{
+		kvt_store *other_st = open_client();
+		int i = 0;
+		CHECK_EQ(kvt_borrow(st, &ns, &keys[0], &ref), 0);
+		kvt_release(ref);
+		for (; other_st && i < 100 && daemon_borrowed(other_st); i++)
+			sleep_ms(5);
+		CHECK(other_st && i < 100);
+		kvt_store_close(other_st);
+	}
 	CHECK_EQ(kvt_delete(st, &ns, &keys[1]), KVT_ENOTFOUND);
 	CHECK_EQ(kvt_lookup(st, &ns, keys, 4, &lr), 1);
 	for (int i = 0; i < 100 && daemon_borrowed(st); i++)

@@ -354,6 +354,9 @@ static int serve_one(struct lconn *c, const struct kvt_lp_req *q)
 		return rc;
 	}
 	case KVT_LP_RELEASE:
+		if (q->id == 0)
+			return 0; /* its ids were the message */
+		/* fall through */
 	case KVT_LP_CORRUPT:
 		if (!(s = slot_get(c, q->id, SLOT_READ)))
 			return kvt_err(-EPROTO, "release of borrow %#" PRIx64
@@ -418,11 +421,30 @@ static void conn_drop_all(struct lconn *c)
 	c->n_slots = 0;
 }
 
+/* The borrows a request says the client has let go of. */
+static int release_ids(struct lconn *c, const uint8_t *ids, uint32_t n)
+{
+	kvt_tier *t0 = c->srv->st->tiers[0];
+
+	for (uint32_t i = 0; i < n; i++) {
+		struct lslot *s;
+		uint64_t id;
+		memcpy(&id, ids + i * sizeof(id), sizeof(id));
+		if (!(s = slot_get(c, id, SLOT_READ)))
+			return kvt_err(-EPROTO, "release of borrow %#" PRIx64
+				       " this connection does not hold", id);
+		t0->ops->release(t0, s->buf);
+		slot_free(c, s);
+	}
+	return 0;
+}
+
 static void *conn_main(void *arg)
 {
 	struct lconn *c = arg;
-	uint8_t buf[sizeof(struct kvt_lp_req)];
+	uint8_t buf[KVT_LP_MAX_REQ];
 	struct kvt_lp_req q;
+	uint32_t n_rel;
 
 	for (;;) {
 		/* MSG_TRUNC: the true length of an oversized message, so it is
@@ -432,7 +454,8 @@ static void *conn_main(void *arg)
 			break;
 		if (n < 0)
 			continue;
-		if (kvt_lp_req_check(buf, (size_t)n, &q) || serve_one(c, &q) < 0) {
+		if (kvt_lp_req_check(buf, (size_t)n, &q, &n_rel) ||
+		    release_ids(c, buf + sizeof(q), n_rel) || serve_one(c, &q) < 0) {
 			if (kvt_errmsg()[0])
 				kvt_log(KVT_LOG_WARN, "local client pid %d uid %d: %s; closing it",
 					(int)c->pid, (int)c->uid, kvt_errmsg());

@@ -19,7 +19,13 @@
  *
  * One socket, one request at a time under a mutex (a request is
  * microseconds of the daemon's index work; the bytes do not cross it).
- * RELEASE, PUT_ABORT and CORRUPT are sent without waiting.
+ * PUT_ABORT and CORRUPT are sent without waiting.  A release is not sent
+ * at all at first: its id rides on the next request (local_proto.h), so
+ * a borrow and its release cost one round trip.  So that a client gone
+ * quiet does not keep the daemon's pages pinned, a thread of this tier
+ * sends the ids still held after a millisecond or two; it ticks only
+ * while there are borrows, and sleeps once the client has been quiet for
+ * a tenth of a second.
  *
  * A daemon that goes away (stopped, restarted) fails the call that finds
  * the socket closed with an error naming it; the next call connects
@@ -41,6 +47,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "tier/local_proto.h"
 
@@ -60,6 +67,12 @@ struct dmn_tier {
 	struct dmn_map *maps; /* every mapping made, unmapped at close */
 	size_t n_maps;
 	uint8_t *msg;      /* the reply being read, under mu */
+	/* Released borrows of connection `gen` not yet told, under mu. */
+	uint64_t rel[KVT_LP_MAX_REL];
+	uint32_t n_rel;
+	pthread_cond_t cv;  /* wakes the flusher */
+	pthread_t flusher;
+	int flusher_on, flusher_idle, stopping;
 };
 
 struct dmn_buf {
@@ -84,18 +97,25 @@ static void dmn_disconnect(struct dmn_tier *t)
 		close(t->fd);
 	t->fd = -1;
 	t->arena = NULL;
+	t->n_rel = 0; /* the daemon released them all with the connection */
 }
 
+/* A request, with the released ids held so far after it. */
 static int dmn_send(struct dmn_tier *t, int op, uint64_t id, uint64_t size, int arg,
 		    const kvt_key *key)
 {
+	uint8_t m[KVT_LP_MAX_REQ];
 	struct kvt_lp_req q = { .magic = KVT_LP_MAGIC, .op = (uint16_t)op,
-				.version = KVT_LP_VERSION, .len = sizeof(q), .arg = arg,
-				.id = id, .size = size };
+				.version = KVT_LP_VERSION, .arg = arg, .id = id, .size = size };
+	size_t n = sizeof(q) + t->n_rel * sizeof(uint64_t);
 
+	q.len = (uint32_t)n;
 	if (key)
 		memcpy(q.key, key->b, KVT_KEY_BYTES);
-	if (send(t->fd, &q, sizeof(q), MSG_NOSIGNAL) != (ssize_t)sizeof(q)) {
+	memcpy(m, &q, sizeof(q));
+	memcpy(m + sizeof(q), t->rel, t->n_rel * sizeof(uint64_t));
+	t->n_rel = 0;
+	if (send(t->fd, m, n, MSG_NOSIGNAL) != (ssize_t)n) {
 		int e = errno;
 		dmn_disconnect(t);
 		return kvt_err(-EPIPE, "kvtierd at %s: connection lost (%s: the daemon stopped "
@@ -338,12 +358,51 @@ static int dmn_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **r)
 
 static void dmn_release(kvt_tier *tt, kvt_tier_rbuf *r)
 {
+	struct dmn_tier *t = dmn_of(tt);
 	struct dmn_buf *b = (struct dmn_buf *)r;
 
 	if (!b)
 		return;
-	dmn_post(dmn_of(tt), KVT_LP_RELEASE, b->id, b->gen);
+	pthread_mutex_lock(&t->mu);
+	if (t->fd >= 0 && t->gen == b->gen) {
+		if (t->n_rel == KVT_LP_MAX_REL)
+			(void)dmn_send(t, KVT_LP_RELEASE, 0, 0, 0, NULL);
+		if (t->fd >= 0) {
+			t->rel[t->n_rel++] = b->id;
+			if (t->flusher_idle)
+				pthread_cond_signal(&t->cv);
+		}
+	}
+	pthread_mutex_unlock(&t->mu);
 	free(b);
+}
+
+/* Tell the daemon of releases no request has carried for a tick. */
+static void *dmn_flusher(void *arg)
+{
+	struct dmn_tier *t = arg;
+	int quiet = 0, held = 0;
+
+	pthread_mutex_lock(&t->mu);
+	while (!t->stopping) {
+		if (quiet >= 50) { /* 100 ms without a borrow let go of */
+			t->flusher_idle = 1;
+			while (!t->stopping && t->n_rel == 0)
+				pthread_cond_wait(&t->cv, &t->mu);
+			t->flusher_idle = 0;
+			quiet = 0;
+			continue;
+		}
+		struct timespec dl = kvt_deadline_after(2);
+		pthread_cond_timedwait(&t->cv, &t->mu, &dl);
+		if (t->n_rel && held && t->fd >= 0)
+			(void)dmn_send(t, KVT_LP_RELEASE, 0, 0, 0, NULL);
+		/* ids seen at this tick go at the next if no request took them */
+		held = t->n_rel > 0;
+		quiet = held ? 0 : quiet + 1;
+	}
+	pthread_mutex_unlock(&t->mu);
+	return NULL;
 }
 
 static void dmn_corrupt(kvt_tier *tt, kvt_tier_rbuf *r)
@@ -438,11 +497,19 @@ static void dmn_close(kvt_tier *tt)
 
 	if (!t)
 		return;
+	if (t->flusher_on) {
+		pthread_mutex_lock(&t->mu);
+		t->stopping = 1;
+		pthread_cond_signal(&t->cv);
+		pthread_mutex_unlock(&t->mu);
+		pthread_join(t->flusher, NULL);
+	}
 	dmn_disconnect(t);
 	for (size_t i = 0; i < t->n_maps; i++)
 		munmap(t->maps[i].p, t->maps[i].len);
 	free(t->maps);
 	free(t->msg);
+	pthread_cond_destroy(&t->cv);
 	pthread_mutex_destroy(&t->mu);
 	free(t);
 }
@@ -479,6 +546,7 @@ int kvt_daemon_open(const char *path, kvt_tier **out)
 	t->base.ops = &dmn_ops;
 	t->fd = -1;
 	pthread_mutex_init(&t->mu, NULL);
+	kvt_cond_init_mono(&t->cv);
 	snprintf(t->path, sizeof(t->path), "%s", path);
 	/* Connect now, so that a store opened on a daemon that is not there
 	 * says so at open rather than at the first put. */
@@ -486,6 +554,11 @@ int kvt_daemon_open(const char *path, kvt_tier **out)
 		dmn_close(&t->base);
 		return rc;
 	}
+	if (pthread_create(&t->flusher, NULL, dmn_flusher, t)) {
+		dmn_close(&t->base);
+		return kvt_err(-EAGAIN, "kvtierd at %s: cannot start the tier's thread", path);
+	}
+	t->flusher_on = 1;
 	*out = &t->base;
 	return 0;
 }

@@ -14,19 +14,21 @@
 
 #include "common/err.h"
 
-int kvt_lp_req_check(const void *buf, size_t n, struct kvt_lp_req *out)
+int kvt_lp_req_check(const void *buf, size_t n, struct kvt_lp_req *out, uint32_t *n_rel)
 {
-	if (n != sizeof(*out))
-		return kvt_err(-EPROTO, "local request of %zu bytes, expected %zu", n,
-			       sizeof(*out));
+	if (n < sizeof(*out) || n > KVT_LP_MAX_REQ || (n - sizeof(*out)) % sizeof(uint64_t))
+		return kvt_err(-EPROTO, "local request of %zu bytes, expected %zu and at most "
+			       "%u released ids", n, sizeof(*out), KVT_LP_MAX_REL);
 	memcpy(out, buf, sizeof(*out));
 	if (out->magic != KVT_LP_MAGIC)
 		return kvt_err(-EPROTO, "local request without the protocol's magic");
 	if (out->version != KVT_LP_VERSION)
 		return kvt_err(-EPROTO, "local protocol version %u, this daemon speaks %u",
 			       out->version, KVT_LP_VERSION);
-	if (out->len != sizeof(*out))
-		return kvt_err(-EPROTO, "local request declares %" PRIu32 " bytes", out->len);
+	if (out->len != n)
+		return kvt_err(-EPROTO, "local request declares %" PRIu32 " bytes, has %zu",
+			       out->len, n);
+	*n_rel = (uint32_t)((n - sizeof(*out)) / sizeof(uint64_t));
 	if (out->op < KVT_LP_HELLO || out->op > KVT_LP_OP_MAX)
 		return kvt_err(-EPROTO, "local request op %u unknown", out->op);
 	return 0;

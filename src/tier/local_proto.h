@@ -16,7 +16,12 @@
  * receives a request they refuse closes that client's connection.
  *
  * RELEASE, PUT_ABORT and CORRUPT have no reply: they are sent and
- * forgotten, so that letting go of a borrow costs no round trip.
+ * forgotten.  Releases cost less still: any request may carry, after its
+ * 64 bytes, up to KVT_LP_MAX_REL ids of borrows the client has let go of
+ * (len says how many), which the daemon releases before serving the
+ * request itself.  The client holds released ids back until its next
+ * request, or a few milliseconds (daemon.c): a borrow then costs one round
+ * trip, not a round trip and a message.
  */
 #ifndef KVT_LOCAL_PROTO_H
 #define KVT_LOCAL_PROTO_H
@@ -33,6 +38,9 @@
 #define KVT_LP_MAX_SEGS ((KVT_LP_MAX_MSG - sizeof(struct kvt_lp_rep)) / sizeof(struct kvt_lp_seg))
 #define KVT_LP_ITER_BATCH 4096u
 #define KVT_LP_ERRMSG_MAX 512u
+#define KVT_LP_MAX_REL 64u
+/* The longest request: the struct and its released ids. */
+#define KVT_LP_MAX_REQ (sizeof(struct kvt_lp_req) + KVT_LP_MAX_REL * sizeof(uint64_t))
 
 enum kvt_lp_op {
 	KVT_LP_HELLO = 1,     /* -> size: arena bytes, id: page size; the memfd */
@@ -40,7 +48,7 @@ enum kvt_lp_op {
 	KVT_LP_PUT_COMMIT = 3,/* id, arg: durability -> status */
 	KVT_LP_PUT_ABORT = 4, /* id; no reply */
 	KVT_LP_GET = 5,       /* key -> id, size: image bytes, segments */
-	KVT_LP_RELEASE = 6,   /* id; no reply */
+	KVT_LP_RELEASE = 6,   /* id (0: none), and the ids after; no reply */
 	KVT_LP_CORRUPT = 7,   /* id: the borrow failed verification; no reply */
 	KVT_LP_EXISTS = 8,    /* key -> status 1 or 0 */
 	KVT_LP_DEL = 9,       /* key -> status */
@@ -53,7 +61,7 @@ struct kvt_lp_req {
 	uint32_t magic;
 	uint16_t op;
 	uint16_t version;
-	uint32_t len;  /* sizeof(struct kvt_lp_req) */
+	uint32_t len;  /* sizeof(struct kvt_lp_req) + 8 x released ids after it */
 	int32_t arg;
 	uint64_t id;
 	uint64_t size;
@@ -80,8 +88,9 @@ struct kvt_lp_item {
 };
 
 /* The daemon's side: 0 if `buf` (n bytes, as received) is a well-formed
- * request, else -EPROTO with what is wrong. */
-int kvt_lp_req_check(const void *buf, size_t n, struct kvt_lp_req *out);
+ * request, else -EPROTO with what is wrong.  *n_rel: how many released
+ * ids follow the struct in buf (unaligned: read them with memcpy). */
+int kvt_lp_req_check(const void *buf, size_t n, struct kvt_lp_req *out, uint32_t *n_rel);
 
 /* The client's side: 0 if `buf` is a well-formed reply to `op`; then
  * *rep is its header and *body what follows (rep->n entries, or the error
