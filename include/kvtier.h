@@ -824,13 +824,19 @@ KVT_API int kvt_store_iterate(kvt_store *st, int tier,
  * DRAM with `dram_shared: true`: its arena is what clients map.  Every
  * process that can open the socket can read and write that arena (every
  * chunk in DRAM), so it is created with mode o->mode (0: 0660) and only
- * peers of the daemon's own uid, root, or a uid in o->uids are served. */
+ * peers of the daemon's own uid, root, or a uid in o->uids are served.
+ * A connection acts as the tenant o->tenant_of names for its peer's uid
+ * (a tenant of the store's configuration; NULL, or no tenant_of: the
+ * default tenant): its puts are charged to that tenant's quotas.  A name
+ * the store does not know refuses the connection. */
 typedef struct kvt_local_server kvt_local_server;
 typedef struct kvt_local_opts {
 	const char *path;
 	unsigned mode;
 	const uint32_t *uids;
 	size_t n_uids;
+	const char *(*tenant_of)(void *arg, uint32_t uid);
+	void *tenant_arg;
 } kvt_local_opts;
 
 /* 0, KVT_ECONFIG (no shared DRAM tier first), KVT_EINVAL, or -errno from

@@ -17,7 +17,10 @@
  *   - a store that is not the daemon's: open fails naming the socket;
  *   - a daemon restart: the call that finds it gone fails naming the
  *     socket, the next one connects again and finds the crash-safe
- *     chunks on the daemon's disk tier.
+ *     chunks on the daemon's disk tier;
+ *   - kvt_local_serve's tenant binding, on a server of this process: a
+ *     peer bound to tenant acme has its puts charged to acme, and a peer
+ *     bound to a tenant the store does not know is refused.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -126,6 +129,8 @@ static void daemon_stop(int sig)
 	kill(daemon_pid, sig);
 	waitpid(daemon_pid, &st, 0);
 	daemon_pid = -1;
+	/* a clean exit: no crash, nothing a sanitizer reported */
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
 static kvt_store *open_client(void)
@@ -180,7 +185,7 @@ static void calls(kvt_store *st)
 	uint8_t *a = malloc(len), *b = malloc(len);
 	uint32_t tok[N_TOK];
 	kvt_key keys[4];
-	kvt_lookup_result lr;
+	kvt_lookup_result lr = { 0 };
 	kvt_tier_stats s;
 	kvt_ns ns, other;
 	kvt_ref *ref;
@@ -476,6 +481,79 @@ out:
 	free(b);
 }
 
+#define ACME_SECRET "00112233445566778899aabbccddeeff"
+
+static const char *bind_to = "acme";
+
+static const char *tenant_of(void *arg, uint32_t uid)
+{
+	(void)arg;
+	return uid == geteuid() ? bind_to : NULL;
+}
+
+static void tenant_bound(void)
+{
+	kvt_config *c = kvt_config_new();
+	char path[96], url[120];
+	kvt_local_opts o = { .path = path, .tenant_of = tenant_of };
+	size_t len = kvt_layout_payload_bytes(&(kvt_layout){ LAYERS, HEADS, DIM, KVT_DTYPE_BF16,
+							     2, 0, BT, CT });
+	kvt_ns_desc d = { .model = "test/local-tenant", .layout = layout(), .tenant = "acme" };
+	kvt_local_server *srv = NULL;
+	kvt_tenant_usage u;
+	kvt_store *server, *client;
+	uint8_t *a = calloc(1, len);
+	kvt_key key;
+	kvt_ns ns;
+	int err;
+
+	snprintf(path, sizeof(path), "%s/tenant.sock", dir);
+	snprintf(url, sizeof(url), "unix://%s", path);
+	kvt_config_set(c, "max_local_cpu_size", "16MiB");
+	kvt_config_set(c, "dram_prefault", "false");
+	kvt_config_set(c, "dram_lock_memory", "false");
+	kvt_config_set(c, "tenants", "acme=" ACME_SECRET);
+	/* without a shared arena there is nothing to serve */
+	server = kvt_store_open(c, &err);
+	CHECK(server != NULL);
+	CHECK_EQ(kvt_local_serve(server, &o, &srv), KVT_ECONFIG);
+	CHECK(strstr(kvt_errmsg(), "dram_shared") != NULL);
+	kvt_store_close(server);
+	kvt_config_set(c, "dram_shared", "true");
+	server = kvt_store_open(c, &err);
+	CHECK(server != NULL);
+	if (!server)
+		goto out;
+	CHECK_EQ(kvt_local_serve(server, &o, &srv), 0);
+	kvt_config_free(c);
+	c = kvt_config_new();
+	kvt_config_set(c, "tenants", "acme=" ACME_SECRET);
+	kvt_config_set(c, "daemon", url);
+	client = kvt_store_open(c, &err);
+	CHECK(client != NULL);
+	if (client) {
+		CHECK_EQ(kvt_ns_init(client, &d, &ns), 0);
+		memset(&key, 0x8d, sizeof(key));
+		CHECK_EQ(kvt_put(client, &ns, &key, a, len, KVT_DUR_CACHED), 0);
+		CHECK_EQ(kvt_store_tenant_usage(server, "acme", 0, &u), 0);
+		CHECK_EQ(u.chunks, 1);
+		CHECK_EQ(kvt_store_tenant_usage(server, NULL, 0, &u), 0);
+		CHECK_EQ(u.chunks, 0);
+		kvt_store_close(client);
+	}
+	bind_to = "nobody"; /* not a tenant of the server's store */
+	client = kvt_store_open(c, &err);
+	CHECK(client == NULL);
+	CHECK_EQ(err, -EACCES);
+	CHECK(strstr(kvt_errmsg(), path) != NULL);
+	kvt_local_stop(srv);
+	CHECK(access(path, F_OK) != 0); /* the socket is removed */
+	kvt_store_close(server);
+out:
+	kvt_config_free(c);
+	free(a);
+}
+
 int main(void)
 {
 	const char *bin = getenv("KVT_KVTIERD");
@@ -490,6 +568,7 @@ int main(void)
 		return 1;
 	}
 	snprintf(sock, sizeof(sock), "%s/kvtierd.sock", dir);
+	tenant_bound();
 
 	/* no daemon: open says which socket it tried */
 	st = open_client();

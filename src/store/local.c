@@ -30,7 +30,10 @@
  * mode 0660 (or what the caller asks), and each connection's peer uid
  * (SO_PEERCRED) must be the daemon's own, root's, or one the caller lists;
  * anything else is closed before HELLO.  A malformed request costs its
- * client the connection.
+ * client the connection.  Each connection acts as one tenant, the one the
+ * caller's tenant_of names for its uid (kvtierd: through its ACL), else
+ * the default: its puts are charged to it, so its quotas and reservations
+ * hold for local clients too.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -75,6 +78,7 @@ struct lconn {
 	int fd;
 	uid_t uid;
 	pid_t pid;
+	int acct;                   /* the tenant its puts are charged to */
 	pthread_t th;
 	_Atomic int done;
 	struct lslot *slots;
@@ -94,6 +98,8 @@ struct kvt_local_server {
 	size_t arena_len;
 	uint32_t *uids;
 	size_t n_uids;
+	const char *(*tenant_of)(void *arg, uint32_t uid);
+	void *tenant_arg;
 	pthread_t acceptor;
 	pthread_mutex_t mu;
 	struct lconn *conns;
@@ -335,7 +341,7 @@ static int serve_one(struct lconn *c, const struct kvt_lp_req *q)
 				store_image_abort(st, first, w);
 				return 0;
 			}
-			return send_status(c, q, store_image_commit(st, first, w, q->arg));
+			return send_status(c, q, store_image_commit(st, first, w, q->arg, c->acct));
 		}
 	case KVT_LP_GET: {
 		kvt_tier_rbuf *rb;
@@ -508,7 +514,7 @@ static void accept_one(struct kvt_local_server *s)
 	struct ucred cr;
 	socklen_t cl = sizeof(cr);
 	struct lconn *c;
-	int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC);
+	int acct, fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC);
 
 	if (fd < 0)
 		return;
@@ -517,6 +523,18 @@ static void accept_one(struct kvt_local_server *s)
 			"(not the daemon's, root's nor listed)", s->path, (int)cr.uid);
 		close(fd);
 		return;
+	}
+	{
+		/* the tenant the caller binds this uid to (its ACL), or the
+		 * default; one the store does not know is refused */
+		const char *tn = s->tenant_of ? s->tenant_of(s->tenant_arg, cr.uid) : NULL;
+		acct = store_tenant_acct(s->st, tn);
+		if (acct < 0) {
+			kvt_log(KVT_LOG_WARN, "local socket %s: uid %d: %s; refused", s->path,
+				(int)cr.uid, kvt_errmsg());
+			close(fd);
+			return;
+		}
 	}
 	c = calloc(1, sizeof(*c));
 	if (c)
@@ -531,6 +549,7 @@ static void accept_one(struct kvt_local_server *s)
 	c->fd = fd;
 	c->uid = cr.uid;
 	c->pid = cr.pid;
+	c->acct = acct;
 	c->free_head = UINT32_MAX;
 	if (pthread_create(&c->th, NULL, conn_main, c)) {
 		close(fd);
@@ -611,6 +630,8 @@ int kvt_local_serve(kvt_store *st, const kvt_local_opts *o, kvt_local_server **o
 	s->memfd = kvt_dram_arena_fd(st->tiers[0]);
 	s->arena = base;
 	s->arena_len = len;
+	s->tenant_of = o->tenant_of;
+	s->tenant_arg = o->tenant_arg;
 	pthread_mutex_init(&s->mu, NULL);
 	snprintf(s->path, sizeof(s->path), "%s", o->path);
 	if (o->n_uids) {

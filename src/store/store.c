@@ -298,7 +298,7 @@ void kvt_store_close(kvt_store *st)
 
 /* Account of a tenant name: 0 for the default (NULL), else its index in
  * the configuration + 1; KVT_ETENANT if the store does not know it. */
-static int tenant_acct(const kvt_store *st, const char *tenant)
+int store_tenant_acct(const kvt_store *st, const char *tenant)
 {
 	if (!tenant)
 		return 0;
@@ -390,7 +390,7 @@ int kvt_ns_init(kvt_store *st, const kvt_ns_desc *desc, kvt_ns *ns)
 		return kvt_err(KVT_EINVAL, "store missing");
 	if ((rc = kvt_config_ns(&st->cfg, desc, ns)))
 		return rc;
-	if ((acct = tenant_acct(st, desc->tenant)) < 0)
+	if ((acct = store_tenant_acct(st, desc->tenant)) < 0)
 		return acct;
 	return nsa_set(st, ns, acct);
 }
@@ -401,7 +401,7 @@ static int share_args(kvt_store *st, const char *tenant, int tier)
 	kvt_err_clear();
 	if (!st || tier < 0 || tier >= st->n_tiers)
 		return kvt_err(KVT_EINVAL, "tier %d of %d", tier, st ? st->n_tiers : 0);
-	return tenant_acct(st, tenant);
+	return store_tenant_acct(st, tenant);
 }
 
 int kvt_store_set_quota(kvt_store *st, const char *tenant, int tier,
@@ -1052,7 +1052,8 @@ int store_image_begin(kvt_store *st, const kvt_key *key, uint64_t len,
 	return rc;
 }
 
-int store_image_commit(kvt_store *st, int first, kvt_tier_wbuf *w0, int durability)
+int store_image_commit(kvt_store *st, int first, kvt_tier_wbuf *w0, int durability,
+		       int acct)
 {
 	kvt_tier_wbuf *w[KVT_MAX_TIERS] = { 0 };
 	int rc[KVT_MAX_TIERS];
@@ -1094,7 +1095,7 @@ int store_image_commit(kvt_store *st, int first, kvt_tier_wbuf *w0, int durabili
 		else if (rc[i] && !err)
 			err = rc[i];
 	}
-	err = put_publish(st, &key, len, w, rc, first, lost, err, durability, 0);
+	err = put_publish(st, &key, len, w, rc, first, lost, err, durability, acct);
 	if (err == 0 && async_through)
 		move_submit(st, MOVE_THROUGH, first, &key);
 	return err;

@@ -179,7 +179,11 @@ void store_ref_free(kvt_ref *ref);
  * del act on every tier, as kvt_exists and kvt_delete. */
 int store_image_begin(kvt_store *st, const kvt_key *key, uint64_t len,
 		      kvt_tier_wbuf **w, int *first);
-int store_image_commit(kvt_store *st, int first, kvt_tier_wbuf *w, int durability);
+int store_image_commit(kvt_store *st, int first, kvt_tier_wbuf *w, int durability,
+		       int acct);
+/* The account of a tenant name (NULL: the default tenant's, 0), or
+ * KVT_ETENANT if the configuration has no such tenant. */
+int store_tenant_acct(const kvt_store *st, const char *tenant);
 void store_image_abort(kvt_store *st, int first, kvt_tier_wbuf *w);
 int store_image_get(kvt_store *st, const kvt_key *key, kvt_tier_rbuf **rb);
 int store_image_exists(kvt_store *st, const kvt_key *key);

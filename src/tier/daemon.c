@@ -189,12 +189,12 @@ static int dmn_connect(struct dmn_tier *t)
 				       : e == EACCES ? " (the socket's mode or owner excludes this user)"
 						     : "");
 	}
-	if ((rc = dmn_send(t, KVT_LP_HELLO, 0, 0, 0, NULL)))
-		return rc;
-	if ((rc = dmn_recv(t, KVT_LP_HELLO, &rep, &body, &blen, &memfd))) {
+	if ((rc = dmn_send(t, KVT_LP_HELLO, 0, 0, 0, NULL)) ||
+	    (rc = dmn_recv(t, KVT_LP_HELLO, &rep, &body, &blen, &memfd))) {
 		if (rc == -EPIPE) /* closed before HELLO's reply: refused */
 			return kvt_err(-EACCES, "kvtierd at %s closed the connection at once: "
-				       "this uid is not allowed (the daemon's --local-uid)", t->path);
+				       "this uid is not allowed, or bound to a tenant it does not know "
+				       "(its log says which)", t->path);
 		return rc;
 	}
 	if (memfd < 0 || rep.size == 0 || rep.size > SIZE_MAX / 2) {
