@@ -351,6 +351,52 @@ out:
 	}
 }
 
+/* The other client processes: this program again (fork alone would
+ * start a store's threads in a child of a threaded process), run as
+ * `test_local --child MODE SOCKET FD`. */
+static pid_t spawn_child(const char *mode, int fd)
+{
+	char fds[16];
+	pid_t pid;
+
+	snprintf(fds, sizeof(fds), "%d", fd);
+	pid = fork();
+	if (pid == 0) {
+		execl("/proc/self/exe", "test_local", "--child", mode, sock, fds, (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+static int child_main(const char *mode, int fd)
+{
+	size_t len = kvt_layout_payload_bytes(&(kvt_layout){ LAYERS, HEADS, DIM, KVT_DTYPE_BF16,
+							     2, 0, BT, CT });
+	uint8_t *a = malloc(len);
+	kvt_store *cs = open_client();
+	kvt_ref *ref = NULL;
+	kvt_key key;
+	kvt_ns ns;
+	char c = 0;
+
+	if (!cs || !a)
+		return 1;
+	if (!strcmp(mode, "put")) { /* two_processes */
+		ns_of(cs, "test/local-shared", &ns);
+		memset(&key, 0x5a, sizeof(key));
+		fill(a, len, 99);
+		return kvt_put(cs, &ns, &key, a, len, KVT_DUR_CACHED) != 0;
+	}
+	/* killed_client: hold a borrow and a reserved write until killed */
+	ns_of(cs, "test/local-killed", &ns);
+	memset(&key, 0x6b, sizeof(key));
+	if (kvt_borrow(cs, &ns, &key, &ref) == 0 && raw_reserve(4 << 20, 0x6c) >= 0)
+		c = 'b';
+	(void)!write(fd, &c, 1);
+	for (;;)
+		pause();
+}
+
 /* Another process puts; this one gets the same bytes, and its borrow is
  * the very memory the other wrote. */
 static void two_processes(kvt_store *st)
@@ -366,18 +412,7 @@ static void two_processes(kvt_store *st)
 	ns_of(st, "test/local-shared", &ns);
 	memset(&key, 0x5a, sizeof(key));
 	fill(a, len, 99);
-	pid = fork();
-	if (pid == 0) {
-		kvt_store *cs = open_client();
-		kvt_ns cns;
-		int rc = 1;
-		if (cs) {
-			ns_of(cs, "test/local-shared", &cns);
-			rc = kvt_put(cs, &cns, &key, a, len, KVT_DUR_CACHED) != 0;
-			kvt_store_close(cs);
-		}
-		_exit(rc);
-	}
+	pid = spawn_child("put", -1);
 	CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	memset(b, 0, len);
 	CHECK_EQ(kvt_get(st, &ns, &key, b, len, NULL), 0);
@@ -411,21 +446,7 @@ static void killed_client(kvt_store *st)
 	CHECK_EQ(kvt_store_stats(st, 0, &before), 0);
 	CHECK_EQ(before.borrowed, 0);
 	CHECK_EQ(pipe(p), 0);
-	pid = fork();
-	if (pid == 0) {
-		kvt_store *cs = open_client();
-		kvt_ref *ref = NULL;
-		kvt_ns cns;
-		if (cs) {
-			ns_of(cs, "test/local-killed", &cns);
-			if (kvt_borrow(cs, &cns, &key, &ref) == 0 &&
-			    raw_reserve(4 << 20, 0x6c) >= 0)
-				c = 'b';
-		}
-		(void)!write(p[1], &c, 1);
-		for (;;)
-			pause(); /* holding it until killed */
-	}
+	pid = spawn_child("borrow", p[1]);
 	close(p[1]);
 	CHECK_EQ(read(p[0], &c, 1), 1);
 	CHECK_EQ(c, 'b');
@@ -554,11 +575,16 @@ out:
 	free(a);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	const char *bin = getenv("KVT_KVTIERD");
 	kvt_store *st;
 	char cmd[96];
+
+	if (argc == 5 && !strcmp(argv[1], "--child")) {
+		snprintf(sock, sizeof(sock), "%s", argv[3]);
+		return child_main(argv[2], atoi(argv[4]));
+	}
 
 	if (!bin || access(bin, X_OK))
 		SKIP("KVT_KVTIERD does not name kvtierd (ctest sets it)");
