@@ -768,7 +768,8 @@ typedef struct kvt_tier_stats {
 	uint64_t write_errors;    /* puts that failed with an I/O error */
 	double read_gbps;         /* measured read bandwidth (EWMA), GB/s */
 	double read_latency_us;   /* measured fixed cost of a read (EWMA) */
-	uint64_t get_latency_log2_us[24]; /* reads served: [i] took < 2^i us */
+	uint64_t get_latency_log2_us[24]; /* reads served (gets and borrows):
+					   * [i] took < 2^i us */
 	uint32_t writes_off;      /* 1 while the store admits no writes to the
 				   * tier after repeated I/O errors (it keeps
 				   * serving reads) */

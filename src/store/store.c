@@ -1210,17 +1210,25 @@ int kvt_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 
 /* Borrow `key` from the first tier that holds a valid copy.  Bad copies are
  * dropped from their tier (counted there) and the search goes on. */
+/* Count one read served by tier i in its latency histogram. */
+static void store_perf_hist(kvt_store *st, int i, double secs)
+{
+	double us = secs * 1e6;
+	int b = 0;
+
+	while (b < 23 && us >= (double)(1ull << b))
+		b++;
+	atomic_fetch_add(&st->perf[i].hist[b], 1);
+}
+
 /* Fold one read of `bytes` that took `secs` into tier i's figures: small
  * reads teach the fixed cost, large ones the bandwidth. */
 void store_perf_note(kvt_store *st, int i, uint64_t bytes, double secs)
 {
 	struct tier_perf *p = &st->perf[i];
 	double us = secs * 1e6;
-	int b = 0;
 
-	while (b < 23 && us >= (double)(1ull << b))
-		b++;
-	atomic_fetch_add(&p->hist[b], 1);
+	store_perf_hist(st, i, secs);
 	pthread_mutex_lock(&p->mu);
 	if (bytes <= 64 * 1024)
 		p->lat_us = 0.8 * p->lat_us + 0.2 * us;
@@ -1457,14 +1465,19 @@ int kvt_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	if (!ref)
 		return kvt_err(KVT_EINVAL, "reference output missing");
 	for (;;) {
+		/* A borrow is a read served: it counts in the latency histogram
+		 * (a daemon serves most reads so), but not in the bandwidth the
+		 * cost model learns, since from memory it copies nothing. */
+		double t0 = store_now_s();
 		if ((rc = store_borrow(st, ns, key, ref, &tier, 0)))
 			return rc;
-		if (!st->verify[tier])
-			return 0;
-		rc = kvt_obj_verify_iov(&(*ref)->hdr, (*ref)->rb->iov, (*ref)->rb->n_iov);
-		if (rc == 0)
-			return 0;
-		store_drop_corrupt(*ref, key);
+		if (st->verify[tier] &&
+		    kvt_obj_verify_iov(&(*ref)->hdr, (*ref)->rb->iov, (*ref)->rb->n_iov)) {
+			store_drop_corrupt(*ref, key);
+			continue;
+		}
+		store_perf_hist(st, tier, store_now_s() - t0);
+		return 0;
 	}
 }
 
