@@ -126,6 +126,9 @@ int cmd_get(int argc, char **argv);
 int cmd_lookup(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
 int cmd_stat(int argc, char **argv);
+/* kvtier stat --daemon and kvtier top: a running kvtierd (cmd_daemon.c). */
+int cmd_stat_daemon(int argc, char **argv);
+int cmd_top(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_demo(int argc, char **argv);

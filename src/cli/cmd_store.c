@@ -461,8 +461,10 @@ int cmd_ls(int argc, char **argv)
 
 static void stat_usage(FILE *f)
 {
-	fprintf(f, "usage: kvtier stat [--json] [options]\n\n"
-		   "Capacity, use and counters of every tier.\n%s",
+	fprintf(f, "usage: kvtier stat [--json] [options]\n"
+		   "       kvtier stat --daemon HOST:PORT [--json]\n\n"
+		   "Capacity, use and counters of every tier; with --daemon, of a running\n"
+		   "kvtierd's (its --metrics-port), with its tenants and clients.\n%s",
 		   cli_common_help);
 }
 
@@ -471,9 +473,12 @@ int cmd_stat(int argc, char **argv)
 	store_args a;
 	kvt_store *st;
 	kvt_ns ns;
-	int rc = parse("stat", argc, argv, &a, stat_usage);
+	int rc;
 
-	if (rc >= 0)
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+		if (!strcmp(argv[i], "--daemon") || !strncmp(argv[i], "--daemon=", 9))
+			return cmd_stat_daemon(argc, argv);
+	if ((rc = parse("stat", argc, argv, &a, stat_usage)) >= 0)
 		return rc;
 	a.c.read_only = 1;
 	if (cli_open(&a.c, &st, &ns))
