@@ -46,7 +46,7 @@ static void good_file(void)
 	snprintf(text, sizeof(text),
 		 "# tenants of node 7\n"
 		 "user alice tenant a %s\n"
-		 "\tuser bob   tenant b %s %s shared-writer\r\n"
+		 "\tuser bob   tenant b %s %s\r\n"
 		 "user default tenant default nopass\n"
 		 "\n"
 		 "quota a dram 1GiB reserve 256MiB\n"
@@ -69,13 +69,13 @@ static void good_file(void)
 	CHECK(!strcmp(a->quotas[1].tier, "nvme"));
 
 	u = kvtd_acl_auth(a, "alice", 5, "alicepw", 7);
-	CHECK(u && !strcmp(u->tenant, "a") && !u->shared_writer);
+	CHECK(u && !strcmp(u->tenant, "a"));
 	CHECK(kvtd_acl_auth(a, "alice", 5, "bobpw", 5) == NULL);
 	CHECK(kvtd_acl_auth(a, "alice", 5, "alicepw", 6) == NULL);
 	CHECK(kvtd_acl_auth(a, "alic", 4, "alicepw", 7) == NULL);
 	CHECK(kvtd_acl_auth(a, "carol", 5, "alicepw", 7) == NULL);
 	u = kvtd_acl_auth(a, "bob", 3, "second", 6); /* either of bob's passwords */
-	CHECK(u && !strcmp(u->tenant, "b") && u->shared_writer);
+	CHECK(u && !strcmp(u->tenant, "b"));
 	CHECK(kvtd_acl_auth(a, "bob", 3, "bobpw", 5) == u);
 	/* The default user is nopass: any password, and connections start as it. */
 	u = kvtd_acl_auth(a, NULL, 0, "whatever", 8);
@@ -115,7 +115,9 @@ static void bad_files(void)
 		{ "user alice tenant a\n", "acl.txt:1: expected: user <name> tenant" },
 		{ "\nuser alice tenant a secret\n", "acl.txt:2: user alice: \"secret\": expected nopass" },
 		{ "user alice tenant a sha256:abcd\n", "expected sha256:<64 hex digits>" },
-		{ "user alice tenant a shared-writer\n", "user alice: no password" },
+		{ "user alice tenant a\tdefault\n", "user alice: \"default\": expected nopass" },
+		{ "user alice tenant a nopass nopass\nuser bob tenant b\n", "acl.txt:2: expected: user" },
+		{ "user alice tenant a nopass sha256:%s\n", "expected sha256:<64 hex digits>" },
 		{ "user al!ce tenant a nopass\n", "user name \"al!ce\"" },
 		{ "user alice tenant a nopass\nuser alice tenant b nopass\n",
 		  "acl.txt:2: user alice defined twice" },
@@ -139,6 +141,17 @@ static void bad_files(void)
 			test_failures++;
 		}
 	}
+}
+
+/* A user is either nopass or has passwords, not both. */
+static void nopass_and_password(void)
+{
+	char text[256], err[256];
+	kvtd_acl *a;
+
+	snprintf(text, sizeof(text), "user alice tenant a nopass %s\n", h_alice);
+	CHECK_EQ(kvtd_acl_parse(text, strlen(text), "acl.txt", &a, err, sizeof(err)), -1);
+	CHECK(strstr(err, "acl.txt:1: user alice: nopass and passwords both given") != NULL);
 }
 
 static void load_file(void)
@@ -167,6 +180,7 @@ int main(void)
 	sha_hex("second", h_second);
 	good_file();
 	bad_files();
+	nopass_and_password();
 	load_file();
 	TEST_DONE();
 }

@@ -123,8 +123,6 @@ static int parse_user(kvtd_acl *a, char **w, int n, const struct acl_line *l)
 	for (int i = 4; i < n; i++) {
 		if (!strcmp(w[i], "nopass")) {
 			u->nopass = 1;
-		} else if (!strcmp(w[i], "shared-writer")) {
-			u->shared_writer = 1;
 		} else if (!strncmp(w[i], "sha256:", 7)) {
 			if (u->n_pass == KVTD_PASS_MAX)
 				return acl_fail(l, "user %s: more than %d passwords", u->name,
@@ -134,14 +132,12 @@ static int parse_user(kvtd_acl *a, char **w, int n, const struct acl_line *l)
 						u->name, w[i]);
 			u->n_pass++;
 		} else {
-			return acl_fail(l, "user %s: \"%.80s\": expected nopass, sha256:<64 hex digits> or shared-writer",
+			return acl_fail(l, "user %s: \"%.80s\": expected nopass or sha256:<64 hex digits>",
 					u->name, w[i]);
 		}
 	}
 	if (u->nopass && u->n_pass)
 		return acl_fail(l, "user %s: nopass and passwords both given", u->name);
-	if (!u->nopass && !u->n_pass)
-		return acl_fail(l, "user %s: no password (give sha256:<hex>, or nopass)", u->name);
 	a->n_users++;
 	return 0;
 }

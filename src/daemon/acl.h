@@ -5,7 +5,7 @@
  * The file is text, one directive a line (docs/DAEMON_OPS.md):
  *
  *   # comment
- *   user <name> tenant <tenant> (nopass | sha256:<64 hex>)... [shared-writer]
+ *   user <name> tenant <tenant> (nopass | sha256:<64 hex>)...
  *   quota <tenant> <tier> (<size> | none) [reserve <size>]
  *   shared <prefix> tenant <tenant>
  *
@@ -13,7 +13,9 @@
  * it accepts.  <tenant> is a tenant of the store's configuration (whose
  * secret keys its namespaces) or `default`.  The user named `default` is
  * the one `AUTH <password>` (one argument) authenticates; when it is
- * `nopass`, a connection starts authenticated as it, as in Redis.
+ * `nopass`, a connection starts authenticated as it, as in Redis.  A key
+ * under a shared prefix lives in that line's tenant's namespace: every
+ * tenant reads it, only that tenant's users write it.
  *
  * The module parses and answers questions; it holds no lock and no store.
  * An access list is immutable once parsed: a reload parses a new one and
@@ -36,7 +38,6 @@ struct kvtd_user {
 	char name[KVTD_NAME_MAX];
 	char tenant[KVTD_NAME_MAX];  /* "default" or a configured tenant */
 	int nopass;
-	int shared_writer;           /* may write the shared namespace */
 	int n_pass;
 	uint8_t pass_sha256[KVTD_PASS_MAX][32];
 };
