@@ -43,6 +43,17 @@ static struct kvtd *dmn(struct kvtd_conn *c)
 	return c->w->d;
 }
 
+/* The tenant key k is looked up in: a shared namespace when the key is
+ * under one of its prefixes (every tenant reads it; kvtd_dispatch lets
+ * only its own tenant's users write it), else the connection's. */
+static const struct kvtd_tenant *key_ten(struct kvtd_conn *c, const char *k, size_t len)
+{
+	struct kvtd *d = dmn(c);
+	const struct kvtd_tenant *s = d->shared_of ? d->shared_of(d, k, len) : NULL;
+
+	return s ? s : c->tenant;
+}
+
 /* A strict decimal integer argument, as Redis parses one. */
 static int arg_ll(const struct resp_arg *a, long long *out)
 {
@@ -273,7 +284,7 @@ static void reply_value(struct kvtd_conn *c, const struct resp_arg *k)
 {
 	kvt_ref *ref;
 	uint64_t vlen;
-	int rc = vals_get(dmn(c)->vals, ten(c), k->p, k->len, &ref, &vlen);
+	int rc = vals_get(dmn(c)->vals, key_ten(c, k->p, k->len), k->p, k->len, &ref, &vlen);
 
 	if (rc == 0) {
 		atomic_fetch_add(&dmn(c)->keyspace_hits, 1);
@@ -317,8 +328,8 @@ static int store_value(struct kvtd_conn *c, struct resp_arg *a, size_t k, size_t
 			return KVT_ENOMEM;
 		memcpy(buf, a[v].p, a[v].len);
 	}
-	int rc = vals_set(dmn(c)->vals, ten(c), a[k].p, a[k].len, buf, a[v].len, expire_ms,
-			  flags);
+	int rc = vals_set(dmn(c)->vals, key_ten(c, a[k].p, a[k].len), a[k].p, a[k].len, buf,
+			  a[v].len, expire_ms, flags);
 	free(buf);
 	if (a[v].big == 2)
 		a[v].p = NULL; /* freed with the buffer */
@@ -398,7 +409,7 @@ static void cmd_exists(struct kvtd_conn *c, struct resp_arg *a, size_t n)
 	long long k = 0;
 	for (size_t i = 1; i < n; i++)
 		k += a[i].len <= VALS_MAX_KEY &&
-		     vals_exists(dmn(c)->vals, ten(c), a[i].p, a[i].len);
+		     vals_exists(dmn(c)->vals, key_ten(c, a[i].p, a[i].len), a[i].p, a[i].len);
 	resp_int(&c->rb, k);
 }
 
@@ -407,7 +418,7 @@ static void cmd_del(struct kvtd_conn *c, struct resp_arg *a, size_t n)
 	long long k = 0;
 	for (size_t i = 1; i < n; i++)
 		k += a[i].len <= VALS_MAX_KEY &&
-		     vals_del(dmn(c)->vals, ten(c), a[i].p, a[i].len);
+		     vals_del(dmn(c)->vals, key_ten(c, a[i].p, a[i].len), a[i].p, a[i].len);
 	resp_int(&c->rb, k);
 }
 
@@ -429,8 +440,8 @@ static void do_expire(struct kvtd_conn *c, struct resp_arg *a, size_t n, int ms)
 	int64_t at = vals_now_ms() + t;
 	if (at <= 0)
 		at = 1; /* in the past: the key goes */
-	int rc = a[1].len <= VALS_MAX_KEY ? vals_expire(dmn(c)->vals, ten(c), a[1].p, a[1].len, at)
-					  : 0;
+	int rc = a[1].len <= VALS_MAX_KEY
+		 ? vals_expire(dmn(c)->vals, key_ten(c, a[1].p, a[1].len), a[1].p, a[1].len, at) : 0;
 	if (rc < 0)
 		store_error(c, rc);
 	else
@@ -449,7 +460,8 @@ static void cmd_pexpire(struct kvtd_conn *c, struct resp_arg *a, size_t n)
 
 static void do_ttl(struct kvtd_conn *c, struct resp_arg *a, int ms)
 {
-	int64_t t = a[1].len <= VALS_MAX_KEY ? vals_pttl(dmn(c)->vals, ten(c), a[1].p, a[1].len) : -2;
+	int64_t t = a[1].len <= VALS_MAX_KEY
+		? vals_pttl(dmn(c)->vals, key_ten(c, a[1].p, a[1].len), a[1].p, a[1].len) : -2;
 	if (t >= 0 && !ms)
 		t = (t + 500) / 1000;
 	resp_int(&c->rb, t);
@@ -809,6 +821,16 @@ void kvtd_dispatch(struct kvtd_conn *c, struct resp_arg *a, size_t n)
 	if (!c->tenant && !m->noauth) {
 		resp_error(&c->rb, "NOAUTH Authentication required.");
 		return;
+	}
+	if (dmn(c)->shared_of && strstr(m->flags, "write") && m->first > 0) {
+		/* A write to a shared namespace is its own tenant's alone. */
+		size_t last = m->last < 0 ? n - 1 : (size_t)m->last;
+		for (size_t i = (size_t)m->first; i <= last && i < n; i += (size_t)m->step)
+			if (key_ten(c, a[i].p, a[i].len) != c->tenant) {
+				resp_error(&c->rb, "NOPERM this user has no permissions to access "
+						   "one of the keys used as arguments");
+				return;
+			}
 	}
 	m->fn(c, a, n);
 }

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "daemon/log.h"
+#include "daemon/ops.h"
 #include "daemon/server.h"
 
 static struct kvtd_tenant default_tenant;
@@ -61,6 +62,12 @@ static void usage(FILE *f)
 		"  --client-timeout S   close a client whose output or half-sent command\n"
 		"                       stalls this long (default 60; 0: never)\n"
 		"  --log-level L        error, warn, info (default), debug\n"
+		"  --acl FILE           users, their tenants and quotas (docs/DAEMON_OPS.md);\n"
+		"                       SIGHUP rereads it\n"
+		"  --metrics-port N     serve /metrics and /health over HTTP (0: any free port)\n"
+		"  --metrics-bind ADDR  IPv4 address for them (default 127.0.0.1)\n"
+		"  --tls-cert FILE      TCP clients speak TLS: the certificate chain (PEM)\n"
+		"  --tls-key FILE       and its private key (PEM)\n"
 		"  --check-config       check the configuration and options, then exit\n");
 }
 
@@ -92,7 +99,8 @@ static int mkdir_p(const char *path)
 }
 
 enum { O_CONFIG = 256, O_DATA, O_PORT, O_BIND, O_UNIX, O_SET, O_THREADS, O_DUR, O_PASS,
-       O_MAXCL, O_MAXVAL, O_TIMEOUT, O_LOG, O_CHECK, O_HELP, O_LOCAL, O_LOCAL_UID };
+       O_MAXCL, O_MAXVAL, O_TIMEOUT, O_LOG, O_CHECK, O_HELP, O_LOCAL, O_LOCAL_UID, O_ACL,
+       O_MPORT, O_MBIND, O_TLS_CERT, O_TLS_KEY };
 
 int main(int argc, char **argv)
 {
@@ -105,12 +113,16 @@ int main(int argc, char **argv)
 		{ "max-value", 1, 0, O_MAXVAL }, { "client-timeout", 1, 0, O_TIMEOUT },
 		{ "log-level", 1, 0, O_LOG },	{ "check-config", 0, 0, O_CHECK },
 		{ "help", 0, 0, O_HELP },	{ "local", 1, 0, O_LOCAL },
-		{ "local-uid", 1, 0, O_LOCAL_UID }, { 0, 0, 0, 0 }
+		{ "local-uid", 1, 0, O_LOCAL_UID }, { "acl", 1, 0, O_ACL },
+		{ "metrics-port", 1, 0, O_MPORT }, { "metrics-bind", 1, 0, O_MBIND },
+		{ "tls-cert", 1, 0, O_TLS_CERT }, { "tls-key", 1, 0, O_TLS_KEY },
+		{ 0, 0, 0, 0 }
 	};
 	struct kvtd d = { .o = { .bind = "127.0.0.1", .port = 6379, .threads = 4,
 				 .maxclients = 10000, .max_value = 512ull << 20,
 				 .client_timeout_s = 60 },
 			  .durability = -1, .auth = auth_requirepass };
+	struct kvtd_ops_opts ops = { .metrics_port = -1 };
 	const char *config = NULL, *data_dir = NULL, *sets[64];
 	int n_sets = 0, check = 0, err = 0, opt;
 	long v;
@@ -191,6 +203,15 @@ int main(int argc, char **argv)
 			kvtd_log_set(kvtd_log_parse(optarg));
 			break;
 		case O_CHECK: check = 1; break;
+		case O_ACL: ops.acl = optarg; break;
+		case O_MPORT:
+			if (parse_long("--metrics-port", optarg, 0, 65535, &v))
+				return 2;
+			ops.metrics_port = (int)v;
+			break;
+		case O_MBIND: ops.metrics_bind = optarg; break;
+		case O_TLS_CERT: ops.tls_cert = optarg; break;
+		case O_TLS_KEY: ops.tls_key = optarg; break;
 		case O_HELP: case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -238,6 +259,8 @@ int main(int argc, char **argv)
 	if (lopt.path && kvt_config_set(cfg, "dram_shared", "true"))
 		return 2;
 	if (check) {
+		if (kvtd_ops_check(&ops))
+			return 2;
 		printf("kvtierd: configuration OK\n");
 		kvt_config_free(cfg);
 		return 0;
@@ -278,6 +301,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	d.default_tenant = &default_tenant;
+	if (kvtd_ops_start(&d, &ops, &nd))
+		return 1;
 	if (d.durability < 0) {
 		/* A SET acknowledged is on disk when there is a disk: kill -9
 		 * loses nothing, and no background copy can outlive a DEL. */
@@ -293,8 +318,8 @@ int main(int argc, char **argv)
 		kvtd_log(KVTD_LOG_ERROR, "out of memory");
 		return 1;
 	}
-	const struct kvtd_tenant *tl[] = { &default_tenant };
-	long found = vals_rebuild(d.vals, tl, 1);
+	const struct kvtd_tenant *tl[VALS_MAX_TENANTS];
+	long found = vals_rebuild(d.vals, tl, kvtd_ops_tenants(&d, tl, VALS_MAX_TENANTS));
 	if (found < 0)
 		kvtd_log(KVTD_LOG_ERROR, "rebuild failed: %s", kvt_strerror((int)found));
 	else if (found > 0)
@@ -312,7 +337,7 @@ int main(int argc, char **argv)
 	d.nw = d.o.threads;
 	d.start_ms = vals_now_ms();
 	d.config_path = config;
-	if (kvtd_listen(&d) || kvtd_start(&d))
+	if (kvtd_listen(&d) || kvtd_start(&d) || kvtd_ops_serve(&d, &ops))
 		return 1;
 	if (lopt.path && (err = kvt_local_serve(d.st, &lopt, &local))) {
 		kvtd_log(KVTD_LOG_ERROR, "--local: %s", kvt_errmsg());
@@ -336,6 +361,7 @@ int main(int argc, char **argv)
 		if (sig == SIGTERM || sig == SIGINT)
 			break;
 		if (sig == SIGHUP) {
+			kvtd_ops_reload(&d);
 			if (config) {
 				kvt_config *c2 = kvt_config_load(config, &err);
 				if (!c2)
@@ -355,6 +381,7 @@ int main(int argc, char **argv)
 	kvt_local_stop(local);
 	if (kvt_store_flush(d.st, 60000))
 		kvtd_log(KVTD_LOG_WARN, "background copies still running after 60 s");
+	kvtd_ops_stop(&d);
 	vals_close(d.vals);
 	kvt_store_close(d.st);
 	kvtd_log(KVTD_LOG_INFO, "store closed; bye");

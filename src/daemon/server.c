@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "daemon/log.h"
+#include "daemon/tls.h"
 
 #define IN_CAP (RESP_MAX_LINE + 4096)
 #define READ_BURST (8u << 20) /* bytes read from one client per wake-up */
@@ -178,7 +179,7 @@ static int flush_out(struct kvtd_conn *c)
 			v[n++] = (struct iovec){ c->rb.p, c->rb.len };
 		if (!n)
 			return 0;
-		ssize_t w = writev(c->fd, v, n);
+		ssize_t w = c->tls ? kvtd_tls_writev(c->tls, v, n) : writev(c->fd, v, n);
 		if (w < 0) {
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				return 0;
@@ -234,6 +235,7 @@ static void conn_close(struct kvtd_conn *c)
 	struct kvtd_worker *w = c->w;
 
 	epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
+	kvtd_tls_free(c->tls);
 	close(c->fd);
 	if (c->prev)
 		c->prev->next = c->next;
@@ -302,20 +304,27 @@ static void process(struct kvtd_conn *c)
 		c->dead = 1;
 }
 
+static ssize_t conn_recv(struct kvtd_conn *c, void *buf, size_t len)
+{
+	return c->tls ? kvtd_tls_read(c->tls, buf, len) : recv(c->fd, buf, len, 0);
+}
+
 static void on_readable(struct kvtd_conn *c)
 {
 	size_t burst = 0;
 
-	while (!c->dead && !c->closing && burst < READ_BURST && pending(c) <= KVTD_OUT_HIGH) {
+	/* Bytes OpenSSL already decrypted wake no epoll: read them too. */
+	while (!c->dead && !c->closing && pending(c) <= KVTD_OUT_HIGH &&
+	       (burst < READ_BURST || (c->tls && kvtd_tls_pending(c->tls)))) {
 		size_t room;
 		char *direct = c->in_len ? NULL : resp_direct(&c->parser, &room);
 		ssize_t n;
 
 		if (direct) {
-			n = recv(c->fd, direct, room, 0);
+			n = conn_recv(c, direct, room);
 		} else {
 			room = IN_CAP - c->in_len;
-			n = recv(c->fd, c->in + c->in_len, room, 0);
+			n = conn_recv(c, c->in + c->in_len, room);
 		}
 		if (n < 0) {
 			if (errno == EINTR)
@@ -377,6 +386,13 @@ static void adopt_conn(struct kvtd_worker *w, int fd)
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
 		snprintf(c->addr, sizeof(c->addr), "%s:%u", ip, ntohs(in->sin_port));
+		if (d->tls && !(c->tls = kvtd_tls_new(d->tls, fd))) { /* TCP clients speak TLS */
+			free(c->in);
+			free(c);
+			close(fd);
+			atomic_fetch_sub(&d->clients, 1);
+			return;
+		}
 	} else {
 		snprintf(c->addr, sizeof(c->addr), "unix");
 	}

@@ -68,6 +68,7 @@ struct kvtd_conn {
 	uint64_t out_bytes;       /* pending, rb included */
 	int proto;                /* 2 or 3 */
 	const struct kvtd_tenant *tenant; /* NULL: not authenticated */
+	struct kvtd_tls *tls;     /* a TLS session (TCP clients, --tls-cert), or NULL */
 	char name[128];
 	char lib_name[64], lib_ver[32];
 	char addr[64];
@@ -128,6 +129,11 @@ struct kvtd {
 	int auth_required;        /* connections start without a tenant */
 	kvtd_auth_fn auth;
 	void *auth_ctx;
+	/* The shared namespace `key` falls in (the access list's shared
+	 * prefixes), or NULL: the connection's tenant's.  NULL: none. */
+	const struct kvtd_tenant *(*shared_of)(struct kvtd *d, const char *key, size_t len);
+	struct kvtd_tls_ctx *tls; /* TLS for TCP clients (ops.c), or NULL */
+	struct kvtd_http *http;   /* /metrics and /health (ops.c), or NULL */
 	int64_t start_ms;
 	const char *config_path;
 	int durability;

@@ -1,0 +1,187 @@
+/*
+ * ops.c — kvtierd's operations side (ops.h): starting, reloading and
+ * stopping the tenants, TLS and the HTTP server, and the daemon's own
+ * families for /metrics (connections, commands, the keyspace's hits and
+ * misses, uptime, the tenants' usage) and its verdict for /health.
+ * Everything the HTTP thread reads here is an atomic of struct kvtd or
+ * behind the tenants' lock: it reads while the workers run.
+ */
+#include "daemon/ops.h"
+
+#include <stdio.h>
+
+#include "daemon/log.h"
+#include "daemon/server.h"
+#include "daemon/tenant.h"
+#include "daemon/tls.h"
+
+static void family(struct kvtd_text *o, const char *name, const char *type,
+		   const char *help, unsigned long long v)
+{
+	kvtd_text_printf(o, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type,
+			 name, v);
+}
+
+void kvtd_metrics_daemon(void *arg, struct kvtd_text *o)
+{
+	struct kvtd *d = arg;
+
+	family(o, "kvtierd_connections", "gauge", "Clients connected now.",
+	       (unsigned long long)atomic_load(&d->clients));
+	family(o, "kvtierd_connections_total", "counter", "Clients accepted since start.",
+	       (unsigned long long)atomic_load(&d->total_conns));
+	family(o, "kvtierd_rejected_connections_total", "counter",
+	       "Clients refused (maxclients reached).",
+	       (unsigned long long)atomic_load(&d->rejected_conns));
+	family(o, "kvtierd_commands_total", "counter", "Commands run since start.",
+	       (unsigned long long)atomic_load(&d->total_cmds));
+	family(o, "kvtierd_keyspace_hits_total", "counter", "Reads of keys that were there.",
+	       (unsigned long long)atomic_load(&d->keyspace_hits));
+	family(o, "kvtierd_keyspace_misses_total", "counter", "Reads of keys that were not.",
+	       (unsigned long long)atomic_load(&d->keyspace_misses));
+	family(o, "kvtierd_uptime_seconds", "gauge", "Seconds since the daemon started.",
+	       (unsigned long long)((vals_now_ms() - d->start_ms) / 1000));
+	if (d->auth == kvtd_tenants_auth && d->auth_ctx)
+		kvtd_tenants_metrics(d->auth_ctx, o);
+}
+
+int kvtd_health_daemon(void *arg, struct kvtd_text *o)
+{
+	struct kvtd *d = arg;
+
+	if (atomic_load(&d->stopping)) {
+		kvtd_text_printf(o, "shutting down\n");
+		return 1;
+	}
+	return 0;
+}
+
+int kvtd_ops_check(const struct kvtd_ops_opts *o)
+{
+	char err[512];
+
+	if (!o->tls_cert != !o->tls_key) {
+		fprintf(stderr, "kvtierd: --tls-cert and --tls-key go together\n");
+		return -1;
+	}
+	if (o->acl) {
+		kvtd_acl *a;
+		if (kvtd_acl_load(o->acl, &a, err, sizeof(err))) {
+			fprintf(stderr, "kvtierd: --acl %s\n", err);
+			return -1;
+		}
+		kvtd_acl_free(a);
+	}
+	if (o->tls_cert) {
+		kvtd_tls_ctx *c;
+		if (kvtd_tls_ctx_new(o->tls_cert, o->tls_key, &c, err, sizeof(err))) {
+			fprintf(stderr, "kvtierd: %s\n", err);
+			return -1;
+		}
+		kvtd_tls_ctx_free(c);
+	}
+	return 0;
+}
+
+int kvtd_ops_start(struct kvtd *d, const struct kvtd_ops_opts *o, const kvt_ns_desc *base)
+{
+	char err[512];
+
+	if (kvtd_ops_check(o))
+		return -1;
+	if (o->acl) {
+		struct kvtd_tenants *t;
+		if (d->o.requirepass) {
+			kvtd_log(KVTD_LOG_ERROR, "--requirepass and --acl: give one (the access "
+				 "list names the default user's password)");
+			return -1;
+		}
+		if (kvtd_tenants_open(d->st, base, d->default_tenant, o->acl, &t, err,
+				      sizeof(err))) {
+			kvtd_log(KVTD_LOG_ERROR, "%s", err);
+			return -1;
+		}
+		d->auth = kvtd_tenants_auth;
+		d->auth_ctx = t;
+		d->shared_of = kvtd_tenants_shared;
+		/* Whether a connection must AUTH first is fixed at start: a
+		 * reload that changes the default user's nopass says so.  A
+		 * nopass default user's tenant is what connections start as. */
+		if (kvtd_tenants_initial(t))
+			d->default_tenant = kvtd_tenants_initial(t);
+		d->auth_required = kvtd_tenants_initial(t) == NULL;
+		kvtd_log(KVTD_LOG_INFO, "access list %s: %zu tenants%s", o->acl,
+			 kvtd_tenants_list(t, NULL, 0),
+			 d->auth_required ? ", AUTH required" : "");
+	}
+	if (o->tls_cert &&
+	    kvtd_tls_ctx_new(o->tls_cert, o->tls_key, &d->tls, err, sizeof(err))) {
+		kvtd_log(KVTD_LOG_ERROR, "%s", err);
+		return -1;
+	}
+	return 0;
+}
+
+size_t kvtd_ops_tenants(struct kvtd *d, const struct kvtd_tenant **out, size_t max)
+{
+	if (d->auth == kvtd_tenants_auth && d->auth_ctx)
+		return kvtd_tenants_list(d->auth_ctx, out, max);
+	if (max)
+		out[0] = d->default_tenant;
+	return 1;
+}
+
+int kvtd_ops_serve(struct kvtd *d, const struct kvtd_ops_opts *o)
+{
+	struct kvtd_http_conf hc = {
+		.addr = o->metrics_bind,
+		.port = (uint16_t)(o->metrics_port > 0 ? o->metrics_port : 0),
+		.st = d->st,
+		.metrics = kvtd_metrics_daemon,
+		.health = kvtd_health_daemon,
+		.arg = d,
+	};
+	char err[256];
+
+	if (o->metrics_port < 0)
+		return 0;
+	if (kvtd_http_start(&hc, &d->http, err, sizeof(err))) {
+		kvtd_log(KVTD_LOG_ERROR, "%s", err);
+		return -1;
+	}
+	printf("kvtierd: metrics on http://%s:%u/metrics\n",
+	       o->metrics_bind ? o->metrics_bind : "127.0.0.1", (unsigned)kvtd_http_port(d->http));
+	fflush(stdout);
+	return 0;
+}
+
+void kvtd_ops_reload(struct kvtd *d)
+{
+	struct kvtd_tenants *t = d->auth == kvtd_tenants_auth ? d->auth_ctx : NULL;
+	char err[512];
+
+	if (!t)
+		return;
+	if (kvtd_tenants_reload(t, err, sizeof(err))) {
+		kvtd_log(KVTD_LOG_WARN, "SIGHUP: the access list in force stays: %s", err);
+		return;
+	}
+	if ((kvtd_tenants_initial(t) == NULL) != d->auth_required)
+		kvtd_log(KVTD_LOG_WARN, "SIGHUP: whether the default user needs a password "
+			 "changed; new connections follow it at the next start");
+	kvtd_log(KVTD_LOG_INFO, "SIGHUP: access list reloaded: %zu tenants",
+		 kvtd_tenants_list(t, NULL, 0));
+}
+
+void kvtd_ops_stop(struct kvtd *d)
+{
+	kvtd_http_stop(d->http);
+	d->http = NULL;
+	if (d->auth == kvtd_tenants_auth) {
+		d->shared_of = NULL;
+		kvtd_tenants_close(d->auth_ctx);
+		d->auth_ctx = NULL;
+	}
+	kvtd_tls_ctx_free(d->tls);
+	d->tls = NULL;
+}
