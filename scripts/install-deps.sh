@@ -8,6 +8,7 @@ pkgs=(
   libssl-dev libxxhash-dev libyaml-dev liburing-dev libcurl4-openssl-dev libjansson-dev libexpat1-dev
   fio python3 python3-cbor2 nodejs npm awscli gnuplot-nox chromium
   python3-dev python3-numpy python3-torch python3-redis redis-server redis-tools libmicrohttpd-dev
+  openssl curl
 )
 missing=()
 for p in "${pkgs[@]}"; do
