@@ -235,8 +235,13 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (data_dir) {
-		char disk[4096];
-		snprintf(disk, sizeof(disk), "%s/disk", data_dir);
+		char disk[4096], cwd[2048];
+		/* The tier wants an absolute path; a relative --data-dir is
+		 * taken from where kvtierd was started. */
+		if (data_dir[0] != '/' && getcwd(cwd, sizeof(cwd)))
+			snprintf(disk, sizeof(disk), "%s/%s/disk", cwd, data_dir);
+		else
+			snprintf(disk, sizeof(disk), "%s/disk", data_dir);
 		if (!check && mkdir_p(disk)) {
 			fprintf(stderr, "kvtierd: --data-dir %s: %s\n", data_dir, strerror(errno));
 			return 2;
