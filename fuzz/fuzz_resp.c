@@ -57,8 +57,9 @@ static void on_cmd(struct trace *t, struct resp_parser *p)
 	if (p->argc > 2) {
 		char *b = resp_take_big(p, 2);
 		if (b) {
-			memset(b + p->argv[2].len, 0, 2 + p->big_slack); /* the slack is there */
-			free(b);
+			/* All of it is the caller's: the slack and the rest. */
+			memset(b + p->argv[2].len, 0, p->argv[2].cap - p->argv[2].len);
+			p->alloc.put(p->alloc.ctx, b, p->argv[2].cap);
 		}
 	}
 }

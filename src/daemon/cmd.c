@@ -321,18 +321,22 @@ static int store_value(struct kvtd_conn *c, struct resp_arg *a, size_t k, size_t
 		       int64_t expire_ms, int flags)
 {
 	char *buf = resp_take_big(&c->parser, v);
+	int rc;
 
-	if (!buf) {
-		buf = malloc((size_t)vals_payload_bytes(a[k].len, a[v].len));
-		if (!buf)
-			return KVT_ENOMEM;
-		memcpy(buf, a[v].p, a[v].len);
+	if (buf) {
+		rc = vals_set(dmn(c)->vals, key_ten(c, a[k].p, a[k].len), a[k].p, a[k].len, buf,
+			      a[v].len, expire_ms, flags);
+		kvtd_buf_put(c->w, buf, a[v].cap);
+		a[v].p = NULL; /* given back */
+		return rc;
 	}
-	int rc = vals_set(dmn(c)->vals, key_ten(c, a[k].p, a[k].len), a[k].p, a[k].len, buf,
-			  a[v].len, expire_ms, flags);
+	buf = malloc((size_t)vals_payload_bytes(a[k].len, a[v].len));
+	if (!buf)
+		return KVT_ENOMEM;
+	memcpy(buf, a[v].p, a[v].len);
+	rc = vals_set(dmn(c)->vals, key_ten(c, a[k].p, a[k].len), a[k].p, a[k].len, buf,
+		      a[v].len, expire_ms, flags);
 	free(buf);
-	if (a[v].big == 2)
-		a[v].p = NULL; /* freed with the buffer */
 	return rc;
 }
 

@@ -10,6 +10,20 @@
 
 enum { ST_START, ST_BULKHDR, ST_BULK, ST_BIG, ST_DONE };
 
+static void *plain_get(void *ctx, size_t n, size_t *cap)
+{
+	(void)ctx;
+	*cap = n;
+	return malloc(n);
+}
+
+static void plain_put(void *ctx, void *p, size_t cap)
+{
+	(void)ctx;
+	(void)cap;
+	free(p);
+}
+
 void resp_parser_init(struct resp_parser *p, uint64_t max_bulk, uint64_t max_cmd,
 		      size_t big_slack)
 {
@@ -17,6 +31,7 @@ void resp_parser_init(struct resp_parser *p, uint64_t max_bulk, uint64_t max_cmd
 	p->max_bulk = max_bulk;
 	p->max_cmd = max_cmd;
 	p->big_slack = big_slack;
+	p->alloc = (struct resp_alloc){ plain_get, plain_put, NULL };
 }
 
 /* Forget the command built so far, freeing the big buffers not taken. */
@@ -24,10 +39,10 @@ static void reset_cmd(struct resp_parser *p)
 {
 	for (size_t i = 0; i < p->argc; i++)
 		if (p->argv[i].big == 1)
-			free(p->argv[i].p);
+			p->alloc.put(p->alloc.ctx, p->argv[i].p, p->argv[i].cap);
 	/* An argument being read into its own buffer is not counted in argc. */
 	if (p->state == ST_BIG && p->argc < p->argv_cap && p->argv[p->argc].big == 1)
-		free(p->argv[p->argc].p);
+		p->alloc.put(p->alloc.ctx, p->argv[p->argc].p, p->argv[p->argc].cap);
 	p->argc = 0;
 	p->arena_len = 0;
 	p->cmd_bytes = 0;
@@ -60,9 +75,9 @@ uint64_t resp_held(const struct resp_parser *p)
 	uint64_t n = p->arena_cap + p->argv_cap * sizeof(struct resp_arg);
 	for (size_t i = 0; i < p->argc; i++)
 		if (p->argv[i].big == 1)
-			n += p->argv[i].len + 2 + p->big_slack;
+			n += p->argv[i].cap;
 	if (p->state == ST_BIG)
-		n += (uint64_t)p->bulk + 2 + p->big_slack;
+		n += p->argv[p->argc].cap;
 	return n;
 }
 
@@ -196,10 +211,12 @@ static int begin_bulk(struct resp_parser *p, int64_t n)
 	if (n >= RESP_BIG_ARG) {
 		/* Allocated at its declared size: untouched pages cost nothing,
 		 * so a lie about the length costs the liar's bytes alone. */
-		char *b = malloc((size_t)n + 2 + p->big_slack);
+		size_t cap;
+		char *b = p->alloc.get(p->alloc.ctx, (size_t)n + 2 + p->big_slack, &cap);
 		if (!b)
 			return RESP_NOMEM;
-		p->argv[p->argc] = (struct resp_arg){ .p = b, .len = (size_t)n, .big = 1 };
+		p->argv[p->argc] = (struct resp_arg){ .p = b, .len = (size_t)n, .big = 1,
+						      .cap = cap };
 		p->state = ST_BIG;
 		return 0;
 	}

@@ -30,7 +30,18 @@ struct resp_arg {
 	char *p;       /* NUL-terminated after len bytes (arena or big buffer) */
 	size_t len;
 	size_t off;    /* arena offset while the command is being built */
-	int big;       /* p is its own allocation, of len + 2 + slack bytes */
+	int big;       /* p is its own allocation, of cap >= len + 2 + slack bytes */
+	size_t cap;
+};
+
+/* Where big arguments' buffers come from: by default malloc and free; the
+ * server keeps a few per worker, so that a stream of large SETs reuses
+ * pages already faulted in.  get returns a buffer of at least n bytes
+ * (its size in *cap) or NULL; put takes one back. */
+struct resp_alloc {
+	void *(*get)(void *ctx, size_t n, size_t *cap);
+	void (*put)(void *ctx, void *p, size_t cap);
+	void *ctx;
 };
 
 struct resp_parser {
@@ -38,6 +49,7 @@ struct resp_parser {
 	uint64_t max_bulk;     /* the largest bulk accepted */
 	uint64_t max_cmd;      /* the most bytes one command's arguments take */
 	size_t big_slack;      /* extra bytes allocated after a big argument */
+	struct resp_alloc alloc;
 	/* the command being built, complete when resp_feed says so */
 	struct resp_arg *argv;
 	size_t argc, argv_cap;
@@ -78,8 +90,9 @@ int resp_feed(struct resp_parser *p, const char *buf, size_t len, size_t *used);
 char *resp_direct(struct resp_parser *p, size_t *room);
 int resp_direct_done(struct resp_parser *p, size_t n);
 
-/* Take argument i's big buffer: the caller owns it (free()), of
- * argv[i].len + 2 + big_slack bytes.  NULL for an argument in the arena. */
+/* Take argument i's big buffer: the caller owns it (to give back through
+ * p->alloc.put), of argv[i].cap >= argv[i].len + 2 + big_slack bytes.
+ * NULL for an argument in the arena. */
 char *resp_take_big(struct resp_parser *p, size_t i);
 
 /* 1 while a command has been begun and not finished. */

@@ -228,6 +228,47 @@ static int flush_out(struct kvtd_conn *c)
 	}
 }
 
+/* --- big-argument buffers ----------------------------------------------------------- */
+
+#define SPARE_MAX_BYTES (256u << 20)
+
+/* A kept buffer of at least n bytes and at most 4n (a small value does
+ * not pin a huge one), else a new one. */
+static void *buf_get(void *worker, size_t n, size_t *cap)
+{
+	struct kvtd_worker *w = worker;
+	int best = -1;
+
+	for (int i = 0; i < 4; i++)
+		if (w->spare[i] && w->spare_cap[i] >= n && w->spare_cap[i] / 4 <= n &&
+		    (best < 0 || w->spare_cap[i] < w->spare_cap[best]))
+			best = i;
+	if (best >= 0) {
+		void *p = w->spare[best];
+		*cap = w->spare_cap[best];
+		w->spare_bytes -= *cap;
+		w->spare[best] = NULL;
+		return p;
+	}
+	*cap = n;
+	return malloc(n);
+}
+
+void kvtd_buf_put(void *worker, void *p, size_t cap)
+{
+	struct kvtd_worker *w = worker;
+
+	if (w->spare_bytes + cap <= SPARE_MAX_BYTES)
+		for (int i = 0; i < 4; i++)
+			if (!w->spare[i]) {
+				w->spare[i] = p;
+				w->spare_cap[i] = cap;
+				w->spare_bytes += cap;
+				return;
+			}
+	free(p);
+}
+
 /* --- connections ------------------------------------------------------------------ */
 
 static void conn_close(struct kvtd_conn *c)
@@ -403,6 +444,7 @@ static void adopt_conn(struct kvtd_worker *w, int fd)
 	c->tenant = d->auth_required ? NULL : d->default_tenant;
 	c->created_ms = c->last_in_ms = c->last_out_ms = mono_ms();
 	resp_parser_init(&c->parser, d->o.max_value, d->o.max_cmd, VALS_SLACK);
+	c->parser.alloc = (struct resp_alloc){ buf_get, kvtd_buf_put, w };
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP, .data.ptr = c };
 	if (epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &ev)) {
 		resp_parser_free(&c->parser);
@@ -629,6 +671,8 @@ void kvtd_stop(struct kvtd *d, int drain_ms)
 			atomic_fetch_sub(&d->clients, 1);
 		}
 		free(w->inbox);
+		for (int k = 0; k < 4; k++)
+			free(w->spare[k]);
 		pthread_mutex_destroy(&w->inbox_mu);
 		close(w->ep);
 		close(w->evfd);

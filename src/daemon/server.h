@@ -92,7 +92,15 @@ struct kvtd_worker {
 	pthread_t th;
 	struct kvtd_conn *conns;
 	size_t n_conns;
+	/* Big-argument buffers kept for reuse (resp_alloc): a few, bounded
+	 * in bytes; touched only by this worker's thread. */
+	void *spare[4];
+	size_t spare_cap[4];
+	size_t spare_bytes;
 };
+
+/* Give a big argument's buffer (resp_take_big) back to its worker. */
+void kvtd_buf_put(void *worker, void *p, size_t cap);
 
 struct kvtd_opts {
 	const char *bind;         /* "127.0.0.1" */
