@@ -564,6 +564,34 @@ KVT_API int kvt_exists(kvt_store *st, const kvt_ns *ns, const kvt_key *key);
  * holding a kvt_ref keeps its view until it releases it. */
 KVT_API int kvt_delete(kvt_store *st, const kvt_ns *ns, const kvt_key *key);
 
+/* --- puts written in place ------------------------------------------------ */
+
+typedef struct kvt_put_buf kvt_put_buf;
+
+/* Reserve the space of a chunk of `ns`'s layout under `key` in the first
+ * tier the put writes, for the caller to write the payload into where it
+ * will be stored (from a socket, say: no copy of the caller's).  The
+ * payload's memory is kvt_put_buf_iov's; kvt_put_publish then checksums it
+ * where it lies and stores it as kvt_put would; kvt_put_cancel gives the
+ * space back.  Until one of them the space is held: it counts against the
+ * tier's capacity and is invisible to readers.  0 with *out, or kvt_put's
+ * codes (KVT_EEXIST: the key is stored already, whatever the durability;
+ * KVT_EFULL, ...) with nothing held. */
+KVT_API int kvt_put_reserve(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
+			    int durability, kvt_put_buf **out);
+
+/* The payload's segments, in order, kvt_layout_payload_bytes() in all: the
+ * caller writes every byte.  Valid until publish or cancel.  0 or
+ * KVT_EINVAL (a NULL pointer). */
+KVT_API int kvt_put_buf_iov(const kvt_put_buf *b, const struct iovec **iov, int *n_iov);
+
+/* Checksum the payload written in place and store the chunk: kvt_put's
+ * results.  `b` is freed whatever the result. */
+KVT_API int kvt_put_publish(kvt_put_buf *b);
+
+/* Give the space back; nothing is stored.  NULL is a no-op. */
+KVT_API void kvt_put_cancel(kvt_put_buf *b);
+
 /* --- zero-copy reads ----------------------------------------------------- */
 
 typedef struct kvt_ref kvt_ref;

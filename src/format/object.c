@@ -928,10 +928,29 @@ static int src_holds(const kvt_obj_hdr *h, const struct iovec *src, int n_src)
 	return 0;
 }
 
+/* The encoded header into the first header_len bytes of the segments
+ * (their total was checked). */
+static void write_header(const kvt_obj_hdr *h, const struct iovec *dst, int n_dst)
+{
+	uint8_t hdr[KVT_OBJ_HEADER_BYTES];
+	struct seg_cursor c;
+
+	kvt_obj_hdr_encode(h, hdr);
+	cursor_init(&c, dst, n_dst);
+	for (size_t done = 0; done < sizeof(hdr);) {
+		uint8_t *p;
+		size_t n = cursor_take(&c, sizeof(hdr) - done, &p);
+
+		if (!n)
+			break;
+		memcpy(p, hdr + done, n);
+		done += n;
+	}
+}
+
 int kvt_obj_write_iov(kvt_obj_hdr *h, const void *const *layers,
 		      const struct iovec *dst, int n_dst)
 {
-	uint8_t hdr[KVT_OBJ_HEADER_BYTES];
 	struct seg_cursor c;
 	uint64_t have, want;
 	int rc, stream;
@@ -966,17 +985,27 @@ int kvt_obj_write_iov(kvt_obj_hdr *h, const void *const *layers,
 		h->layers[i].csum = seg_pass(&c, (uint8_t *)(uintptr_t)layers[i],
 					     h->layers[i].length, PASS_TO_SEGS, stream);
 
-	kvt_obj_hdr_encode(h, hdr);
-	cursor_init(&c, dst, n_dst);
-	for (size_t done = 0; done < sizeof(hdr);) {
-		uint8_t *p;
-		size_t n = cursor_take(&c, sizeof(hdr) - done, &p);
+	write_header(h, dst, n_dst);
+	return 0;
+}
 
-		if (!n)
-			break; /* not reached: the total was checked */
-		memcpy(p, hdr + done, n);
-		done += n;
-	}
+int kvt_obj_seal_iov(kvt_obj_hdr *h, const struct iovec *dst, int n_dst)
+{
+	struct seg_cursor c;
+	int rc;
+
+	rc = hdr_usable(h, "kvt_obj_seal_iov");
+	if (rc)
+		return rc;
+	if (!dst && n_dst)
+		return kvt_err(KVT_EINVAL, "kvt_obj_seal_iov: NULL argument");
+	if (segs_total(dst, n_dst) < (uint64_t)h->header_len + h->payload_len)
+		return kvt_err(KVT_ESMALL, "destination segments hold less than the image");
+	cursor_init(&c, dst, n_dst);
+	cursor_skip(&c, h->header_len);
+	for (uint32_t i = 0; i < h->n_layers; i++)
+		h->layers[i].csum = seg_pass(&c, NULL, h->layers[i].length, PASS_HASH_ONLY, 0);
+	write_header(h, dst, n_dst);
 	return 0;
 }
 

@@ -107,6 +107,12 @@ uint64_t kvt_obj_layer_csum(const void *data, size_t len);
 int kvt_obj_write_iov(kvt_obj_hdr *h, const void *const *layers,
 		      const struct iovec *dst, int n_dst);
 
+/* Seal an image whose payload is already in the segments `dst` (after
+ * header_len bytes), written there in place: compute every layer's
+ * checksum over it and write the header in front.  Fills
+ * h->layers[i].csum.  0, KVT_ESMALL or KVT_EINVAL as kvt_obj_write_iov. */
+int kvt_obj_seal_iov(kvt_obj_hdr *h, const struct iovec *dst, int n_dst);
+
 /* Copy the payload of an image held in `src` (header first) into `out`
  * (capacity `cap`).  With `verify`, every layer's checksum is checked in the
  * same pass as the copy (KVT_ECORRUPT on mismatch; `out` then holds garbage).

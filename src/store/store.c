@@ -1166,6 +1166,104 @@ int store_image_del(kvt_store *st, const kvt_key *key)
 	return found ? 0 : kvt_err(KVT_ENOTFOUND, "no chunk under that key");
 }
 
+/* --- puts written in place (kvt_put_reserve): an image begun in the first
+ * tier, its payload written by the caller, sealed and committed ---------- */
+
+struct kvt_put_buf {
+	kvt_store *st;
+	kvt_obj_hdr h;
+	kvt_tier_wbuf *w;
+	int first, durability, acct;
+	struct iovec *iov;
+	int n_iov;
+};
+
+int kvt_put_reserve(kvt_store *st, const kvt_ns *ns, const kvt_key *key, int durability,
+		    kvt_put_buf **out)
+{
+	kvt_put_buf *b;
+	int rc;
+
+	kvt_err_clear();
+	if ((rc = store_check_args(st, ns, key)))
+		return rc;
+	if (!out)
+		return kvt_err(KVT_EINVAL, "output missing");
+	if (durability < KVT_DUR_CACHED || durability > KVT_DUR_POWER_SAFE)
+		return kvt_err(KVT_EINVAL, "durability %d unknown", durability);
+	if (durability > KVT_DUR_CACHED && !store_has_persistent(st))
+		return kvt_err(KVT_ENOTSUP, "%s asked but the store has no disk tier",
+			       durability == KVT_DUR_POWER_SAFE ? "power-safe" : "crash-safe");
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return kvt_err(KVT_ENOMEM, "out of memory");
+	if ((rc = kvt_obj_hdr_init(&b->h, ns, key)) ||
+	    (rc = store_image_begin(st, key, KVT_OBJ_HEADER_BYTES + b->h.payload_len, &b->w,
+				    &b->first))) {
+		free(b);
+		return rc;
+	}
+	kvt_tier_rbuf img = { .key = *key, .len = b->w->len, .iov = b->w->iov,
+			      .n_iov = b->w->n_iov };
+	if ((rc = store_payload_iov(&img, KVT_OBJ_HEADER_BYTES, &b->iov, &b->n_iov))) {
+		store_image_abort(st, b->first, b->w);
+		free(b);
+		return rc;
+	}
+	/* The space may be rounded up (pages, O_DIRECT): the caller sees the
+	 * payload's bytes alone. */
+	uint64_t left = b->h.payload_len;
+	for (int i = 0; i < b->n_iov; i++) {
+		if (b->iov[i].iov_len > left)
+			b->iov[i].iov_len = (size_t)left;
+		left -= b->iov[i].iov_len;
+		if (!left) {
+			b->n_iov = i + 1;
+			break;
+		}
+	}
+	b->st = st;
+	b->durability = durability;
+	b->acct = store_ns_acct(st, ns);
+	*out = b;
+	return 0;
+}
+
+int kvt_put_buf_iov(const kvt_put_buf *b, const struct iovec **iov, int *n_iov)
+{
+	if (!b || !iov || !n_iov)
+		return kvt_err(KVT_EINVAL, "put buffer or outputs missing");
+	*iov = b->iov;
+	*n_iov = b->n_iov;
+	return 0;
+}
+
+int kvt_put_publish(kvt_put_buf *b)
+{
+	int rc;
+
+	kvt_err_clear();
+	if (!b)
+		return kvt_err(KVT_EINVAL, "put buffer missing");
+	rc = kvt_obj_seal_iov(&b->h, b->w->iov, b->w->n_iov);
+	if (rc)
+		store_image_abort(b->st, b->first, b->w);
+	else
+		rc = store_image_commit(b->st, b->first, b->w, b->durability, b->acct);
+	free(b->iov);
+	free(b);
+	return rc;
+}
+
+void kvt_put_cancel(kvt_put_buf *b)
+{
+	if (!b)
+		return;
+	store_image_abort(b->st, b->first, b->w);
+	free(b->iov);
+	free(b);
+}
+
 int kvt_put_layers(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		   const void *const *layers, uint32_t n_layers, int durability)
 {
