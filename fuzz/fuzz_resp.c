@@ -5,7 +5,9 @@
  * Every byte the parser sees came from a network client.  The input is
  * parsed twice: fed whole, and fed in pieces whose sizes the input's own
  * bytes choose (with a big argument's bytes written straight into its
- * buffer through resp_direct, as the server does).  Both must produce the
+ * buffer through resp_direct, as the server does, or placed in segments
+ * the input's bytes size, as a SET's value is placed in the store's
+ * pages).  Both must produce the
  * same commands, argument for argument, and end the same way: a parser
  * whose result depends on how TCP split the stream would be a bug.  Every
  * argument must be NUL-terminated at its length and within the limits.
@@ -41,16 +43,78 @@ static void fold(struct trace *t, const void *p, size_t n)
 		t->h = (t->h ^ b[i]) * 0x100000001b3ull;
 }
 
+/* A placement: one buffer shown as segments of sizes the input chose. */
+struct placed {
+	char *buf;
+	struct iovec iov[64];
+	int n;
+};
+
+static const uint8_t *seg_sizes;
+static size_t seg_sizes_len;
+static int places; /* outstanding: every one must come back */
+
+static void *fake_place(void *ctx, struct resp_parser *p, size_t n, const struct iovec **iov,
+			int *n_iov)
+{
+	struct placed *pl;
+	size_t at = 0, left = n + 2;
+
+	(void)ctx;
+	(void)p;
+	if (n % 3 == 0 || !(pl = calloc(1, sizeof(*pl))))
+		return NULL; /* some go to a buffer of their own, as when the store is full */
+	pl->buf = malloc(left);
+	for (int i = 0; left && i < 64; i++) {
+		size_t k = i == 63 ? left : 1 + seg_sizes[(size_t)i % seg_sizes_len] * 97u;
+		if (k > left)
+			k = left;
+		pl->iov[pl->n++] = (struct iovec){ pl->buf + at, k };
+		at += k;
+		left -= k;
+	}
+	*iov = pl->iov;
+	*n_iov = pl->n;
+	places++;
+	return pl;
+}
+
+static void fake_unplace(void *ctx, void *h)
+{
+	struct placed *pl = h;
+	(void)ctx;
+	free(pl->buf);
+	free(pl);
+	places--;
+}
+
 static void on_cmd(struct trace *t, struct resp_parser *p)
 {
 	if (p->argc == 0)
 		abort(); /* a complete command has a name */
 	for (size_t i = 0; i < p->argc; i++) {
 		const struct resp_arg *a = &p->argv[i];
-		if (!a->p || a->len > MAX_BULK || a->p[a->len] != 0)
+		if (!a->p || a->len > MAX_BULK)
 			abort();
 		fold(t, &a->len, sizeof(a->len));
+		if (a->big == 3) {
+			size_t left = a->len;
+			for (int k = 0; k < a->pn && left; k++) {
+				size_t m = a->piov[k].iov_len < left ? a->piov[k].iov_len : left;
+				fold(t, a->piov[k].iov_base, m);
+				left -= m;
+			}
+			continue;
+		}
+		if (a->p[a->len] != 0)
+			abort();
 		fold(t, a->p, a->len);
+	}
+	/* Take a placement now and then, as SET does. */
+	if (p->argc > 2) {
+		void *h = resp_take_placed(p, 2);
+		if (h)
+			fake_unplace(NULL, h);
 	}
 	t->cmds++;
 	/* Take one big buffer now and then, as SET does. */
@@ -96,6 +160,10 @@ static void pieces(const uint8_t *data, size_t size, struct trace *t)
 	int rc = RESP_NEED;
 
 	resp_parser_init(&p, MAX_BULK, MAX_CMD, 64);
+	p.alloc.place = fake_place;
+	p.alloc.unplace = fake_unplace;
+	seg_sizes = data;
+	seg_sizes_len = size;
 	while (rc != RESP_PERR && rc != RESP_NOMEM) {
 		size_t k = 1 + data[step++ % size] % 97, room;
 		char *direct = in ? NULL : resp_direct(&p, &room);
@@ -144,6 +212,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	whole(data, size, &a);
 	pieces(data, size, &b);
+	if (places != 0)
+		abort(); /* a placement was neither taken nor given back */
 	/* The whole feed ends as the last piece does: a command not
 	 * finished (RESP_NEED), or the same protocol error. */
 	if (a.h != b.h || a.cmds != b.cmds || a.end != b.end) {

@@ -205,6 +205,26 @@ check("killed mid-transfer: the memory goes back (%d MiB left)" % ((after - base
       after - base < 64 * 1024)
 check("killed mid-transfer: nothing stored", r.exists("big") == 0)
 
+# a value received in place (straight into the DRAM tier) whose client dies
+# mid-transfer: the space it held goes back, nothing is stored
+used0 = r.info("kvtier")["tier0"]["used_bytes"]
+victims = []
+for i in range(3):
+    s = conn()
+    s.sendall(b"*3\r\n$3\r\nSET\r\n$5\r\nplace\r\n$8388608\r\n" + b"p" * (1 << 20))
+    victims.append(s)
+time.sleep(0.3)
+held = r.info("kvtier")["tier0"]["used_bytes"]
+for s in victims:
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    s.close()
+time.sleep(0.3)
+check("values received in place hold their DRAM space (%d MiB)" % ((held - used0) >> 20),
+      held - used0 >= 3 * 8 << 20)
+check("killed mid-transfer: the DRAM space goes back",
+      r.info("kvtier")["tier0"]["used_bytes"] == used0)
+check("killed mid-transfer: no value", r.exists("place") == 0)
+
 # half-closed: the commands sent are answered, then the connection closes
 s = conn()
 s.sendall(cmd("SET", "h", "1") + cmd("GET", "h"))

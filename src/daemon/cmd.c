@@ -320,9 +320,13 @@ static void cmd_mget(struct kvtd_conn *c, struct resp_arg *a, size_t n)
 static int store_value(struct kvtd_conn *c, struct resp_arg *a, size_t k, size_t v,
 		       int64_t expire_ms, int flags)
 {
-	char *buf = resp_take_big(&c->parser, v);
+	void *vp = resp_take_placed(&c->parser, v);
+	char *buf;
 	int rc;
 
+	if (vp)
+		return vals_put_commit(vp, expire_ms, flags);
+	buf = resp_take_big(&c->parser, v);
 	if (buf) {
 		rc = vals_set(dmn(c)->vals, key_ten(c, a[k].p, a[k].len), a[k].p, a[k].len, buf,
 			      a[v].len, expire_ms, flags);

@@ -318,7 +318,11 @@ int main(int argc, char **argv)
 				d.durability = KVT_DUR_CRASH_SAFE;
 		}
 	}
+	/* SETs received in place may hold an eighth of the first tier. */
+	kvt_tier_stats t0;
 	struct vals_opts vo = { .durability = d.durability };
+	if (kvt_store_stats(d.st, 0, &t0) == 0)
+		vo.reserve_max = t0.capacity_bytes / 8;
 	if ((err = vals_open(d.st, &vo, &d.vals))) {
 		kvtd_log(KVTD_LOG_ERROR, "out of memory");
 		return 1;

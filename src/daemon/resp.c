@@ -31,18 +31,26 @@ void resp_parser_init(struct resp_parser *p, uint64_t max_bulk, uint64_t max_cmd
 	p->max_bulk = max_bulk;
 	p->max_cmd = max_cmd;
 	p->big_slack = big_slack;
-	p->alloc = (struct resp_alloc){ plain_get, plain_put, NULL };
+	p->alloc = (struct resp_alloc){ .get = plain_get, .put = plain_put };
+}
+
+static void give_back(struct resp_parser *p, struct resp_arg *a)
+{
+	if (a->big == 1)
+		p->alloc.put(p->alloc.ctx, a->p, a->cap);
+	else if (a->big == 3)
+		p->alloc.unplace(p->alloc.place_ctx, a->placed);
+	a->big = 0;
 }
 
 /* Forget the command built so far, freeing the big buffers not taken. */
 static void reset_cmd(struct resp_parser *p)
 {
 	for (size_t i = 0; i < p->argc; i++)
-		if (p->argv[i].big == 1)
-			p->alloc.put(p->alloc.ctx, p->argv[i].p, p->argv[i].cap);
+		give_back(p, &p->argv[i]);
 	/* An argument being read into its own buffer is not counted in argc. */
-	if (p->state == ST_BIG && p->argc < p->argv_cap && p->argv[p->argc].big == 1)
-		p->alloc.put(p->alloc.ctx, p->argv[p->argc].p, p->argv[p->argc].cap);
+	if (p->state == ST_BIG && p->argc < p->argv_cap)
+		give_back(p, &p->argv[p->argc]);
 	p->argc = 0;
 	p->arena_len = 0;
 	p->cmd_bytes = 0;
@@ -74,7 +82,7 @@ uint64_t resp_held(const struct resp_parser *p)
 {
 	uint64_t n = p->arena_cap + p->argv_cap * sizeof(struct resp_arg);
 	for (size_t i = 0; i < p->argc; i++)
-		if (p->argv[i].big == 1)
+		if (p->argv[i].big == 1 || p->argv[i].big == 3)
 			n += p->argv[i].cap;
 	if (p->state == ST_BIG)
 		n += p->argv[p->argc].cap;
@@ -208,6 +216,20 @@ static int begin_bulk(struct resp_parser *p, int64_t n)
 		return rc;
 	p->bulk = n;
 	p->got = 0;
+	if (n >= RESP_BIG_ARG && p->alloc.place) {
+		const struct iovec *iov;
+		int ni;
+		void *h = p->alloc.place(p->alloc.place_ctx, p, (size_t)n, &iov, &ni);
+		if (h) {
+			p->argv[p->argc] = (struct resp_arg){ .p = (char *)"", .len = (size_t)n,
+							      .big = 3, .cap = (size_t)n + 2,
+							      .placed = h, .piov = iov, .pn = ni };
+			p->seg_i = 0;
+			p->seg_off = 0;
+			p->state = ST_BIG;
+			return 0;
+		}
+	}
 	if (n >= RESP_BIG_ARG) {
 		/* Allocated at its declared size: untouched pages cost nothing,
 		 * so a lie about the length costs the liar's bytes alone. */
@@ -322,12 +344,43 @@ out:
 
 char *resp_direct(struct resp_parser *p, size_t *room)
 {
+	struct resp_arg *a;
+	size_t left;
+
 	if (p->state != ST_BIG) {
 		*room = 0;
 		return NULL;
 	}
-	*room = (size_t)((uint64_t)p->bulk + 2 - p->got);
-	return p->argv[p->argc].p + p->got;
+	a = &p->argv[p->argc];
+	left = (size_t)((uint64_t)p->bulk + 2 - p->got);
+	if (a->big != 3) {
+		*room = left;
+		return a->p + p->got;
+	}
+	/* Placed: the segment being filled, as far as it goes. */
+	while (p->seg_i < a->pn && p->seg_off == a->piov[p->seg_i].iov_len) {
+		p->seg_i++;
+		p->seg_off = 0;
+	}
+	if (p->seg_i == a->pn) { /* not reached: the segments hold n + 2 */
+		*room = 0;
+		return NULL;
+	}
+	*room = a->piov[p->seg_i].iov_len - p->seg_off;
+	if (*room > left)
+		*room = left;
+	return (char *)a->piov[p->seg_i].iov_base + p->seg_off;
+}
+
+/* Byte `at` of a placed argument. */
+static char placed_byte(const struct resp_arg *a, uint64_t at)
+{
+	for (int i = 0; i < a->pn; i++) {
+		if (at < a->piov[i].iov_len)
+			return ((const char *)a->piov[i].iov_base)[at];
+		at -= a->piov[i].iov_len;
+	}
+	return 0;
 }
 
 int resp_direct_done(struct resp_parser *p, size_t n)
@@ -336,8 +389,14 @@ int resp_direct_done(struct resp_parser *p, size_t n)
 	int rc;
 
 	p->got += n;
+	p->seg_off += n;
 	if (p->got < (uint64_t)p->bulk + 2)
 		return RESP_NEED;
+	if (a->big == 3) {
+		char tail[2] = { placed_byte(a, (uint64_t)p->bulk),
+				 placed_byte(a, (uint64_t)p->bulk + 1) };
+		return end_bulk(p, tail);
+	}
 	rc = end_bulk(p, a->p + p->bulk);
 	if (rc != RESP_PERR)
 		a->p[p->bulk] = 0;
@@ -350,6 +409,27 @@ char *resp_take_big(struct resp_parser *p, size_t i)
 		return NULL;
 	p->argv[i].big = 2; /* the caller's now */
 	return p->argv[i].p;
+}
+
+void *resp_take_placed(struct resp_parser *p, size_t i)
+{
+	if (i >= p->argc || p->argv[i].big != 3)
+		return NULL;
+	p->argv[i].big = 4;
+	return p->argv[i].placed;
+}
+
+const char *resp_arg_bytes(const struct resp_parser *p, size_t i, size_t *len)
+{
+	const struct resp_arg *a;
+
+	if (i >= p->argc)
+		return NULL;
+	a = &p->argv[i];
+	*len = a->len;
+	if (a->big == 3 || a->big == 4)
+		return NULL;
+	return a->big ? a->p : p->arena + a->off;
 }
 
 /* --- replies --------------------------------------------------------------- */

@@ -21,6 +21,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #define RESP_MAX_LINE (64 * 1024)
 #define RESP_MAX_ARGS (1024 * 1024)
@@ -30,9 +31,15 @@ struct resp_arg {
 	char *p;       /* NUL-terminated after len bytes (arena or big buffer) */
 	size_t len;
 	size_t off;    /* arena offset while the command is being built */
-	int big;       /* p is its own allocation, of cap >= len + 2 + slack bytes */
+	int big;       /* 1: p is its own allocation, of cap >= len + 2 + slack
+			* bytes (2 once taken); 3: placed (4 once taken) */
 	size_t cap;
+	void *placed;  /* the placement's handle; p is "" then */
+	const struct iovec *piov; /* where its bytes went, len + 2 in all */
+	int pn;
 };
+
+struct resp_parser;
 
 /* Where big arguments' buffers come from: by default malloc and free; the
  * server keeps a few per worker, so that a stream of large SETs reuses
@@ -42,6 +49,16 @@ struct resp_alloc {
 	void *(*get)(void *ctx, size_t n, size_t *cap);
 	void (*put)(void *ctx, void *p, size_t cap);
 	void *ctx;
+	/* Optional: a big argument may be received straight into memory of
+	 * the caller's choosing, segments of at least n + 2 bytes (its CRLF
+	 * included), known by an opaque handle, or NULL (a buffer of its
+	 * own then).  The command so far is argument 0 .. p->argc - 1
+	 * (resp_arg_bytes).  An argument placed and not taken by the
+	 * command is given back with unplace. */
+	void *(*place)(void *ctx, struct resp_parser *p, size_t n,
+		       const struct iovec **iov, int *n_iov);
+	void (*unplace)(void *ctx, void *handle);
+	void *place_ctx;
 };
 
 struct resp_parser {
@@ -62,6 +79,8 @@ struct resp_parser {
 	int64_t bulk;          /* the bulk being read: bytes announced */
 	uint64_t got;          /* of it (and its CRLF), bytes already read */
 	int inline_cmd;        /* the command came as an inline line */
+	int seg_i;             /* a placed argument: the segment being filled */
+	size_t seg_off;
 	char err[128];         /* the protocol error, for the -ERR reply */
 };
 
@@ -94,6 +113,13 @@ int resp_direct_done(struct resp_parser *p, size_t n);
  * p->alloc.put), of argv[i].cap >= argv[i].len + 2 + big_slack bytes.
  * NULL for an argument in the arena. */
 char *resp_take_big(struct resp_parser *p, size_t i);
+
+/* Take argument i's placement (its handle); NULL if it was not placed. */
+void *resp_take_placed(struct resp_parser *p, size_t i);
+
+/* The bytes of argument i of the command being built (its length in
+ * *len), for a placement hook; NULL for a placed one. */
+const char *resp_arg_bytes(const struct resp_parser *p, size_t i, size_t *len);
 
 /* 1 while a command has been begun and not finished. */
 int resp_busy(const struct resp_parser *p);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -269,6 +270,37 @@ void kvtd_buf_put(void *worker, void *p, size_t cap)
 	free(p);
 }
 
+/* A SET's value (or an MSET's) is received straight into the store's
+ * first tier: no copy of it in the daemon (values.h, vals_put_open). */
+static void *place_value(void *ctx, struct resp_parser *p, size_t n, const struct iovec **iov,
+			 int *n_iov)
+{
+	struct kvtd_conn *c = ctx;
+	size_t l0, lk, k;
+	const char *name = resp_arg_bytes(p, 0, &l0), *key;
+	struct vals_put *vp;
+
+	if (!c->tenant || !name)
+		return NULL;
+	if (l0 == 3 && !strncasecmp(name, "set", 3) && p->argc == 2)
+		k = 1;
+	else if (l0 == 4 && !strncasecmp(name, "mset", 4) && p->argc % 2 == 0)
+		k = p->argc - 1;
+	else
+		return NULL;
+	key = resp_arg_bytes(p, k, &lk);
+	if (!key || lk > VALS_MAX_KEY ||
+	    vals_put_open(c->w->d->vals, c->tenant, key, lk, n, &vp, iov, n_iov))
+		return NULL;
+	return vp;
+}
+
+static void unplace_value(void *ctx, void *h)
+{
+	(void)ctx;
+	vals_put_cancel(h);
+}
+
 /* --- connections ------------------------------------------------------------------ */
 
 static void conn_close(struct kvtd_conn *c)
@@ -444,7 +476,8 @@ static void adopt_conn(struct kvtd_worker *w, int fd)
 	c->tenant = d->auth_required ? NULL : d->default_tenant;
 	c->created_ms = c->last_in_ms = c->last_out_ms = mono_ms();
 	resp_parser_init(&c->parser, d->o.max_value, d->o.max_cmd, VALS_SLACK);
-	c->parser.alloc = (struct resp_alloc){ buf_get, kvtd_buf_put, w };
+	c->parser.alloc = (struct resp_alloc){ buf_get, kvtd_buf_put, w, place_value,
+						unplace_value, c };
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP, .data.ptr = c };
 	if (epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &ev)) {
 		resp_parser_free(&c->parser);

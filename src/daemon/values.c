@@ -46,6 +46,8 @@ struct vals {
 	const struct kvtd_tenant *tenant_of[VALS_MAX_TENANTS]; /* from rebuild */
 	pthread_mutex_t sweep_mu;
 	size_t sweep_shard, sweep_bucket;
+	_Atomic uint64_t reserved;  /* tier space held by SETs being received */
+	uint64_t reserve_max;
 };
 
 int64_t vals_now_ms(void)
@@ -179,6 +181,7 @@ int vals_open(kvt_store *st, const struct vals_opts *o, struct vals **out)
 	/* Sequence numbers order the versions of a key, across restarts too:
 	 * they start past the clock (and past anything the rebuild finds). */
 	atomic_store(&v->seq, (uint64_t)vals_now_ms() * 1000);
+	v->reserve_max = o->reserve_max;
 	*out = v;
 	return 0;
 }
@@ -284,13 +287,14 @@ static void drop_object(struct vals *v, const struct kvtd_tenant *t, const kvt_k
 		kvt_delete(v->st, &ns, obj);
 }
 
-static void write_trailer(char *buf, const char *key, size_t klen, uint64_t vlen,
-			  uint64_t p, uint64_t seq, uint64_t nonce, int64_t expire_ms)
+/* The trailer (the user key, then the fixed fields) into out[0 .. klen +
+ * VALS_TRAILER). */
+static void encode_trailer(uint8_t *out, const char *key, size_t klen, uint64_t vlen,
+			   uint64_t seq, uint64_t nonce, int64_t expire_ms)
 {
-	uint8_t *t = (uint8_t *)buf + p - VALS_TRAILER;
+	uint8_t *t = out + klen;
 
-	memset(buf + vlen, 0, (size_t)(p - vlen - klen - VALS_TRAILER));
-	memcpy(t - klen, key, klen);
+	memcpy(out, key, klen);
 	put_u32(t, (uint32_t)klen);
 	put_u32(t + 4, 0);
 	put_u64(t + 8, vlen);
@@ -298,6 +302,14 @@ static void write_trailer(char *buf, const char *key, size_t klen, uint64_t vlen
 	put_u64(t + 24, nonce);
 	put_u64(t + 32, (uint64_t)expire_ms);
 	memcpy(t + 40, trailer_magic, 8);
+}
+
+static void write_trailer(char *buf, const char *key, size_t klen, uint64_t vlen,
+			  uint64_t p, uint64_t seq, uint64_t nonce, int64_t expire_ms)
+{
+	memset(buf + vlen, 0, (size_t)(p - vlen - klen - VALS_TRAILER));
+	encode_trailer((uint8_t *)buf + p - klen - VALS_TRAILER, key, klen, vlen, seq, nonce,
+		       expire_ms);
 }
 
 static int live(struct vals *v, struct shard *s, uint64_t h, const struct kvtd_tenant *t,
@@ -313,41 +325,45 @@ static int live(struct vals *v, struct shard *s, uint64_t h, const struct kvtd_t
 	return *pp != NULL;
 }
 
-int vals_set(struct vals *v, const struct kvtd_tenant *t, const char *key, size_t klen,
-	     char *buf, uint64_t vlen, int64_t expire_ms, int flags)
+/* NX, XX and KEEPTTL before a put: 0 to go on (with *expire_ms the one
+ * to store), or 1 when the condition says no. */
+static int pre_check(struct vals *v, const struct kvtd_tenant *t, const char *key,
+		     size_t klen, int flags, int64_t *expire_ms)
 {
-	uint64_t h = hash_of(t->id, key, klen), p = vals_payload_bytes(klen, vlen);
-	uint64_t seq = atomic_fetch_add(&v->seq, 1) + 1;
+	uint64_t h = hash_of(t->id, key, klen);
+	struct shard *s = shard_of(v, h);
+	int64_t keep = 0;
+	struct gone g;
+	int here, dropped;
+
+	if (!(flags & (VALS_SET_NX | VALS_SET_XX | VALS_SET_KEEPTTL)))
+		return 0;
+	pthread_mutex_lock(&s->mu);
+	here = live(v, s, h, t, key, klen, &g, &dropped);
+	if (here && (flags & VALS_SET_KEEPTTL))
+		keep = (*find(s, h, t->id, key, klen))->expire_ms;
+	pthread_mutex_unlock(&s->mu);
+	if (dropped)
+		drop_object(v, t, &g.obj, g.p);
+	if ((here && (flags & VALS_SET_NX)) || (!here && (flags & VALS_SET_XX)))
+		return 1;
+	if (flags & VALS_SET_KEEPTTL)
+		*expire_ms = keep;
+	return 0;
+}
+
+/* The version `seq` (object `obj`, stored) becomes the key's current one,
+ * unless NX or XX says no now or a newer version is in already.  1, 0, or
+ * KVT_ENOMEM; the object is deleted when it does not go in. */
+static int install(struct vals *v, const struct kvtd_tenant *t, const char *key, size_t klen,
+		   uint64_t seq, const kvt_key *obj, const kvt_ns *ns, uint64_t vlen,
+		   int64_t expire_ms, int flags)
+{
+	uint64_t h = hash_of(t->id, key, klen);
 	struct shard *s = shard_of(v, h);
 	struct entry **pp, *e;
 	struct gone g;
-	kvt_key obj;
-	kvt_ns ns;
-	int rc, dropped, here, replaced = 0;
-
-	if (klen > VALS_MAX_KEY)
-		return KVT_EINVAL;
-	if (ns_of(t, p, &ns))
-		return KVT_ETOOBIG;
-	if (flags & (VALS_SET_NX | VALS_SET_XX | VALS_SET_KEEPTTL)) {
-		int64_t keep = 0;
-		pthread_mutex_lock(&s->mu);
-		here = live(v, s, h, t, key, klen, &g, &dropped);
-		if (here && (flags & VALS_SET_KEEPTTL))
-			keep = (*find(s, h, t->id, key, klen))->expire_ms;
-		pthread_mutex_unlock(&s->mu);
-		if (dropped)
-			drop_object(v, t, &g.obj, g.p);
-		if ((here && (flags & VALS_SET_NX)) || (!here && (flags & VALS_SET_XX)))
-			return 0;
-		if (flags & VALS_SET_KEEPTTL)
-			expire_ms = keep;
-	}
-	obj_key(t, seq, v->nonce, key, klen, &obj);
-	write_trailer(buf, key, klen, vlen, p, seq, v->nonce, expire_ms);
-	rc = kvt_put(v->st, &ns, &obj, buf, (size_t)p, v->o.durability);
-	if (rc < 0)
-		return rc;
+	int dropped, here, replaced = 0;
 
 	pthread_mutex_lock(&s->mu);
 	here = live(v, s, h, t, key, klen, &g, &dropped);
@@ -361,7 +377,7 @@ int vals_set(struct vals *v, const struct kvtd_tenant *t, const char *key, size_
 		pthread_mutex_unlock(&s->mu);
 		if (dropped)
 			drop_object(v, t, &g.obj, g.p);
-		kvt_delete(v->st, &ns, &obj);
+		kvt_delete(v->st, ns, obj);
 		return won ? 0 : 1;
 	}
 	if (dropped)
@@ -376,7 +392,7 @@ int vals_set(struct vals *v, const struct kvtd_tenant *t, const char *key, size_
 		e = malloc(sizeof(*e) + klen);
 		if (!e) {
 			pthread_mutex_unlock(&s->mu);
-			kvt_delete(v->st, &ns, &obj);
+			kvt_delete(v->st, ns, obj);
 			return KVT_ENOMEM;
 		}
 		e->next = NULL;
@@ -392,12 +408,147 @@ int vals_set(struct vals *v, const struct kvtd_tenant *t, const char *key, size_
 	e->nonce = v->nonce;
 	e->vlen = vlen;
 	e->expire_ms = expire_ms;
-	e->obj = obj;
+	e->obj = *obj;
 	count_add(v, e, 1);
 	pthread_mutex_unlock(&s->mu);
 	if (replaced)
 		drop_object(v, t, &g.obj, g.p);
 	return 1;
+}
+
+int vals_set(struct vals *v, const struct kvtd_tenant *t, const char *key, size_t klen,
+	     char *buf, uint64_t vlen, int64_t expire_ms, int flags)
+{
+	uint64_t p = vals_payload_bytes(klen, vlen), seq;
+	kvt_key obj;
+	kvt_ns ns;
+	int rc;
+
+	if (klen > VALS_MAX_KEY)
+		return KVT_EINVAL;
+	if (ns_of(t, p, &ns))
+		return KVT_ETOOBIG;
+	if (pre_check(v, t, key, klen, flags, &expire_ms))
+		return 0;
+	seq = atomic_fetch_add(&v->seq, 1) + 1;
+	obj_key(t, seq, v->nonce, key, klen, &obj);
+	write_trailer(buf, key, klen, vlen, p, seq, v->nonce, expire_ms);
+	rc = kvt_put(v->st, &ns, &obj, buf, (size_t)p, v->o.durability);
+	if (rc < 0)
+		return rc;
+	return install(v, t, key, klen, seq, &obj, &ns, vlen, expire_ms, flags);
+}
+
+/* --- SETs received in place ------------------------------------------------ */
+
+struct vals_put {
+	struct vals *v;
+	const struct kvtd_tenant *t;
+	kvt_put_buf *b;
+	kvt_ns ns;
+	kvt_key obj;
+	uint64_t seq, vlen, p;
+	size_t klen;
+	char key[];
+};
+
+int vals_put_open(struct vals *v, const struct kvtd_tenant *t, const char *key, size_t klen,
+		  uint64_t vlen, struct vals_put **out, const struct iovec **iov, int *n_iov)
+{
+	uint64_t p = vals_payload_bytes(klen, vlen);
+	struct vals_put *vp;
+	int rc;
+
+	if (klen > VALS_MAX_KEY)
+		return KVT_EINVAL;
+	/* Reserved space holds tier memory while a client sends: at most a
+	 * share of the first tier is held so, so that clients that announce
+	 * big values and stall cannot push the others' data out. */
+	if (atomic_fetch_add(&v->reserved, p) + p > v->reserve_max) {
+		atomic_fetch_sub(&v->reserved, p);
+		return KVT_EFULL;
+	}
+	vp = malloc(sizeof(*vp) + klen);
+	if (!vp) {
+		atomic_fetch_sub(&v->reserved, p);
+		return KVT_ENOMEM;
+	}
+	*vp = (struct vals_put){ .v = v, .t = t, .vlen = vlen, .p = p, .klen = klen };
+	memcpy(vp->key, key, klen);
+	if (ns_of(t, p, &vp->ns)) {
+		rc = KVT_ETOOBIG;
+		goto fail;
+	}
+	vp->seq = atomic_fetch_add(&v->seq, 1) + 1;
+	obj_key(t, vp->seq, v->nonce, key, klen, &vp->obj);
+	rc = kvt_put_reserve(v->st, &vp->ns, &vp->obj, v->o.durability, &vp->b);
+	if (rc)
+		goto fail;
+	kvt_put_buf_iov(vp->b, iov, n_iov);
+	*out = vp;
+	return 0;
+fail:
+	atomic_fetch_sub(&v->reserved, p);
+	free(vp);
+	return rc;
+}
+
+void vals_put_cancel(struct vals_put *vp)
+{
+	if (!vp)
+		return;
+	kvt_put_cancel(vp->b);
+	atomic_fetch_sub(&vp->v->reserved, vp->p);
+	free(vp);
+}
+
+/* Write `n` bytes at payload offset `at` into the segments. */
+static void iov_write(const struct iovec *iov, int n_iov, uint64_t at, const void *src,
+		      size_t n)
+{
+	const char *s = src;
+	for (int i = 0; i < n_iov && n; i++) {
+		if (at >= iov[i].iov_len) {
+			at -= iov[i].iov_len;
+			continue;
+		}
+		size_t k = iov[i].iov_len - (size_t)at < n ? iov[i].iov_len - (size_t)at : n;
+		if (s)
+			memcpy((char *)iov[i].iov_base + at, s, k);
+		else
+			memset((char *)iov[i].iov_base + at, 0, k);
+		if (s)
+			s += k;
+		n -= k;
+		at = 0;
+	}
+}
+
+int vals_put_commit(struct vals_put *vp, int64_t expire_ms, int flags)
+{
+	struct vals *v = vp->v;
+	const struct iovec *iov;
+	uint8_t tr[VALS_MAX_KEY + VALS_TRAILER];
+	int n_iov, rc;
+
+	if (pre_check(v, vp->t, vp->key, vp->klen, flags, &expire_ms)) {
+		vals_put_cancel(vp);
+		return 0;
+	}
+	/* Padding and trailer after the value, as write_trailer lays them
+	 * out in a flat buffer. */
+	kvt_put_buf_iov(vp->b, &iov, &n_iov);
+	size_t tl = vp->klen + VALS_TRAILER;
+	iov_write(iov, n_iov, vp->vlen, NULL, (size_t)(vp->p - vp->vlen - tl));
+	encode_trailer(tr, vp->key, vp->klen, vp->vlen, vp->seq, v->nonce, expire_ms);
+	iov_write(iov, n_iov, vp->p - tl, tr, tl);
+	rc = kvt_put_publish(vp->b);
+	atomic_fetch_sub(&v->reserved, vp->p);
+	if (rc == 0)
+		rc = install(v, vp->t, vp->key, vp->klen, vp->seq, &vp->obj, &vp->ns, vp->vlen,
+			     expire_ms, flags);
+	free(vp);
+	return rc;
 }
 
 /* Look `key` up for reading: 1 with the version's object, 0 if it has

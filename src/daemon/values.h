@@ -54,6 +54,7 @@ struct vals;
 
 struct vals_opts {
 	int durability;   /* enum kvt_durability of every put */
+	uint64_t reserve_max; /* tier bytes SETs received in place may hold */
 };
 
 int vals_open(kvt_store *st, const struct vals_opts *o, struct vals **out);
@@ -76,6 +77,19 @@ int vals_set(struct vals *v, const struct kvtd_tenant *t, const char *key, size_
 	     char *buf, uint64_t vlen, int64_t expire_ms, int flags);
 
 uint64_t vals_payload_bytes(size_t klen, uint64_t vlen);
+
+/* A SET received in place: the value's bytes go straight into the store's
+ * first tier (kvt_put_reserve).  Open when the value's length is known:
+ * *iov covers the payload, the value first (its CRLF may be received
+ * after it: that room is the trailer's, written at commit).  0, or a
+ * negative code (KVT_EFULL: the reserve_max share is held, receive into a
+ * buffer instead).  Commit stores it as vals_set would (same results);
+ * cancel gives the space back.  Either frees it. */
+struct vals_put;
+int vals_put_open(struct vals *v, const struct kvtd_tenant *t, const char *key, size_t klen,
+		  uint64_t vlen, struct vals_put **out, const struct iovec **iov, int *n_iov);
+int vals_put_commit(struct vals_put *vp, int64_t expire_ms, int flags);
+void vals_put_cancel(struct vals_put *vp);
 
 /* Borrow the current version of `key`: 0 with *ref (the payload's first
  * *vlen bytes are the value) or KVT_ENOTFOUND, or another negative code. */
