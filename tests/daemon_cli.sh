@@ -6,7 +6,7 @@ set -u
 KVTIERD=$1
 command -v redis-cli >/dev/null || { echo "SKIP: redis-cli missing (scripts/install-deps.sh)"; exit 77; }
 work=$(mktemp -d)
-trap 'daemon_stop KILL; rm -rf "$work"' EXIT
+trap 'daemon_stop KILL; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 . "$(dirname "$0")/lib_cli.sh"
 . "$(dirname "$0")/lib_daemon.sh"
 

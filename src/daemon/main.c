@@ -98,6 +98,56 @@ static int mkdir_p(const char *path)
 	return mkdir(p, 0755) && errno != EEXIST ? -1 : 0;
 }
 
+/* The store's configuration: the file (or the embedded default), then
+ * KVTIER_* variables, --data-dir, --set.  NULL after saying what was
+ * wrong. */
+static kvt_config *build_config(const char *config, const char *data_dir,
+				const char *const *sets, int n_sets, int check)
+{
+	int err = 0;
+	kvt_config *cfg = config ? kvt_config_load(config, &err) : kvt_config_new();
+
+	if (!cfg) {
+		fprintf(stderr, "kvtierd: %s: %s\n", config ? config : "configuration",
+			kvt_errmsg()[0] ? kvt_errmsg() : kvt_strerror(err));
+		return NULL;
+	}
+	if (kvt_config_apply_env(cfg)) {
+		fprintf(stderr, "kvtierd: %s\n", kvt_errmsg());
+		goto bad;
+	}
+	if (data_dir) {
+		char disk[4096], cwd[2048];
+		/* The tier wants an absolute path; a relative --data-dir is
+		 * taken from where kvtierd was started. */
+		if (data_dir[0] != '/' && getcwd(cwd, sizeof(cwd)))
+			snprintf(disk, sizeof(disk), "%s/%s/disk", cwd, data_dir);
+		else
+			snprintf(disk, sizeof(disk), "%s/disk", data_dir);
+		if (!check && mkdir_p(disk)) {
+			fprintf(stderr, "kvtierd: --data-dir %s: %s\n", data_dir, strerror(errno));
+			goto bad;
+		}
+		if (kvt_config_set(cfg, "local_disk", disk)) {
+			fprintf(stderr, "kvtierd: --data-dir: %s\n", kvt_errmsg());
+			goto bad;
+		}
+	}
+	for (int i = 0; i < n_sets; i++) {
+		char k[128];
+		const char *eq = strchr(sets[i], '=');
+		snprintf(k, sizeof(k), "%.*s", (int)(eq - sets[i]), sets[i]);
+		if (kvt_config_set(cfg, k, eq + 1)) {
+			fprintf(stderr, "kvtierd: --set %s: %s\n", sets[i], kvt_errmsg());
+			goto bad;
+		}
+	}
+	return cfg;
+bad:
+	kvt_config_free(cfg);
+	return NULL;
+}
+
 enum { O_CONFIG = 256, O_DATA, O_PORT, O_BIND, O_UNIX, O_SET, O_THREADS, O_DUR, O_PASS,
        O_MAXCL, O_MAXVAL, O_TIMEOUT, O_LOG, O_CHECK, O_HELP, O_LOCAL, O_LOCAL_UID, O_ACL,
        O_MPORT, O_MBIND, O_TLS_CERT, O_TLS_KEY };
@@ -224,45 +274,15 @@ int main(int argc, char **argv)
 	d.o.max_cmd = d.o.max_value * 2 + (64u << 20);
 	d.auth_required = d.o.requirepass != NULL;
 
-	kvt_config *cfg = config ? kvt_config_load(config, &err) : kvt_config_new();
-	if (!cfg) {
-		fprintf(stderr, "kvtierd: %s: %s\n", config ? config : "configuration",
-			kvt_errmsg()[0] ? kvt_errmsg() : kvt_strerror(err));
+	kvt_config *cfg = build_config(config, data_dir, sets, n_sets, check);
+	if (!cfg)
 		return 2;
-	}
-	if (kvt_config_apply_env(cfg)) {
-		fprintf(stderr, "kvtierd: %s\n", kvt_errmsg());
-		return 2;
-	}
-	if (data_dir) {
-		char disk[4096], cwd[2048];
-		/* The tier wants an absolute path; a relative --data-dir is
-		 * taken from where kvtierd was started. */
-		if (data_dir[0] != '/' && getcwd(cwd, sizeof(cwd)))
-			snprintf(disk, sizeof(disk), "%s/%s/disk", cwd, data_dir);
-		else
-			snprintf(disk, sizeof(disk), "%s/disk", data_dir);
-		if (!check && mkdir_p(disk)) {
-			fprintf(stderr, "kvtierd: --data-dir %s: %s\n", data_dir, strerror(errno));
-			return 2;
-		}
-		if (kvt_config_set(cfg, "local_disk", disk)) {
-			fprintf(stderr, "kvtierd: --data-dir: %s\n", kvt_errmsg());
-			return 2;
-		}
-	}
-	for (int i = 0; i < n_sets; i++) {
-		char k[128];
-		const char *eq = strchr(sets[i], '=');
-		snprintf(k, sizeof(k), "%.*s", (int)(eq - sets[i]), sets[i]);
-		if (kvt_config_set(cfg, k, eq + 1)) {
-			fprintf(stderr, "kvtierd: --set %s: %s\n", sets[i], kvt_errmsg());
-			return 2;
-		}
-	}
 	/* local clients map the DRAM arena: it must be a memfd */
-	if (lopt.path && kvt_config_set(cfg, "dram_shared", "true"))
+	if (lopt.path && kvt_config_set(cfg, "dram_shared", "true")) {
+		fprintf(stderr, "kvtierd: --local: %s\n", kvt_errmsg());
+		kvt_config_free(cfg);
 		return 2;
+	}
 	if (check) {
 		if (kvtd_ops_check(&ops))
 			return 2;

@@ -442,7 +442,7 @@ void resp_buf_free(struct resp_buf *b)
 
 void resp_put(struct resp_buf *b, const void *s, size_t n)
 {
-	if (b->oom)
+	if (b->oom || n == 0)
 		return;
 	if (b->len + n > b->cap) {
 		size_t c = b->cap ? b->cap : 512;
