@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "kvtier.h"
 
@@ -126,6 +127,15 @@ int bench_data_path(const char *rel, char *out, size_t cap);
 
 /* n bytes of xorshift noise from seed x (payloads nothing compresses). */
 void bench_fill_random(uint8_t *p, size_t n, uint64_t x);
+
+/* `name` found in PATH (executable) into out: 1, or 0 (out ""). */
+int bench_which(const char *name, char *out, size_t cap);
+
+/* Start argv (argv[0] a path) with stdout to the file `out` (NULL:
+ * /dev/null) and stderr to `err` (NULL: inherited): its pid, or -1.
+ * bench_run waits for it: 0 if it exited 0. */
+pid_t bench_spawn(char *const argv[], const char *out, const char *err);
+int bench_run(char *const argv[], const char *out, const char *err);
 
 #define BENCH_IN_FLIGHT 16
 

@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -470,4 +472,60 @@ int bench_common_opt(const char *cmd, int argc, char **argv, int *i, struct benc
 		return 0;
 	}
 	return 1;
+}
+
+extern char **environ;
+
+int bench_which(const char *name, char *out, size_t cap)
+{
+	const char *path = getenv("PATH");
+	char dir[1024];
+
+	if (!path || !*path)
+		path = "/usr/local/bin:/usr/bin:/bin";
+	while (*path) {
+		size_t n = strcspn(path, ":");
+
+		if (n && n < sizeof(dir)) {
+			memcpy(dir, path, n);
+			dir[n] = '\0';
+			if (bench_path_join(out, cap, dir, name) == 0 && access(out, X_OK) == 0)
+				return 1;
+		}
+		path += n;
+		if (*path == ':')
+			path++;
+	}
+	if (cap)
+		out[0] = '\0';
+	return 0;
+}
+
+pid_t bench_spawn(char *const argv[], const char *out, const char *err)
+{
+	posix_spawn_file_actions_t fa;
+	pid_t pid;
+	int rc;
+
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 1, out ? out : "/dev/null",
+					 O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	if (err)
+		posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	return rc ? -1 : pid;
+}
+
+int bench_run(char *const argv[], const char *out, const char *err)
+{
+	pid_t pid = bench_spawn(argv, out, err);
+	int st = 0;
+
+	if (pid < 0)
+		return -1;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }

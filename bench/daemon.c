@@ -18,7 +18,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,8 +29,6 @@
 #include <arpa/inet.h>
 
 #include "bench.h"
-
-extern char **environ;
 
 #define CMD "daemon"
 #define ROUNDS 3
@@ -50,59 +47,6 @@ static const struct {
 #define N_RESP (sizeof(resp_sizes) / sizeof(resp_sizes[0]))
 static const int lm_sizes[] = { 3, 14 };
 #define N_LM 2
-
-/* Where a program is: `name` in PATH, into out (1 if found). */
-static int which(const char *name, char *out, size_t cap)
-{
-	const char *path = getenv("PATH");
-	char dir[1024];
-
-	if (!path || !*path)
-		path = "/usr/local/bin:/usr/bin:/bin";
-	while (*path) {
-		size_t n = strcspn(path, ":");
-		if (n && n < sizeof(dir)) {
-			memcpy(dir, path, n);
-			dir[n] = 0;
-			if (bench_path_join(out, cap, dir, name) == 0 && access(out, X_OK) == 0)
-				return 1;
-		}
-		path += n;
-		if (*path == ':')
-			path++;
-	}
-	return 0;
-}
-
-
-/* Spawn argv with stdout to the file `out`; the pid, or -1. */
-static pid_t spawn(char *const argv[], const char *out)
-{
-	posix_spawn_file_actions_t fa;
-	pid_t pid;
-	int rc;
-
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-	rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
-	return rc ? -1 : pid;
-}
-
-/* Run argv to its end with stdout into `out`; 0 if it exited 0. */
-static int run_to_end(char *const argv[], const char *out)
-{
-	int st;
-	pid_t pid = spawn(argv, out);
-
-	if (pid < 0)
-		return -1;
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR)
-			return -1;
-	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
-}
 
 static char *slurp(const char *path)
 {
@@ -195,7 +139,7 @@ static double resp_rps(const char *bench, int port, const char *test, int mib, i
 	snprintf(p, sizeof(p), "%d", port);
 	snprintf(nn, sizeof(nn), "%d", n);
 	snprintf(d, sizeof(d), "%d", mib << 20);
-	if (run_to_end(argv, out))
+	if (bench_run(argv, out, "/dev/null"))
 		return -1;
 	char *b = slurp(out), *s = b ? strstr(b, "\n\"") : NULL;
 	if (s && (s = strchr(s + 2, ',')))
@@ -214,7 +158,7 @@ static double lm_keys(const char *py, const char *script, int port, int mib, int
 	snprintf(p, sizeof(p), "%d", port);
 	snprintf(m, sizeof(m), "%d", mib);
 	snprintf(nn, sizeof(nn), "%d", n);
-	if (run_to_end(argv, out))
+	if (bench_run(argv, out, "/dev/null"))
 		return -1;
 	char *b = slurp(out), *s = b ? strstr(b, "\"keys_per_s\":") : NULL;
 	if (s)
@@ -293,8 +237,8 @@ int bench_daemon(int argc, char **argv)
 	if (strrchr(exe, '/'))
 		*strrchr(exe, '/') = 0;
 	snprintf(kvtierd, sizeof(kvtierd), "%s/kvtierd", exe);
-	if (access(kvtierd, X_OK) || !which("redis-server", rs, sizeof(rs)) ||
-	    !which("redis-benchmark", rb, sizeof(rb)) || access(py, X_OK) ||
+	if (access(kvtierd, X_OK) || !bench_which("redis-server", rs, sizeof(rs)) ||
+	    !bench_which("redis-benchmark", rb, sizeof(rb)) || access(py, X_OK) ||
 	    !bench_data_path("daemon_lmcache.py", script, sizeof(script))) {
 		fprintf(stderr, "kvtier-bench daemon: needs %s, redis-server, redis-benchmark, "
 				"%s with redis-py and bench-data/daemon_lmcache.py "
@@ -317,12 +261,12 @@ int bench_daemon(int argc, char **argv)
 	snprintf(rport, sizeof(rport), "%d", srv[0].port);
 	char *rargv[] = { rs, "--port", rport, "--bind", "127.0.0.1", "--save", "",
 			  "--appendonly", "no", "--daemonize", "no", NULL };
-	srv[0].pid = spawn(rargv, "/dev/null");
+	srv[0].pid = bench_spawn(rargv, NULL, "/dev/null");
 	srv[1].port = free_port();
 	snprintf(kport, sizeof(kport), "%d", srv[1].port);
 	char *kargv[] = { kvtierd, "--port", kport, "--threads", "4", "--set",
 			  "max_local_cpu_size=2GiB", "--log-level", "warn", NULL };
-	srv[1].pid = spawn(kargv, log);
+	srv[1].pid = bench_spawn(kargv, log, "/dev/null");
 	if (srv[0].pid < 0 || srv[1].pid < 0 || wait_up(srv[0].port) || wait_up(srv[1].port)) {
 		fprintf(stderr, "kvtier-bench daemon: a server did not start\n");
 		goto out;

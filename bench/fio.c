@@ -20,55 +20,9 @@
 #include "cli/cli.h"
 #include "fio.h"
 
-extern char **environ;
-
 int bench_fio_find(struct bench_fio *f)
 {
-	const char *path = getenv("PATH");
-	char dir[1024];
-
-	if (!path || !*path)
-		path = "/usr/local/bin:/usr/bin:/bin";
-	while (*path) {
-		size_t n = strcspn(path, ":");
-
-		if (n && n < sizeof(dir)) {
-			memcpy(dir, path, n);
-			dir[n] = '\0';
-			if (bench_path_join(f->path, sizeof(f->path), dir, "fio") == 0 &&
-			    access(f->path, X_OK) == 0)
-				return 1;
-		}
-		path += n;
-		if (*path == ':')
-			path++;
-	}
-	f->path[0] = '\0';
-	return 0;
-}
-
-/* Run argv with stdout to `out` (or /dev/null) and stderr to `err` (or
- * inherited); 0 if it exited 0. */
-static int run_child(char *const argv[], const char *out, const char *err)
-{
-	posix_spawn_file_actions_t fa;
-	pid_t pid;
-	int st = 0, rc;
-
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 1, out ? out : "/dev/null",
-					 O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	if (err)
-		posix_spawn_file_actions_addopen(&fa, 2, err,
-						 O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
-	if (rc)
-		return -1;
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR)
-			return -1;
-	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+	return bench_which("fio", f->path, sizeof(f->path));
 }
 
 void bench_fio_version(struct bench_fio *f, const char *scratch)
@@ -80,7 +34,7 @@ void bench_fio_version(struct bench_fio *f, const char *scratch)
 
 	snprintf(f->version, sizeof(f->version), "unknown");
 	if (bench_path_join(out, sizeof(out), scratch, "fio.version") ||
-	    run_child(argv, out, NULL) || cli_read_file(out, &txt, &len))
+	    bench_run(argv, out, NULL) || cli_read_file(out, &txt, &len))
 		return;
 	while (len && (txt[len - 1] == '\n' || txt[len - 1] == '\r'))
 		len--;
@@ -154,7 +108,7 @@ int bench_fio_run(const struct bench_fio *f, const char *cmd, const char *scratc
 	snprintf(a_size, sizeof(a_size), "--size=%llu", (unsigned long long)size);
 	snprintf(a_out, sizeof(a_out), "--output=%s", out);
 	unlink(out);
-	rc = run_child(argv, NULL, err);
+	rc = bench_run(argv, NULL, err);
 	if (rc == 0 && cli_read_file(out, &txt, &len) == 0)
 		rc = (bw = fio_bw_bytes(cmd, out, op, (const char *)txt, len)) > 0 ? 0 : -1;
 	else

@@ -248,6 +248,27 @@ static void grow(struct shard *s)
 	s->nb = nb;
 }
 
+/* A key's entry, linked at *pp (shard locked); its version is set by the
+ * caller.  NULL if out of memory. */
+static struct entry *new_entry(struct shard *s, struct entry **pp, uint64_t h,
+			       const struct kvtd_tenant *t, const char *key, size_t klen)
+{
+	struct entry *e = malloc(sizeof(*e) + klen);
+
+	if (!e)
+		return NULL;
+	e->next = NULL;
+	e->hash = h;
+	e->tenant = t->id;
+	e->klen = (uint32_t)klen;
+	e->expire_ms = 0;
+	memcpy(e->key, key, klen);
+	*pp = e;
+	if (++s->n > s->nb * 2)
+		grow(s);
+	return e;
+}
+
 static void count_add(struct vals *v, const struct entry *e, int d)
 {
 	atomic_fetch_add(&v->count[e->tenant], (uint64_t)(int64_t)d);
@@ -389,20 +410,12 @@ static int install(struct vals *v, const struct kvtd_tenant *t, const char *key,
 		g.p = vals_payload_bytes(e->klen, e->vlen);
 		count_add(v, e, -1);
 	} else {
-		e = malloc(sizeof(*e) + klen);
+		e = new_entry(s, pp, h, t, key, klen);
 		if (!e) {
 			pthread_mutex_unlock(&s->mu);
 			kvt_delete(v->st, ns, obj);
 			return KVT_ENOMEM;
 		}
-		e->next = NULL;
-		e->hash = h;
-		e->tenant = t->id;
-		e->klen = (uint32_t)klen;
-		memcpy(e->key, key, klen);
-		*pp = e;
-		if (++s->n > s->nb * 2)
-			grow(s);
 	}
 	e->seq = seq;
 	e->nonce = v->nonce;
@@ -1049,19 +1062,10 @@ static int adopt(struct vals *v, const struct kvtd_tenant *const *tenants, size_
 		g.p = vals_payload_bytes(e->klen, e->vlen);
 		count_add(v, e, -1);
 	} else {
-		e = malloc(sizeof(*e) + klen);
-		if (!e) {
+		if (!new_entry(s, pp, h, t, key, klen)) {
 			pthread_mutex_unlock(&s->mu);
 			return KVT_ENOMEM;
 		}
-		e->next = NULL;
-		e->hash = h;
-		e->tenant = t->id;
-		e->klen = klen;
-		memcpy(e->key, key, klen);
-		*pp = e;
-		if (++s->n > s->nb * 2)
-			grow(s);
 	}
 	if (!older) {
 		e = *find(s, h, t->id, key, klen);
