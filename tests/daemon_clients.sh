@@ -6,7 +6,7 @@ KVTIERD=$1
 /usr/bin/python3 -c "import redis" 2>/dev/null ||
 	{ echo "SKIP: Debian's python3-redis missing (scripts/install-deps.sh)"; exit 77; }
 work=$(mktemp -d)
-trap 'daemon_stop KILL; rm -rf "$work"' EXIT
+trap 'daemon_stop KILL; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 . "$(dirname "$0")/lib_daemon.sh"
 ulimit -n 4096 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 daemon_start --data-dir "$work/data" --client-timeout 1 --set max_local_cpu_size=512MiB || exit 1

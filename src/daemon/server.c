@@ -660,9 +660,12 @@ int kvtd_start(struct kvtd *d)
 		ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = w };
 		if (epoll_ctl(w->ep, EPOLL_CTL_ADD, w->evfd, &ev))
 			return -1;
-		if (pthread_create(&w->th, NULL, worker_main, w))
-			return -1;
 	}
+	/* Every worker is ready before any runs: the first to accept may
+	 * hand a connection to the last. */
+	for (int i = 0; i < d->nw; i++)
+		if (pthread_create(&d->w[i].th, NULL, worker_main, &d->w[i]))
+			return -1;
 	return 0;
 }
 
