@@ -289,8 +289,13 @@ static void *place_value(void *ctx, struct resp_parser *p, size_t n, const struc
 	else
 		return NULL;
 	key = resp_arg_bytes(p, k, &lk);
-	if (!key || lk > VALS_MAX_KEY ||
-	    vals_put_open(c->w->d->vals, c->tenant, key, lk, n, &vp, iov, n_iov))
+	if (!key || lk > VALS_MAX_KEY)
+		return NULL;
+	/* A key under a shared prefix is another tenant's to write: such a
+	 * SET is refused (NOPERM) once whole, so nothing is reserved for it. */
+	if (c->w->d->shared_of && c->w->d->shared_of(c->w->d, key, lk))
+		return NULL;
+	if (vals_put_open(c->w->d->vals, c->tenant, key, lk, n, &vp, iov, n_iov))
 		return NULL;
 	return vp;
 }
