@@ -120,7 +120,7 @@ static void server_side(const uint8_t *data, size_t size)
 		if (b[1] & 1)
 			q.id = last_id;
 		memcpy(&sz, b + 12, 4);
-		q.size = sz % (20u << 20); /* around the 16 MiB arena */
+		q.size = q.op == KVT_LP_LOOKUP ? sz % 10 : sz % (20u << 20); /* around the arena */
 		memcpy(&q.arg, b + 16, 4);
 		if (b[1] & 2)
 			q.arg &= 3; /* a durability that exists */
@@ -138,6 +138,16 @@ static void server_side(const uint8_t *data, size_t size)
 		}
 		if (send(fd, raw, n, MSG_NOSIGNAL) < 0)
 			break;
+		if (!(b[1] & 0x80) && q.op == KVT_LP_LOOKUP) {
+			/* its keys: as many as it says, or (by the input) not */
+			uint8_t keys[8 * KVT_KEY_BYTES] = { 0 };
+			size_t kn = (b[1] & 8) ? (size_t)(b[3] % 9) * KVT_KEY_BYTES
+					       : (size_t)(q.size < 8 ? q.size : 8) * KVT_KEY_BYTES;
+			for (size_t i = 0; i < kn; i += KVT_KEY_BYTES)
+				keys[i] = b[20 + (i / KVT_KEY_BYTES) % 20] & 7;
+			if (send(fd, keys, kn, MSG_NOSIGNAL) < 0)
+				break;
+		}
 		if (!(b[1] & 0x80) && !has_reply(q.op))
 			continue;
 		got = recv_reply(fd, buf, sizeof(buf));

@@ -207,6 +207,18 @@ static void calls(kvt_store *st)
 	CHECK_EQ(kvt_put(st, &ns, &keys[0], a, len, KVT_DUR_CRASH_SAFE), KVT_EEXIST);
 	CHECK_EQ(kvt_lookup(st, &ns, keys, 4, &lr), 3);
 	CHECK_EQ(kvt_exists(st, &ns, &keys[3]), 0);
+	{
+		/* a chain longer than one LOOKUP message: 3 hits, then misses */
+		static kvt_key chain[5000];
+		uint8_t tiers[5000];
+		kvt_lookup_result lt = { 0, tiers };
+		memcpy(chain, keys, 3 * sizeof(*keys));
+		for (int i = 3; i < 5000; i++)
+			memset(&chain[i], i & 0xff, sizeof(chain[i]));
+		CHECK_EQ(kvt_lookup(st, &ns, chain, 5000, &lt), 3);
+		CHECK_EQ(lt.n_hit, 3);
+		CHECK_EQ(tiers[2], 0);
+	}
 	fill(a, len, 2);
 	CHECK_EQ(kvt_get(st, &ns, &keys[1], b, len, &got), 0);
 	CHECK_EQ(got, len);

@@ -388,6 +388,27 @@ static int serve_one(struct lconn *c, const struct kvt_lp_req *q)
 		return send_status(c, q, store_image_del(st, &key));
 	case KVT_LP_ITER:
 		return do_iter(c, q);
+	case KVT_LP_LOOKUP: {
+		/* the keys are the next message, exactly size of them */
+		uint8_t *keys = c->out;
+		ssize_t n;
+		uint64_t hit = 0;
+		if (q->size == 0 || q->size > KVT_LP_MAX_LOOKUP)
+			return kvt_err(-EPROTO, "LOOKUP of %" PRIu64 " keys (1..%u)", q->size,
+				       KVT_LP_MAX_LOOKUP);
+		do
+			n = recv(c->fd, keys, KVT_LP_MAX_LOOKUP * KVT_KEY_BYTES + 1, MSG_TRUNC);
+		while (n < 0 && errno == EINTR);
+		if (n != (ssize_t)(q->size * KVT_KEY_BYTES))
+			return kvt_err(-EPROTO, "LOOKUP of %" PRIu64 " keys followed by %zd bytes",
+				       q->size, n);
+		for (; hit < q->size; hit++) {
+			memcpy(key.b, keys + hit * KVT_KEY_BYTES, KVT_KEY_BYTES);
+			if (!store_image_exists(st, &key))
+				break;
+		}
+		return send_status(c, q, (int)hit);
+	}
 	case KVT_LP_STATS: {
 		struct kvt_lp_rep *r = rep_init(c, q, 0);
 		kvt_tier_stats ts;

@@ -1636,6 +1636,14 @@ int kvt_lookup(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
 	if (!st || !ns || (!keys && n_keys))
 		return kvt_err(KVT_EINVAL, "store, namespace or keys missing");
 	(void)rc;
+	if (st->n_tiers == 1 && st->tiers[0]->ops->exists_prefix && n_keys) {
+		/* one tier that answers for the whole chain at once */
+		int n = st->tiers[0]->ops->exists_prefix(st->tiers[0], keys, n_keys);
+		hit = n > 0 ? (uint32_t)n : 0;
+		if (res && res->tier)
+			memset(res->tier, 0, hit);
+		n_keys = 0; /* answered */
+	}
 	for (size_t k = 0; k < n_keys; k++) {
 		int found = -1;
 		for (int i = 0; i < st->n_tiers; i++)

@@ -431,6 +431,45 @@ static int dmn_exists(kvt_tier *tt, const kvt_key *key)
 	return dmn_status(dmn_of(tt), KVT_LP_EXISTS, key) == 1;
 }
 
+/* A lookup's whole chain in one round trip per 4096 keys. */
+static int dmn_exists_prefix(kvt_tier *tt, const kvt_key *keys, size_t n)
+{
+	struct dmn_tier *t = dmn_of(tt);
+	size_t hit = 0;
+	int rc = 0;
+
+	pthread_mutex_lock(&t->mu);
+	while (hit < n) {
+		size_t m = n - hit < KVT_LP_MAX_LOOKUP ? n - hit : KVT_LP_MAX_LOOKUP;
+		struct kvt_lp_rep rep;
+		const void *body;
+		size_t blen;
+
+		if (t->fd < 0 && (rc = dmn_connect(t)))
+			break;
+		if ((rc = dmn_send(t, KVT_LP_LOOKUP, 0, m, 0, NULL)))
+			break;
+		if (send(t->fd, keys + hit, m * sizeof(*keys), MSG_NOSIGNAL) !=
+		    (ssize_t)(m * sizeof(*keys))) {
+			dmn_disconnect(t);
+			rc = kvt_err(-EPIPE, "kvtierd at %s: connection lost", t->path);
+			break;
+		}
+		if ((rc = dmn_recv(t, KVT_LP_LOOKUP, &rep, &body, &blen, NULL)))
+			break;
+		if ((size_t)rep.status > m) {
+			dmn_disconnect(t);
+			rc = kvt_err(-EPROTO, "kvtierd found %d of %zu keys", rep.status, m);
+			break;
+		}
+		hit += (size_t)rep.status;
+		if ((size_t)rep.status < m)
+			break;
+	}
+	pthread_mutex_unlock(&t->mu);
+	return rc ? rc : (int)hit;
+}
+
 static int dmn_del(kvt_tier *tt, const kvt_key *key)
 {
 	return dmn_status(dmn_of(tt), KVT_LP_DEL, key);
@@ -522,6 +561,7 @@ static const struct kvt_tier_ops dmn_ops = {
 	.get = dmn_get,
 	.release = dmn_release,
 	.exists = dmn_exists,
+	.exists_prefix = dmn_exists_prefix,
 	.del = dmn_del,
 	.iterate = dmn_iterate,
 	.stats = dmn_stats,

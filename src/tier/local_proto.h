@@ -39,6 +39,7 @@
 #define KVT_LP_ITER_BATCH 4096u
 #define KVT_LP_ERRMSG_MAX 512u
 #define KVT_LP_MAX_REL 64u
+#define KVT_LP_MAX_LOOKUP 4096u /* keys per LOOKUP */
 /* The longest request: the struct and its released ids. */
 #define KVT_LP_MAX_REQ (sizeof(struct kvt_lp_req) + KVT_LP_MAX_REL * sizeof(uint64_t))
 
@@ -54,7 +55,9 @@ enum kvt_lp_op {
 	KVT_LP_DEL = 9,       /* key -> status */
 	KVT_LP_ITER = 10,     /* id: cursor (0 first) -> items; status 1: more, at size */
 	KVT_LP_STATS = 11,    /* -> a kvt_tier_stats */
-	KVT_LP_OP_MAX = 11,
+	KVT_LP_LOOKUP = 12,   /* size: n keys, sent as the next message (n x 32
+			       * bytes) -> status: how many lead present */
+	KVT_LP_OP_MAX = 12,
 };
 
 struct kvt_lp_req {

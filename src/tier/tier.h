@@ -87,6 +87,11 @@ struct kvt_tier_ops {
 
 	/* 1 present, 0 absent.  Must answer from memory. */
 	int (*exists)(kvt_tier *t, const kvt_key *key);
+	/* Optional: how many of keys[0..n) are present before the first
+	 * absent one, in one go — for a tier whose every question is a round
+	 * trip (the daemon's), so a lookup of a long prompt is one.  A
+	 * negative code if it cannot say. */
+	int (*exists_prefix)(kvt_tier *t, const kvt_key *keys, size_t n);
 	/* 0 or KVT_ENOTFOUND.  Borrowers keep their view until release. */
 	int (*del)(kvt_tier *t, const kvt_key *key);
 	/* Walk the keys; a nonzero return from fn stops and is returned. */
