@@ -43,7 +43,9 @@ struct vals {
 	uint64_t nonce;
 	_Atomic uint64_t count[VALS_MAX_TENANTS];
 	_Atomic uint64_t expiring[VALS_MAX_TENANTS];
-	const struct kvtd_tenant *tenant_of[VALS_MAX_TENANTS]; /* from rebuild */
+	/* Each tenant met (rebuild, SET): the sweep deletes expired objects
+	 * in their owner's namespace. */
+	const struct kvtd_tenant *_Atomic tenant_of[VALS_MAX_TENANTS];
 	pthread_mutex_t sweep_mu;
 	size_t sweep_shard, sweep_bucket;
 	_Atomic uint64_t reserved;  /* tier space held by SETs being received */
@@ -443,6 +445,8 @@ int vals_set(struct vals *v, const struct kvtd_tenant *t, const char *key, size_
 		return KVT_ETOOBIG;
 	if (pre_check(v, t, key, klen, flags, &expire_ms))
 		return 0;
+	if (!atomic_load(&v->tenant_of[t->id]))
+		atomic_store(&v->tenant_of[t->id], t);
 	seq = atomic_fetch_add(&v->seq, 1) + 1;
 	obj_key(t, seq, v->nonce, key, klen, &obj);
 	write_trailer(buf, key, klen, vlen, p, seq, v->nonce, expire_ms);
@@ -492,6 +496,8 @@ int vals_put_open(struct vals *v, const struct kvtd_tenant *t, const char *key, 
 		rc = KVT_ETOOBIG;
 		goto fail;
 	}
+	if (!atomic_load(&v->tenant_of[t->id]))
+		atomic_store(&v->tenant_of[t->id], t);
 	vp->seq = atomic_fetch_add(&v->seq, 1) + 1;
 	obj_key(t, vp->seq, v->nonce, key, klen, &vp->obj);
 	rc = kvt_put_reserve(v->st, &vp->ns, &vp->obj, v->o.durability, &vp->b);
@@ -848,7 +854,8 @@ static uint64_t purge_bucket(struct vals *v, const struct kvtd_tenant *t, struct
 		}
 		pthread_mutex_unlock(&s->mu);
 		for (size_t i = 0; i < n; i++) {
-			const struct kvtd_tenant *owner = t ? t : v->tenant_of[g[i].tenant];
+			const struct kvtd_tenant *owner =
+				t ? t : atomic_load(&v->tenant_of[g[i].tenant]);
 			if (owner)
 				drop_object(v, owner, &g[i].obj, g[i].p);
 		}
@@ -1100,7 +1107,7 @@ long vals_rebuild(struct vals *v, const struct kvtd_tenant *const *tenants,
 	int rc = 0;
 
 	for (size_t i = 0; i < n_tenants; i++)
-		v->tenant_of[tenants[i]->id] = tenants[i];
+		atomic_store(&v->tenant_of[tenants[i]->id], tenants[i]);
 	for (int i = 0; i < nt && rc == 0; i++) {
 		kvt_tier_stats ts;
 		if (kvt_store_stats(v->st, i, &ts) || !strcmp(ts.name, "dram"))
