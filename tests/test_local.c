@@ -397,7 +397,10 @@ static int child_main(const char *mode, int fd)
 		ns_of(cs, "test/local-shared", &ns);
 		memset(&key, 0x5a, sizeof(key));
 		fill(a, len, 99);
-		return kvt_put(cs, &ns, &key, a, len, KVT_DUR_CACHED) != 0;
+		int rc = kvt_put(cs, &ns, &key, a, len, KVT_DUR_CACHED) != 0;
+		kvt_store_close(cs);
+		free(a);
+		return rc;
 	}
 	/* killed_client: hold a borrow and a reserved write until killed */
 	ns_of(cs, "test/local-killed", &ns);
@@ -562,6 +565,12 @@ static void tenant_bound(void)
 	if (!server)
 		goto out;
 	CHECK_EQ(kvt_local_serve(server, &o, &srv), 0);
+	{
+		/* a second server on a socket one already listens on is refused */
+		kvt_local_server *again = NULL;
+		CHECK_EQ(kvt_local_serve(server, &o, &again), -EADDRINUSE);
+		CHECK(again == NULL);
+	}
 	kvt_config_free(c);
 	c = kvt_config_new();
 	kvt_config_set(c, "tenants", "acme=" ACME_SECRET);

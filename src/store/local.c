@@ -665,10 +665,20 @@ int kvt_local_serve(kvt_store *st, const kvt_local_opts *o, kvt_local_server **o
 		s->n_uids = o->n_uids;
 	}
 	memcpy(a.sun_path, o->path, strlen(o->path) + 1);
-	/* A socket left by a daemon that died is replaced; anything else
-	 * at the path is not ours to remove. */
-	if (lstat(o->path, &sb) == 0 && S_ISSOCK(sb.st_mode))
+	/* A socket left by a daemon that died is replaced; one a daemon
+	 * still listens on, or anything else at the path, is not ours. */
+	if (lstat(o->path, &sb) == 0 && S_ISSOCK(sb.st_mode)) {
+		int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		int live = probe >= 0 && connect(probe, (struct sockaddr *)&a, sizeof(a)) == 0;
+		if (probe >= 0)
+			close(probe);
+		if (live) {
+			kvt_local_stop(s);
+			return kvt_err(-EADDRINUSE, "local socket %s: another server listens there",
+				       o->path);
+		}
 		unlink(o->path);
+	}
 	s->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (s->lfd < 0 || bind(s->lfd, (struct sockaddr *)&a, sizeof(a)) ||
 	    chmod(o->path, o->mode ? o->mode : 0660) || listen(s->lfd, 128) ||
