@@ -15,6 +15,9 @@ import time
 import redis
 
 PORT, PID = int(sys.argv[1]), int(sys.argv[2])
+# Under ThreadSanitizer the daemon's resident memory is mostly shadow
+# memory: the figures below that bound it are not checked then.
+MEMORY = os.environ.get("KVT_DAEMON_TSAN") != "1"
 fails = 0
 
 
@@ -200,9 +203,9 @@ for s in victims:
 time.sleep(0.5)
 after = rss_kib()
 check("four 512 MiB values announced: memory is what was sent (%d MiB)" % ((mid - base) // 1024),
-      mid - base < 200 * 1024)
+      mid - base < 200 * 1024 or not MEMORY)
 check("killed mid-transfer: the memory goes back (%d MiB left)" % ((after - base) // 1024),
-      after - base < 64 * 1024)
+      after - base < 64 * 1024 or not MEMORY)
 check("killed mid-transfer: nothing stored", r.exists("big") == 0)
 
 # a value received in place (straight into the DRAM tier) whose client dies
@@ -254,7 +257,8 @@ info = r.info("clients")
 check("1000 idle connections: all held (%d)" % info["connected_clients"],
       info["connected_clients"] >= 1000)
 grown = rss_kib() - before
-check("1000 idle connections: %d KiB of memory (< 200 MiB)" % grown, grown < 200 * 1024)
+check("1000 idle connections: %d KiB of memory (< 200 MiB)" % grown,
+      grown < 200 * 1024 or not MEMORY)
 time.sleep(1.5)
 check("idle connections are not timed out", all(still_open(c) for c in idle[:50]))
 for c in idle:
