@@ -20,9 +20,12 @@
  *     chunks on the daemon's disk tier;
  *   - kvt_local_serve's tenant binding, on a server of this process: a
  *     peer bound to tenant acme has its puts charged to acme, and a peer
- *     bound to a tenant the store does not know is refused.
+ *     bound to a tenant the store does not know is refused; and kvtierd's:
+ *     with an ACL naming this uid's login a user of tenant acme, acme's
+ *     DRAM quota holds for this local client.
  */
 #include <errno.h>
+#include <pwd.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -88,6 +91,8 @@ static int raw_reserve(uint64_t len, int fill)
 	return r.status == 0 && r.size == len ? fd : -1;
 }
 
+static const char *daemon_extra[8]; /* more options for the next start */
+
 static int daemon_start(const char *bin)
 {
 	char data[96], log[96];
@@ -99,10 +104,15 @@ static int daemon_start(const char *bin)
 		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
 		dup2(fd, 1);
 		dup2(fd, 2);
-		execl(bin, bin, "--port", "0", "--data-dir", data, "--local", sock, "--threads",
-		      "2", "--set", "max_local_cpu_size=64MiB", "--set", "dram_prefault=false",
-		      "--set", "dram_lock_memory=false", "--set", "dram_page_size=64KiB",
-		      "--set", "max_local_disk_size=256MiB", (char *)NULL);
+		const char *av[40] = { bin, "--port", "0", "--data-dir", data, "--local", sock,
+				       "--threads", "2", "--set", "max_local_cpu_size=64MiB",
+				       "--set", "dram_prefault=false", "--set",
+				       "dram_lock_memory=false", "--set", "dram_page_size=64KiB",
+				       "--set", "max_local_disk_size=256MiB" };
+		int n = 19;
+		for (int i = 0; i < 8 && daemon_extra[i]; i++)
+			av[n++] = daemon_extra[i];
+		execv(bin, (char *const *)av);
 		_exit(127);
 	}
 	for (int i = 0; i < 400; i++) {
@@ -523,6 +533,78 @@ out:
 
 #define ACME_SECRET "00112233445566778899aabbccddeeff"
 
+/* kvtierd with an ACL: this uid's login is a user of tenant acme, whose
+ * DRAM quota is 1 MiB; a local client of this uid is acme, so its puts
+ * beyond the quota push its own oldest out of DRAM (the default tenant,
+ * with no quota and 64 MiB, would have kept all eight there). */
+static void acl_tenant(const char *bin)
+{
+	size_t len = kvt_layout_payload_bytes(&(kvt_layout){ LAYERS, HEADS, DIM, KVT_DTYPE_BF16,
+							     2, 0, BT, CT });
+	kvt_ns_desc d = { .model = "test/local-acl", .layout = layout(), .tenant = "acme" };
+	char acl[96], line[256], url[120];
+	struct passwd *pw = getpwuid(geteuid());
+	uint8_t *a = calloc(1, len);
+	kvt_config *c;
+	kvt_store *st;
+	kvt_key k[8];
+	FILE *f;
+	kvt_ns ns;
+	int err;
+
+	snprintf(acl, sizeof(acl), "%s/acl", dir);
+	if (!pw || !(f = fopen(acl, "w"))) {
+		CHECK(0);
+		free(a);
+		return;
+	}
+	fprintf(f, "user default tenant default nopass\nuser %s tenant acme nopass\n"
+		   "quota acme dram 1MiB\n",
+		pw->pw_name);
+	fclose(f);
+	daemon_extra[0] = "--acl";
+	daemon_extra[1] = acl;
+	daemon_extra[2] = "--set";
+	daemon_extra[3] = "tenants=acme=" ACME_SECRET;
+	if (daemon_start(bin)) {
+		CHECK(0);
+		goto out;
+	}
+	c = kvt_config_new();
+	snprintf(url, sizeof(url), "unix://%s", sock);
+	kvt_config_set(c, "daemon", url);
+	kvt_config_set(c, "tenants", "acme=" ACME_SECRET);
+	st = kvt_store_open(c, &err);
+	kvt_config_free(c);
+	CHECK(st != NULL);
+	if (st) {
+		CHECK_EQ(kvt_ns_init(st, &d, &ns), 0);
+		for (int i = 0; i < 8; i++) {
+			snprintf(line, sizeof(line), "acl chunk %d", i);
+			memset(&k[i], 0, sizeof(k[i]));
+			memcpy(k[i].b, line, strlen(line));
+			CHECK_EQ(kvt_put(st, &ns, &k[i], a, len, KVT_DUR_CACHED), 0);
+		}
+		kvt_tier_stats ts;
+		CHECK_EQ(kvt_exists(st, &ns, &k[7]), 1);
+		/* the daemon's DRAM holds acme's quota, not the eight chunks
+		 * (the rest went down to its disk tier) */
+		for (int i = 0; i < 400; i++) {
+			CHECK_EQ(kvt_store_stats(st, 0, &ts), 0);
+			if (ts.used_bytes <= (1u << 20) + 5 * 65536)
+				break;
+			sleep_ms(5);
+		}
+		CHECK(ts.used_bytes <= (1u << 20) + 5 * 65536);
+		CHECK(ts.used_bytes >= 5 * 65536);
+		kvt_store_close(st);
+	}
+	daemon_stop(SIGTERM);
+out:
+	daemon_extra[0] = NULL;
+	free(a);
+}
+
 static const char *bind_to = "acme";
 
 static const char *tenant_of(void *arg, uint32_t uid)
@@ -620,6 +702,8 @@ int main(int argc, char **argv)
 	}
 	snprintf(sock, sizeof(sock), "%s/kvtierd.sock", dir);
 	tenant_bound();
+	if (daemon_pid < 0)
+		acl_tenant(bin);
 
 	/* no daemon: open says which socket it tried */
 	st = open_client();

@@ -24,6 +24,7 @@
 #include "daemon/log.h"
 #include "daemon/ops.h"
 #include "daemon/server.h"
+#include "daemon/tenant.h"
 
 static struct kvtd_tenant default_tenant;
 
@@ -368,6 +369,10 @@ int main(int argc, char **argv)
 	d.config_path = config;
 	if (kvtd_listen(&d) || kvtd_start(&d) || kvtd_ops_serve(&d, &ops))
 		return 1;
+	if (d.auth == kvtd_tenants_auth && d.auth_ctx) { /* a local uid's tenant: its ACL user's */
+		lopt.tenant_of = kvtd_tenants_of_uid;
+		lopt.tenant_arg = d.auth_ctx;
+	}
 	if (lopt.path && (err = kvt_local_serve(d.st, &lopt, &local))) {
 		kvtd_log(KVTD_LOG_ERROR, "--local: %s", kvt_errmsg());
 		return 1;

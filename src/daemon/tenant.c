@@ -10,6 +10,7 @@
 #include "daemon/tenant.h"
 
 #include <pthread.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -225,6 +226,24 @@ const struct kvtd_tenant *kvtd_tenants_shared(struct kvtd *d, const char *key, s
 		x = find(t, s->tenant);
 	pthread_rwlock_unlock(&t->mu);
 	return x;
+}
+
+const char *kvtd_tenants_of_uid(void *arg, uint32_t uid)
+{
+	struct kvtd_tenants *t = arg;
+	struct passwd pw, *res = NULL;
+	const struct kvtd_tenant *x = NULL;
+	char buf[1024];
+
+	if (getpwuid_r((uid_t)uid, &pw, buf, sizeof(buf), &res) || !res)
+		return NULL;
+	pthread_rwlock_rdlock(&t->mu);
+	for (int i = 0; i < t->acl->n_users && !x; i++)
+		if (!strcmp(t->acl->users[i].name, res->pw_name))
+			x = find(t, t->acl->users[i].tenant);
+	pthread_rwlock_unlock(&t->mu);
+	/* tenants live as long as the daemon: the name stays valid */
+	return x && x != t->dflt ? x->name : NULL;
 }
 
 const struct kvtd_tenant *kvtd_tenants_initial(struct kvtd_tenants *t)

@@ -42,6 +42,10 @@ int kvtd_tenants_auth(struct kvtd *d, const char *user, size_t ulen, const char 
 /* The shared namespace `key` falls in (struct kvtd's shared_of: d->auth_ctx
  * is the struct kvtd_tenants), or NULL. */
 const struct kvtd_tenant *kvtd_tenants_shared(struct kvtd *d, const char *key, size_t len);
+/* The tenant a local client (kvt_local_serve) of `uid` acts as: that of
+ * the ACL user named as the uid's login, NULL (the default) if none;
+ * kvt_local_opts.tenant_of with the struct kvtd_tenants as arg. */
+const char *kvtd_tenants_of_uid(void *arg, uint32_t uid);
 /* The tenant a new connection acts as before AUTH: the default user's
  * when it is nopass, else NULL (AUTH required). */
 const struct kvtd_tenant *kvtd_tenants_initial(struct kvtd_tenants *t);
