@@ -58,6 +58,12 @@ small="--set max_local_cpu_size=8MiB --set dram_prefault=false"
 printf 'user eve tenant e sha256:%s\n' "$(sha x)" >"$work/acl_e"
 expect_fail "a list naming a tenant the store lacks" "tenant e" \
 	"$KVTIERD" --port 0 $small --set tenants="$secrets" --acl "$work/acl_e"
+printf 'quota a gpu 1GiB\n' >"$work/acl_tier"
+expect_fail "a quota in a tier the store lacks, with the tiers it has" "no tier named gpu (this store has dram)" \
+	"$KVTIERD" --port 0 $small --set tenants="$secrets" --acl "$work/acl_tier"
+printf 'quota a dram none reserve 6MiB\nquota b dram none reserve 6MiB\n' >"$work/acl_res"
+expect_fail "reservations beyond the tier's policy" "reservations would total" \
+	"$KVTIERD" --port 0 $small --set tenants="$secrets" --acl "$work/acl_res"
 printf 'user eve tenant a secret\n' >"$work/acl_bad"
 expect_fail "--check-config names the bad line" "acl_bad:1: user eve" \
 	"$KVTIERD" --check-config --acl "$work/acl_bad"
