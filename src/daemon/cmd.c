@@ -546,7 +546,8 @@ static void cmd_scan(struct kvtd_conn *c, struct resp_arg *a, size_t n)
 	int k = snprintf(num, sizeof(num), "%llu", (unsigned long long)next);
 	resp_bulk(&c->rb, num, (size_t)k);
 	resp_array(&c->rb, o.n);
-	resp_put(&c->rb, o.b.p, o.b.len);
+	if (o.b.len) /* an empty page has no buffer to copy from */
+		resp_put(&c->rb, o.b.p, o.b.len);
 	if (o.b.oom)
 		c->rb.oom = 1;
 	resp_buf_free(&o.b);
