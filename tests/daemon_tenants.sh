@@ -137,7 +137,7 @@ for i in 1 2 3 4 5 6 7 8; do
 	as carol carolpw -x set big$i <"$work/v" >/dev/null
 done
 # 200 MiB of distinct keys from bob into a 64 MiB DRAM tier.
-redis-benchmark -p "$daemon_port" --user bob -a bobpw -t set -n 200 -d 1048576 \
+timeout 60 redis-benchmark -p "$daemon_port" --user bob -a bobpw -t set -n 200 -d 1048576 \
 	-r 1000000 -c 2 -q >/dev/null 2>&1
 served() { # user password: how many of big1..8 come back whole
 	local n=0
