@@ -585,6 +585,12 @@ KVT_API int kvt_put_reserve(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
  * KVT_EINVAL (a NULL pointer). */
 KVT_API int kvt_put_buf_iov(const kvt_put_buf *b, const struct iovec **iov, int *n_iov);
 
+/* The payload's first `bytes` are written and will not change: the
+ * checksums of the layers they complete are computed now, while those
+ * bytes are in the cache, and publish has the rest only to do.  Optional;
+ * call it as often as convenient.  0 or KVT_EINVAL. */
+KVT_API int kvt_put_buf_written(kvt_put_buf *b, uint64_t bytes);
+
 /* Checksum the payload written in place and store the chunk: kvt_put's
  * results.  `b` is freed whatever the result. */
 KVT_API int kvt_put_publish(kvt_put_buf *b);

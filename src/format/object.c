@@ -989,7 +989,7 @@ int kvt_obj_write_iov(kvt_obj_hdr *h, const void *const *layers,
 	return 0;
 }
 
-int kvt_obj_seal_iov(kvt_obj_hdr *h, const struct iovec *dst, int n_dst)
+int kvt_obj_seal_iov(kvt_obj_hdr *h, const struct iovec *dst, int n_dst, uint32_t from)
 {
 	struct seg_cursor c;
 	int rc;
@@ -1003,9 +1003,31 @@ int kvt_obj_seal_iov(kvt_obj_hdr *h, const struct iovec *dst, int n_dst)
 		return kvt_err(KVT_ESMALL, "destination segments hold less than the image");
 	cursor_init(&c, dst, n_dst);
 	cursor_skip(&c, h->header_len);
-	for (uint32_t i = 0; i < h->n_layers; i++)
+	for (uint32_t i = 0; i < h->n_layers; i++) {
+		if (i < from) {
+			cursor_skip(&c, h->layers[i].length);
+			continue;
+		}
 		h->layers[i].csum = seg_pass(&c, NULL, h->layers[i].length, PASS_HASH_ONLY, 0);
+	}
 	write_header(h, dst, n_dst);
+	return 0;
+}
+
+int kvt_obj_layer_sum_iov(kvt_obj_hdr *h, const struct iovec *dst, int n_dst, uint32_t layer)
+{
+	struct seg_cursor c;
+	int rc;
+
+	rc = hdr_usable(h, "kvt_obj_layer_sum_iov");
+	if (rc)
+		return rc;
+	if (layer >= h->n_layers || (!dst && n_dst))
+		return kvt_err(KVT_EINVAL, "kvt_obj_layer_sum_iov: layer %u of %u", layer,
+			       h->n_layers);
+	cursor_init(&c, dst, n_dst);
+	cursor_skip(&c, h->header_len + h->layers[layer].offset);
+	h->layers[layer].csum = seg_pass(&c, NULL, h->layers[layer].length, PASS_HASH_ONLY, 0);
 	return 0;
 }
 

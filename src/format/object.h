@@ -108,10 +108,15 @@ int kvt_obj_write_iov(kvt_obj_hdr *h, const void *const *layers,
 		      const struct iovec *dst, int n_dst);
 
 /* Seal an image whose payload is already in the segments `dst` (after
- * header_len bytes), written there in place: compute every layer's
- * checksum over it and write the header in front.  Fills
+ * header_len bytes), written there in place: compute the checksum of every
+ * layer from `from` on over it (those before were summed already, by
+ * kvt_obj_layer_sum_iov) and write the header in front.  Fills
  * h->layers[i].csum.  0, KVT_ESMALL or KVT_EINVAL as kvt_obj_write_iov. */
-int kvt_obj_seal_iov(kvt_obj_hdr *h, const struct iovec *dst, int n_dst);
+int kvt_obj_seal_iov(kvt_obj_hdr *h, const struct iovec *dst, int n_dst, uint32_t from);
+
+/* Sum one layer of such an image into h->layers[layer].csum (the segments
+ * must hold it).  0 or KVT_EINVAL. */
+int kvt_obj_layer_sum_iov(kvt_obj_hdr *h, const struct iovec *dst, int n_dst, uint32_t layer);
 
 /* Copy the payload of an image held in `src` (header first) into `out`
  * (capacity `cap`).  With `verify`, every layer's checksum is checked in the

@@ -1174,6 +1174,7 @@ struct kvt_put_buf {
 	kvt_obj_hdr h;
 	kvt_tier_wbuf *w;
 	int first, durability, acct;
+	uint32_t summed;        /* layers whose checksum is computed */
 	struct iovec *iov;
 	int n_iov;
 };
@@ -1238,6 +1239,20 @@ int kvt_put_buf_iov(const kvt_put_buf *b, const struct iovec **iov, int *n_iov)
 	return 0;
 }
 
+int kvt_put_buf_written(kvt_put_buf *b, uint64_t bytes)
+{
+	if (!b)
+		return kvt_err(KVT_EINVAL, "put buffer missing");
+	while (b->summed < b->h.n_layers &&
+	       b->h.layers[b->summed].offset + b->h.layers[b->summed].length <= bytes) {
+		int rc = kvt_obj_layer_sum_iov(&b->h, b->w->iov, b->w->n_iov, b->summed);
+		if (rc)
+			return rc;
+		b->summed++;
+	}
+	return 0;
+}
+
 int kvt_put_publish(kvt_put_buf *b)
 {
 	int rc;
@@ -1245,7 +1260,7 @@ int kvt_put_publish(kvt_put_buf *b)
 	kvt_err_clear();
 	if (!b)
 		return kvt_err(KVT_EINVAL, "put buffer missing");
-	rc = kvt_obj_seal_iov(&b->h, b->w->iov, b->w->n_iov);
+	rc = kvt_obj_seal_iov(&b->h, b->w->iov, b->w->n_iov, b->summed);
 	if (rc)
 		store_image_abort(b->st, b->first, b->w);
 	else
