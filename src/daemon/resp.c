@@ -411,6 +411,15 @@ char *resp_take_big(struct resp_parser *p, size_t i)
 	return p->argv[i].p;
 }
 
+int resp_placed_progress(const struct resp_parser *p, void **handle, uint64_t *got)
+{
+	if (p->state != ST_BIG || p->argv[p->argc].big != 3)
+		return 0;
+	*handle = p->argv[p->argc].placed;
+	*got = p->got;
+	return 1;
+}
+
 void *resp_take_placed(struct resp_parser *p, size_t i)
 {
 	if (i >= p->argc || p->argv[i].big != 3)

@@ -114,6 +114,10 @@ int resp_direct_done(struct resp_parser *p, size_t n);
  * NULL for an argument in the arena. */
 char *resp_take_big(struct resp_parser *p, size_t i);
 
+/* While a placed argument is being received: 1 with its handle and the
+ * bytes received so far (its CRLF counted), else 0. */
+int resp_placed_progress(const struct resp_parser *p, void **handle, uint64_t *got);
+
 /* Take argument i's placement (its handle); NULL if it was not placed. */
 void *resp_take_placed(struct resp_parser *p, size_t i);
 

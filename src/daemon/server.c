@@ -420,6 +420,10 @@ static void on_readable(struct kvtd_conn *c)
 		burst += (size_t)n;
 		if (direct) {
 			int rc = resp_direct_done(&c->parser, (size_t)n);
+			void *vp;
+			uint64_t got;
+			if (rc == RESP_NEED && resp_placed_progress(&c->parser, &vp, &got))
+				vals_put_progress(vp, got);
 			if (rc == RESP_CMD) {
 				c->commands++;
 				atomic_fetch_add(&c->w->d->total_cmds, 1);

@@ -512,6 +512,13 @@ fail:
 	return rc;
 }
 
+void vals_put_progress(struct vals_put *vp, uint64_t got)
+{
+	/* Not past the value: its CRLF lands where the padding and trailer
+	 * are written at commit. */
+	kvt_put_buf_written(vp->b, got < vp->vlen ? got : vp->vlen);
+}
+
 void vals_put_cancel(struct vals_put *vp)
 {
 	if (!vp)

@@ -89,6 +89,9 @@ struct vals_put;
 int vals_put_open(struct vals *v, const struct kvtd_tenant *t, const char *key, size_t klen,
 		  uint64_t vlen, struct vals_put **out, const struct iovec **iov, int *n_iov);
 int vals_put_commit(struct vals_put *vp, int64_t expire_ms, int flags);
+/* `got` bytes of the value have arrived: the layers they complete are
+ * checksummed now, while in cache (kvt_put_buf_written). */
+void vals_put_progress(struct vals_put *vp, uint64_t got);
 void vals_put_cancel(struct vals_put *vp);
 
 /* Borrow the current version of `key`: 0 with *ref (the payload's first
