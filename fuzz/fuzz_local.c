@@ -190,11 +190,9 @@ static void client_side(const uint8_t *data, size_t size)
 	if (rep.status >= 0 && (rep.op == KVT_LP_GET || rep.op == KVT_LP_PUT_BEGIN) &&
 	    kvt_lp_segs_check(body, rep.n, rep.size, arena) == 0) {
 		uint64_t sum = 0;
-		const struct kvt_lp_seg *sg = body;
 		for (uint32_t i = 0; i < rep.n; i++) {
 			uint64_t off, len;
-			memcpy(&off, &sg[i].off, 8);
-			memcpy(&len, &sg[i].len, 8);
+			kvt_lp_seg_at(body, i, &off, &len);
 			if (off + len > arena || off + len < off)
 				abort();
 			sum += len;

@@ -255,19 +255,17 @@ static void dmn_post(struct dmn_tier *t, int op, uint64_t id, uint64_t gen)
 static int dmn_buf_new(struct dmn_tier *t, const struct kvt_lp_rep *rep, const void *body,
 		       const kvt_key *key, struct dmn_buf **out)
 {
-	const struct kvt_lp_seg *seg = body;
 	struct dmn_buf *b;
 	int rc;
 
-	if ((rc = kvt_lp_segs_check(seg, rep->n, rep->size, t->arena_len)))
+	if ((rc = kvt_lp_segs_check(body, rep->n, rep->size, t->arena_len)))
 		return kvt_err_prefix(rc, "kvtierd at %s: ", t->path);
 	b = malloc(sizeof(*b) + rep->n * sizeof(struct iovec));
 	if (!b)
 		return kvt_err(KVT_ENOMEM, "out of memory");
 	for (uint32_t i = 0; i < rep->n; i++) {
 		uint64_t off, len;
-		memcpy(&off, &seg[i].off, sizeof(off));
-		memcpy(&len, &seg[i].len, sizeof(len));
+		kvt_lp_seg_at(body, i, &off, &len);
 		b->iov[i].iov_base = t->arena + off;
 		b->iov[i].iov_len = len;
 	}

@@ -75,8 +75,7 @@ int kvt_lp_rep_check(const void *buf, size_t n, int op, struct kvt_lp_rep *rep,
 	return 0;
 }
 
-int kvt_lp_segs_check(const struct kvt_lp_seg *segs, uint32_t n, uint64_t size,
-		      uint64_t arena_len)
+int kvt_lp_segs_check(const void *segs, uint32_t n, uint64_t size, uint64_t arena_len)
 {
 	uint64_t sum = 0;
 
@@ -85,8 +84,7 @@ int kvt_lp_segs_check(const struct kvt_lp_seg *segs, uint32_t n, uint64_t size,
 	for (uint32_t i = 0; i < n; i++) {
 		uint64_t off, len;
 
-		memcpy(&off, &segs[i].off, sizeof(off));
-		memcpy(&len, &segs[i].len, sizeof(len));
+		kvt_lp_seg_at(segs, i, &off, &len);
 		if (len == 0 || off >= arena_len || len > arena_len - off)
 			return kvt_err(-EPROTO, "segment %" PRIu32 " [%" PRIu64 ", +%" PRIu64
 				       ") is outside the %" PRIu64 "-byte arena", i, off, len,

@@ -28,6 +28,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kvtier.h"
 
@@ -102,9 +103,18 @@ int kvt_lp_req_check(const void *buf, size_t n, struct kvt_lp_req *out, uint32_t
 int kvt_lp_rep_check(const void *buf, size_t n, int op, struct kvt_lp_rep *rep,
 		     const void **body, size_t *body_len);
 
-/* Segments of a reply against the mapped arena: each inside
- * [0, arena_len), none empty, together `size` bytes.  0 or -EPROTO. */
-int kvt_lp_segs_check(const struct kvt_lp_seg *segs, uint32_t n, uint64_t size,
-		      uint64_t arena_len);
+/* Segments of a reply (`segs`, as received: unaligned) against the
+ * mapped arena: each inside [0, arena_len), none empty, together `size`
+ * bytes.  0 or -EPROTO. */
+int kvt_lp_segs_check(const void *segs, uint32_t n, uint64_t size, uint64_t arena_len);
+
+/* Segment i of `segs` as received (unaligned), read byte-wise. */
+static inline void kvt_lp_seg_at(const void *segs, uint32_t i, uint64_t *off, uint64_t *len)
+{
+	const unsigned char *p = (const unsigned char *)segs + (size_t)i * sizeof(struct kvt_lp_seg);
+
+	memcpy(off, p + offsetof(struct kvt_lp_seg, off), sizeof(*off));
+	memcpy(len, p + offsetof(struct kvt_lp_seg, len), sizeof(*len));
+}
 
 #endif
