@@ -593,7 +593,29 @@ class Namespace:
 # --- configuration -----------------------------------------------------------------
 
 
-class Config:
+class _Handle:
+    """What every handle of the library shares: a `with` block and garbage
+    collection close it (close() of its own class), and `closed` says
+    whether it is."""
+
+    _h = None
+
+    @property
+    def closed(self):
+        return not self._h
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_h", None):
+            self.close()
+
+
+class Config(_Handle):
     """A store's configuration (docs/CONFIG.md): Config() has every default,
     Config.load(path) reads YAML, Config.parse(text) the same from a
     string; set(key, value) sets one key as the YAML would."""
@@ -653,16 +675,6 @@ class Config:
         if h:
             lib.kvt_config_free(h)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        if getattr(self, "_h", None):
-            self.close()
-
 
 # --- the store --------------------------------------------------------------------
 
@@ -689,7 +701,7 @@ def _stats_dict(s):
     return out
 
 
-class Store:
+class Store(_Handle):
     """A store over its configured tiers (kvt_store_open).
 
     Store(config) takes a Config, a path to a YAML file, or None (every
@@ -730,10 +742,6 @@ class Store:
     def _adopt(self, child):
         self._children.add(child)
 
-    @property
-    def closed(self):
-        return not self._h
-
     def close(self):
         """Close every connector and free every op made on the store, then
         the store (waiting for its background work)."""
@@ -745,15 +753,6 @@ class Store:
             c.close()
         lib.kvt_store_close(h)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        if getattr(self, "_h", None):
-            self.close()
 
     # namespaces
     def namespace(self, model, layout, **kw):
@@ -950,7 +949,7 @@ class Store:
         return Connector(self, ns, paged, **kw)
 
 
-class Op:
+class Op(_Handle):
     """An asynchronous get, put or prefetch.  wait() returns its result
     (what the synchronous call would) or raises its error; the op keeps its
     buffer alive until it is freed (close(), `with`, or GC)."""
@@ -997,16 +996,6 @@ class Op:
         if h:
             lib.kvt_op_free(h)
         self._keep = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        if getattr(self, "_h", None):
-            self.close()
 
 
 # --- paged layouts of engine memory ---------------------------------------------------
@@ -1251,7 +1240,7 @@ LOAD, SAVE = 1, 2
 ALL_LAYERS = 0xFFFFFFFF
 
 
-class Connector:
+class Connector(_Handle):
     """The engine connector (kvt_conn_*) of a namespace over a store and an
     engine's paged memory (a PagedDesc).  Requests are named by integers
     (0 .. 2^64-1).  Tensors described by `paged` are kept alive by it."""
@@ -1308,25 +1297,12 @@ class Connector:
             raise _closed("connector")
         return h
 
-    @property
-    def closed(self):
-        return not self._h
-
     def close(self):
         """Wait for every load and save in flight, then free the connector."""
         h, self._h = self._h, None
         if h:
             lib.kvt_conn_close(h)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        if getattr(self, "_h", None):
-            self.close()
 
     @staticmethod
     def _blocks(block_ids):
