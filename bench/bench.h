@@ -74,6 +74,14 @@ int bench_common_opt(const char *cmd, int argc, char **argv, int *i, struct benc
 		     void (*usage)(FILE *f));
 /* Say that `arg` is not an option of `cmd`, with the usage; returns 2. */
 int bench_unknown_opt(const char *cmd, const char *arg, void (*usage)(FILE *f));
+/* The whole command line of a benchmark that takes --json, --quick and
+ * --help alone: -1 to go on, else the status to exit with (0 after
+ * --help, 2 after a bad option). */
+int bench_opts_only(const char *cmd, int argc, char **argv, struct bench_opts *o,
+		    void (*usage)(FILE *f));
+/* The path of `name` in the directory of this executable (the build
+ * directory): 0, or -1 if it cannot be known or does not fit. */
+int bench_beside_exe(const char *name, char *out, size_t cap);
 
 /* Set n key/value pairs of configuration, stopping at the first refused:
  * 0 or kvt_config_set's code. */

@@ -198,24 +198,47 @@ void bench_spread_dir(const char *path)
 	close(fd);
 }
 
-int bench_data_path(const char *rel, char *out, size_t cap)
+int bench_beside_exe(const char *name, char *out, size_t cap)
 {
 	char exe[4096];
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	char *slash;
 
-	if (n <= 0) {
-		snprintf(out, cap, "bench-data/%s", rel);
-		return 0;
-	}
+	if (n <= 0)
+		return -1;
 	exe[n] = '\0';
 	slash = strrchr(exe, '/');
 	if (slash)
 		*slash = '\0';
-	n = snprintf(out, cap, "%s/bench-data/%s", exe, rel);
-	if (n < 0 || (size_t)n >= cap)
+	n = snprintf(out, cap, "%s/%s", exe, name);
+	return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+int bench_data_path(const char *rel, char *out, size_t cap)
+{
+	char name[1024];
+
+	snprintf(name, sizeof(name), "bench-data/%s", rel);
+	if (bench_beside_exe(name, out, cap)) {
+		snprintf(out, cap, "%s", name);
 		return 0;
+	}
 	return access(out, R_OK) == 0;
+}
+
+int bench_opts_only(const char *cmd, int argc, char **argv, struct bench_opts *o,
+		    void (*usage)(FILE *f))
+{
+	for (int i = 1; i < argc; i++) {
+		int c = bench_common_opt(cmd, argc, argv, &i, o, usage);
+		if (c == -2)
+			return 0;
+		if (c < 0)
+			return 2;
+		if (c == 0 || o->dir)
+			return bench_unknown_opt(cmd, argv[i], usage);
+	}
+	return -1;
 }
 
 /* rm -rf, one entry at a time; with keep_dirs, only what is not a

@@ -215,28 +215,19 @@ static void row3(const char *what, const char *op, const struct ratio3 *x, int r
 int bench_daemon(int argc, char **argv)
 {
 	struct bench_opts o = { 0 };
-	char dir[1024], exe[4096], kvtierd[4200], rs[1024], rb[1024], py[] = "/usr/bin/python3";
+	char dir[1024], kvtierd[4200], rs[1024], rb[1024], py[] = "/usr/bin/python3";
 	char script[1200], out[1200], log[1200];
 	struct server srv[2] = { { "redis-server", 0, 0 }, { "kvtierd", 0, 0 } };
 	static struct ratio3 resp[N_RESP][2], lm[N_LM], idle;
 	long rss_before = -1, rss_idle = -1;
 	int rounds, rc = 1, *idle_fd = NULL;
 
-	for (int i = 1; i < argc; i++) {
-		int c = bench_common_opt(CMD, argc, argv, &i, &o, usage);
-		if (c == -2)
-			return 0;
-		if (c < 0)
-			return 2;
-		if (c == 0 || o.dir)
-			return bench_unknown_opt(CMD, argv[i], usage);
-	}
+	if ((rc = bench_opts_only(CMD, argc, argv, &o, usage)) >= 0)
+		return rc;
+	rc = 1;
 	rounds = o.quick ? 1 : ROUNDS;
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	exe[n > 0 ? n : 0] = 0;
-	if (strrchr(exe, '/'))
-		*strrchr(exe, '/') = 0;
-	snprintf(kvtierd, sizeof(kvtierd), "%s/kvtierd", exe);
+	if (bench_beside_exe("kvtierd", kvtierd, sizeof(kvtierd)))
+		kvtierd[0] = '\0';
 	if (access(kvtierd, X_OK) || !bench_which("redis-server", rs, sizeof(rs)) ||
 	    !bench_which("redis-benchmark", rb, sizeof(rb)) || access(py, X_OK) ||
 	    !bench_data_path("daemon_lmcache.py", script, sizeof(script))) {

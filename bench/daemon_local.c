@@ -126,7 +126,7 @@ static void row(const char *what, const struct fig *f, int rounds, const char *u
 int bench_daemon_local(int argc, char **argv)
 {
 	struct bench_opts o = { 0 };
-	char exe[4096], bin[4200], dir[80], sock[100], log[100], url[120];
+	char bin[4200], dir[80], sock[100], log[100], url[120];
 	static struct fig put, get, bor;
 	kvt_ns_desc nd = { .model = "bench/daemon-local",
 			   /* 32 layers of 1 MiB: 8 KV heads of 128, bf16, 256 tokens */
@@ -139,21 +139,12 @@ int bench_daemon_local(int argc, char **argv)
 	pid_t pid = -1;
 	int rounds, rc = 1, err;
 
-	for (int i = 1; i < argc; i++) {
-		int c = bench_common_opt(CMD, argc, argv, &i, &o, usage);
-		if (c == -2)
-			return 0;
-		if (c < 0)
-			return 2;
-		if (c == 0 || o.dir)
-			return bench_unknown_opt(CMD, argv[i], usage);
-	}
+	if ((rc = bench_opts_only(CMD, argc, argv, &o, usage)) >= 0)
+		return rc;
+	rc = 1;
 	rounds = o.quick ? 2 : ROUNDS;
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	exe[n > 0 ? n : 0] = 0;
-	if (strrchr(exe, '/'))
-		*strrchr(exe, '/') = 0;
-	snprintf(bin, sizeof(bin), "%s/kvtierd", exe);
+	if (bench_beside_exe("kvtierd", bin, sizeof(bin)))
+		bin[0] = '\0';
 	if (access(bin, X_OK)) {
 		fprintf(stderr, "kvtier-bench %s: needs %s (a full build)\n", CMD, bin);
 		return 1;

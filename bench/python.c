@@ -221,10 +221,8 @@ static void c_close(struct cside *x)
 /* Start python_bench.py and wait for its READY. */
 static int py_open(struct pyside *p, const char *python, uint32_t chunks)
 {
-	char script[4096], pkg[4096], libp[4200], exe[4096], nchunks[16], dram[32], line[256];
+	char script[4096], pkg[4096], libp[4200], nchunks[16], dram[32], line[256];
 	int in[2], out[2];
-	ssize_t n;
-	char *slash;
 
 	memset(p, 0, sizeof(*p));
 	if (!bench_data_path("python_bench.py", script, sizeof(script)) ||
@@ -234,13 +232,8 @@ static int py_open(struct pyside *p, const char *python, uint32_t chunks)
 		return 1;
 	}
 	pkg[strlen(pkg) - strlen("/kvtier/__init__.py")] = '\0';
-	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n <= 0)
-		return bench_fail(CMD, "its own path", -errno);
-	exe[n] = '\0';
-	if ((slash = strrchr(exe, '/')))
-		*slash = '\0';
-	snprintf(libp, sizeof(libp), "%s/libkvtier.so", exe);
+	if (bench_beside_exe("libkvtier.so", libp, sizeof(libp)))
+		return bench_fail(CMD, "its own path", -ENAMETOOLONG);
 	if (access(libp, R_OK)) {
 		fprintf(stderr, "kvtier-bench " CMD ": %s missing (build the kvtier target)\n", libp);
 		return 1;
