@@ -235,6 +235,9 @@ int cmd_demo(int argc, char **argv)
 		printf("   lookup: %d of %zu chunks still cached (%.1f us): %d in DRAM, the %d that\n"
 		       "   B's chunks evicted from DRAM are still in the disk tier\n",
 		       hit, na, us, d.in_tier0, hit - d.in_tier0);
+	else if ((size_t)hit == na)
+		printf("   lookup: %d of %zu chunks still cached (%.1f us): nothing of A was lost\n",
+		       hit, na, us);
 	else
 		printf("   lookup: %d of %zu chunks still cached (%.1f us): B's new chunks evicted\n"
 		       "   A's least recently used ones, which ends A's cached prefix there\n",
