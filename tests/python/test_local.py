@@ -24,10 +24,11 @@ LAYOUT = dict(num_layers=4, num_kv_heads=2, head_dim=64, dtype="bf16", chunk_tok
               block_size=16)
 
 
-def start_daemon(bin_, data, sock):
+def start_daemon(bin_, data, sock, extra=()):
     p = subprocess.Popen([bin_, "--port", "0", "--data-dir", data, "--local", sock,
                           "--threads", "2", "--set", "max_local_cpu_size=64MiB",
-                          "--set", "dram_prefault=false", "--set", "dram_lock_memory=false"],
+                          "--set", "dram_prefault=false", "--set", "dram_lock_memory=false",
+                          *extra],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(400):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
