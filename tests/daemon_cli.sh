@@ -4,18 +4,11 @@
 # SIGTERM's clean exit.  Usage: daemon_cli.sh path/to/kvtierd
 set -u
 KVTIERD=$1
-command -v redis-cli >/dev/null || { echo "SKIP: redis-cli missing (scripts/install-deps.sh)"; exit 77; }
 work=$(mktemp -d)
 trap 'daemon_stop KILL; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 . "$(dirname "$0")/lib_cli.sh"
 . "$(dirname "$0")/lib_daemon.sh"
-
-is() { # description, expected output, command...
-	local d=$1 want=$2; shift 2
-	local got
-	got=$("$@" 2>&1)
-	if [ "$got" == "$want" ]; then ok "$d"; else bad "$d: got [$got], want [$want]"; fi
-}
+need_tools redis-cli
 
 daemon_start --data-dir "$work/data" --unix "$work/sock" || exit 1
 

@@ -8,20 +8,12 @@
 set -u
 KVTIERD=$1
 KVTIER=$(dirname "$KVTIERD")/kvtier
-for t in redis-cli curl; do
-	command -v $t >/dev/null || { echo "SKIP: $t missing (scripts/install-deps.sh)"; exit 77; }
-done
 work=$(mktemp -d)
 trap 'daemon_stop KILL; rm -rf "$work"' EXIT
 . "$(dirname "$0")/lib_cli.sh"
 . "$(dirname "$0")/lib_daemon.sh"
+need_tools redis-cli curl
 
-is() { # description, expected output, command...
-	local d=$1 want=$2; shift 2
-	local got
-	got=$("$@" 2>&1)
-	if [ "$got" == "$want" ]; then ok "$d"; else bad "$d: got [$got], want [$want]"; fi
-}
 scrape() { curl -s "http://127.0.0.1:$mport/metrics" >"$work/m"; }
 val() { # series as written (name{labels}): its value in the last scrape
 	awk -v s="$1" '$1 == s { print $2; f = 1 } END { if (!f) print "absent" }' "$work/m"

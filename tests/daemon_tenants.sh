@@ -8,20 +8,12 @@
 # Usage: daemon_tenants.sh path/to/kvtierd
 set -u
 KVTIERD=$1
-for t in redis-cli redis-benchmark openssl; do
-	command -v $t >/dev/null || { echo "SKIP: $t missing (scripts/install-deps.sh)"; exit 77; }
-done
 work=$(mktemp -d)
 trap 'daemon_stop KILL; rm -rf "$work"' EXIT
 . "$(dirname "$0")/lib_cli.sh"
 . "$(dirname "$0")/lib_daemon.sh"
+need_tools redis-cli redis-benchmark openssl
 
-is() { # description, expected output, command...
-	local d=$1 want=$2; shift 2
-	local got
-	got=$("$@" 2>&1)
-	if [ "$got" == "$want" ]; then ok "$d"; else bad "$d: got [$got], want [$want]"; fi
-}
 sha() { printf '%s' "$1" | sha256sum | cut -c1-64; }
 as() { # user password redis-cli arguments...
 	local u=$1 p=$2; shift 2

@@ -25,3 +25,14 @@ daemon_stop() { # signal (default TERM); waits for the exit
 	daemon_pid=
 }
 rc() { redis-cli -p "$daemon_port" "$@"; }
+is() { # description, expected output, command...: its output must be exactly that
+	local d=$1 want=$2; shift 2
+	local got
+	got=$("$@" 2>&1)
+	if [ "$got" == "$want" ]; then ok "$d"; else bad "$d: got [$got], want [$want]"; fi
+}
+need_tools() { # commands the test runs: a missing one skips it (exit 77)
+	for t in "$@"; do
+		command -v "$t" >/dev/null || { echo "SKIP: $t missing (scripts/install-deps.sh)"; exit 77; }
+	done
+}

@@ -144,6 +144,22 @@ static int segs(const struct dev_tier *t, const struct dev_ent *e, uint64_t len,
 	return n;
 }
 
+/* The first `len` bytes of e's pages to or from the host buffer `host`,
+ * a page at a time. */
+static int copy_pages(struct dev_tier *t, const struct dev_ent *e, uint8_t *host, uint64_t len,
+		      int to_dev)
+{
+	int rc = 0;
+
+	for (uint64_t off = 0; off < len && !rc; off += t->page) {
+		uint8_t *dev = page_ptr(t, e->pages[off / t->page]);
+		size_t take = (size_t)(len - off < t->page ? len - off : t->page);
+		rc = to_dev ? t->mem->to_dev(t->mem, dev, host + off, take)
+			    : t->mem->to_host(t->mem, host + off, dev, take);
+	}
+	return rc;
+}
+
 /* --- writes ------------------------------------------------------------------ */
 
 static int dev_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len, kvt_tier_wbuf **out)
@@ -228,11 +244,7 @@ static int dev_put_commit(kvt_tier *tt, kvt_tier_wbuf *ww, int durability)
 		wbuf_free(t, w);
 		return kvt_err(KVT_ENOTSUP, "device: memory does not survive the process");
 	}
-	for (uint64_t off = 0; off < w->w.len && !rc; off += t->page) {
-		uint64_t take = w->w.len - off < t->page ? w->w.len - off : t->page;
-		rc = t->mem->to_dev(t->mem, page_ptr(t, e->pages[off / t->page]), w->stage + off,
-				    (size_t)take);
-	}
+	rc = copy_pages(t, e, w->stage, w->w.len, 1);
 	if (!rc && !(e->hdr = malloc(KVT_OBJ_HEADER_BYTES)))
 		rc = kvt_err(KVT_ENOMEM, "device: no memory for a header copy");
 	if (rc) {
@@ -333,11 +345,7 @@ static int dev_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 			return kvt_err(KVT_ENOMEM, "device: no memory to stage %llu bytes",
 				       (unsigned long long)r->r.len);
 		}
-		for (uint64_t off = 0; off < r->r.len && !rc; off += t->page) {
-			uint64_t take = r->r.len - off < t->page ? r->r.len - off : t->page;
-			rc = t->mem->to_host(t->mem, r->stage + off,
-					     page_ptr(t, r->e->pages[off / t->page]), (size_t)take);
-		}
+		rc = copy_pages(t, r->e, r->stage, r->r.len, 0);
 		if (rc) {
 			dev_release(tt, &r->r);
 			return rc;
