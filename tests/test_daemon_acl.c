@@ -46,7 +46,7 @@ static void good_file(void)
 	snprintf(text, sizeof(text),
 		 "# tenants of node 7\n"
 		 "user alice tenant a %s\n"
-		 "\tuser bob   tenant b %s %s\r\n"
+		 "\tuser bob   tenant b %s +admin %s\r\n"
 		 "user default tenant default nopass\n"
 		 "\n"
 		 "quota a dram 1GiB reserve 256MiB\n"
@@ -69,13 +69,13 @@ static void good_file(void)
 	CHECK(!strcmp(a->quotas[1].tier, "nvme"));
 
 	u = kvtd_acl_auth(a, "alice", 5, "alicepw", 7);
-	CHECK(u && !strcmp(u->tenant, "a"));
+	CHECK(u && !strcmp(u->tenant, "a") && !u->admin);
 	CHECK(kvtd_acl_auth(a, "alice", 5, "bobpw", 5) == NULL);
 	CHECK(kvtd_acl_auth(a, "alice", 5, "alicepw", 6) == NULL);
 	CHECK(kvtd_acl_auth(a, "alic", 4, "alicepw", 7) == NULL);
 	CHECK(kvtd_acl_auth(a, "carol", 5, "alicepw", 7) == NULL);
 	u = kvtd_acl_auth(a, "bob", 3, "second", 6); /* either of bob's passwords */
-	CHECK(u && !strcmp(u->tenant, "b"));
+	CHECK(u && !strcmp(u->tenant, "b") && u->admin); /* +admin among the passwords */
 	CHECK(kvtd_acl_auth(a, "bob", 3, "bobpw", 5) == u);
 	/* The default user is nopass: any password, and connections start as it. */
 	u = kvtd_acl_auth(a, NULL, 0, "whatever", 8);
@@ -113,9 +113,11 @@ static void bad_files(void)
 		const char *text, *want;
 	} cases[] = {
 		{ "user alice tenant a\n", "acl.txt:1: expected: user <name> tenant" },
-		{ "\nuser alice tenant a secret\n", "acl.txt:2: user alice: \"secret\": expected nopass" },
+		{ "\nuser alice tenant a secret\n", "acl.txt:2: user alice: \"secret\": expected +admin, nopass" },
 		{ "user alice tenant a sha256:abcd\n", "expected sha256:<64 hex digits>" },
-		{ "user alice tenant a\tdefault\n", "user alice: \"default\": expected nopass" },
+		{ "user alice tenant a\tdefault\n", "user alice: \"default\": expected +admin, nopass" },
+		{ "user alice tenant a +admin\n", "user alice: no password: give nopass or sha256" },
+		{ "user alice tenant a +Admin nopass\n", "\"+Admin\": expected +admin" },
 		{ "user alice tenant a nopass nopass\nuser bob tenant b\n", "acl.txt:2: expected: user" },
 		{ "user alice tenant a nopass sha256:%s\n", "expected sha256:<64 hex digits>" },
 		{ "user al!ce tenant a nopass\n", "user name \"al!ce\"" },

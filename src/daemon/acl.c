@@ -105,7 +105,8 @@ static int parse_user(kvtd_acl *a, char **w, int n, const struct acl_line *l)
 	struct kvtd_user *u;
 
 	if (n < 5 || strcmp(w[2], "tenant"))
-		return acl_fail(l, "expected: user <name> tenant <tenant> (nopass | sha256:<hex>)...");
+		return acl_fail(l, "expected: user <name> tenant <tenant> [+admin] "
+				"(nopass | sha256:<hex>)...");
 	if (!name_ok(w[1]))
 		return acl_fail(l, "user name \"%.64s\": 1..%d of A-Z a-z 0-9 _ - . @",
 				w[1], KVTD_NAME_MAX - 1);
@@ -123,6 +124,8 @@ static int parse_user(kvtd_acl *a, char **w, int n, const struct acl_line *l)
 	for (int i = 4; i < n; i++) {
 		if (!strcmp(w[i], "nopass")) {
 			u->nopass = 1;
+		} else if (!strcmp(w[i], "+admin")) {
+			u->admin = 1;
 		} else if (!strncmp(w[i], "sha256:", 7)) {
 			if (u->n_pass == KVTD_PASS_MAX)
 				return acl_fail(l, "user %s: more than %d passwords", u->name,
@@ -132,12 +135,15 @@ static int parse_user(kvtd_acl *a, char **w, int n, const struct acl_line *l)
 						u->name, w[i]);
 			u->n_pass++;
 		} else {
-			return acl_fail(l, "user %s: \"%.80s\": expected nopass or sha256:<64 hex digits>",
-					u->name, w[i]);
+			return acl_fail(l, "user %s: \"%.80s\": expected +admin, nopass or "
+					"sha256:<64 hex digits>", u->name, w[i]);
 		}
 	}
 	if (u->nopass && u->n_pass)
 		return acl_fail(l, "user %s: nopass and passwords both given", u->name);
+	if (!u->nopass && !u->n_pass)
+		return acl_fail(l, "user %s: no password: give nopass or sha256:<64 hex digits>",
+				u->name);
 	a->n_users++;
 	return 0;
 }

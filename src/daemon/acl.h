@@ -5,7 +5,7 @@
  * The file is text, one directive a line (docs/DAEMON_OPS.md):
  *
  *   # comment
- *   user <name> tenant <tenant> (nopass | sha256:<64 hex>)...
+ *   user <name> tenant <tenant> [+admin] (nopass | sha256:<64 hex>)...
  *   quota <tenant> <tier> (<size> | none) [reserve <size>]
  *   shared <prefix> tenant <tenant>
  *
@@ -15,7 +15,9 @@
  * the one `AUTH <password>` (one argument) authenticates; when it is
  * `nopass`, a connection starts authenticated as it, as in Redis.  A key
  * under a shared prefix lives in that line's tenant's namespace: every
- * tenant reads it, only that tenant's users write it.
+ * tenant reads it, only that tenant's users write it.  `+admin` lets a
+ * user see the node as a whole where others see their tenant only (INFO's
+ * tier figures, clients and command counts).
  *
  * The module parses and answers questions; it holds no lock and no store.
  * An access list is immutable once parsed: a reload parses a new one and
@@ -38,6 +40,7 @@ struct kvtd_user {
 	char name[KVTD_NAME_MAX];
 	char tenant[KVTD_NAME_MAX];  /* "default" or a configured tenant */
 	int nopass;
+	int admin;                   /* +admin: INFO shows it the whole node */
 	int n_pass;
 	uint8_t pass_sha256[KVTD_PASS_MAX][32];
 };

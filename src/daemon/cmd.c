@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "daemon/log.h"
+#include "daemon/ops.h"
 #include "daemon/server.h"
 
 typedef void (*cmd_fn)(struct kvtd_conn *c, struct resp_arg *a, size_t n);
@@ -117,14 +118,16 @@ static int do_auth(struct kvtd_conn *c, const struct resp_arg *user, const struc
 {
 	struct kvtd *d = dmn(c);
 	const struct kvtd_tenant *t = NULL;
+	int rc = d->auth(d, user ? user->p : "default", user ? user->len : 7, pass->p,
+			 pass->len, &t);
 
-	if (d->auth(d, user ? user->p : "default", user ? user->len : 7, pass->p, pass->len,
-		    &t)) {
+	if (rc < 0) {
 		resp_error(&c->rb,
 			   "WRONGPASS invalid username-password pair or user is disabled.");
 		return -1;
 	}
 	c->tenant = t;
+	c->admin = rc == 1;
 	return 0;
 }
 
@@ -287,10 +290,10 @@ static void reply_value(struct kvtd_conn *c, const struct resp_arg *k)
 	int rc = vals_get(dmn(c)->vals, key_ten(c, k->p, k->len), k->p, k->len, &ref, &vlen);
 
 	if (rc == 0) {
-		atomic_fetch_add(&dmn(c)->keyspace_hits, 1);
+		atomic_fetch_add(&dmn(c)->keyspace_hits[ten(c)->id], 1);
 		kvtd_reply_ref(c, ref, vlen);
 	} else if (rc == KVT_ENOTFOUND) {
-		atomic_fetch_add(&dmn(c)->keyspace_misses, 1);
+		atomic_fetch_add(&dmn(c)->keyspace_misses[ten(c)->id], 1);
 		resp_null(&c->rb, c->proto);
 	} else {
 		store_error(c, rc);
@@ -597,11 +600,67 @@ static int want(const char *sec, const struct resp_arg *a, size_t n)
 	return 0;
 }
 
+/* INFO's per-tier lines of the node: every tenant's figures together. */
+static void info_tiers_node(struct kvtd *d, struct resp_buf *b)
+{
+	int nt = kvt_store_tiers(d->st);
+
+	for (int i = 0; i < nt; i++) {
+		kvt_tier_stats s;
+		if (kvt_store_stats(d->st, i, &s))
+			continue;
+		add(b, "tier%d:name=%s,capacity_bytes=%llu,used_bytes=%llu,objects=%llu,"
+		       "hits=%llu,misses=%llu,puts=%llu,bytes_in=%llu,bytes_out=%llu,"
+		       "evictions=%llu,promotions=%llu,demotions=%llu,corrupt=%llu,"
+		       "write_errors=%llu,read_errors=%llu,read_gbps=%.3f,state=%s\r\n",
+		    i, s.name, (unsigned long long)s.capacity_bytes,
+		    (unsigned long long)s.used_bytes, (unsigned long long)s.chunks,
+		    (unsigned long long)s.hits, (unsigned long long)s.misses,
+		    (unsigned long long)s.puts, (unsigned long long)s.bytes_in,
+		    (unsigned long long)s.bytes_out, (unsigned long long)s.evictions,
+		    (unsigned long long)s.promotions, (unsigned long long)s.demotions,
+		    (unsigned long long)s.corrupt, (unsigned long long)s.write_errors,
+		    (unsigned long long)s.read_errors, s.read_gbps,
+		    s.state[0] ? "degraded" : "ok");
+	}
+}
+
+/* INFO's per-tier lines of one tenant: its share of each tier against its
+ * quota and reservation, and nothing that moves with other tenants' use
+ * (the tier's capacity, hits and traffic are the node's).  A tier that
+ * accounts no shares (an unbounded S3 tier) says so. */
+static void info_tiers_tenant(struct kvtd *d, const struct kvtd_tenant *t, struct resp_buf *b)
+{
+	int nt = kvt_store_tiers(d->st);
+
+	for (int i = 0; i < nt; i++) {
+		kvt_tier_stats s;
+		kvt_tenant_usage u;
+		if (kvt_store_stats(d->st, i, &s))
+			continue;
+		if (kvt_store_tenant_usage(d->st, t->name[0] ? t->name : NULL, i, &u)) {
+			add(b, "tier%d:name=%s,accounted=no\r\n", i, s.name);
+			continue;
+		}
+		add(b, "tier%d:name=%s,used_bytes=%llu,objects=%llu,quota_bytes=%llu,"
+		       "reserve_bytes=%llu,quota_evictions=%llu,share_evictions=%llu\r\n",
+		    i, s.name, (unsigned long long)u.bytes, (unsigned long long)u.chunks,
+		    (unsigned long long)u.quota, (unsigned long long)u.reserve,
+		    (unsigned long long)u.quota_evictions, (unsigned long long)u.share_evictions);
+	}
+}
+
+/* A tenant learns nothing from INFO of what other tenants cache or do:
+ * the clients, command counts and tier figures of the node are shown to
+ * an admin (the access list's +admin, or any client without a list), the
+ * caller's tenant's own to every other user. */
 static void cmd_info(struct kvtd_conn *c, struct resp_arg *a, size_t n)
 {
 	struct kvtd *d = dmn(c);
 	struct resp_buf b = { 0 };
 	int64_t now = vals_now_ms();
+	const struct kvtd_tenant *t = ten(c);
+	int node = c->admin;
 
 	if (want("server", a, n))
 		add(&b, "# Server\r\nredis_version:%s\r\nkvtier_version:%s\r\nredis_mode:standalone\r\n"
@@ -609,47 +668,40 @@ static void cmd_info(struct kvtd_conn *c, struct resp_arg *a, size_t n)
 			"uptime_in_seconds:%lld\r\nio_threads_active:%d\r\n\r\n",
 		    KVTD_VERSION, KVT_VERSION_STRING, (long)getpid(), d->port,
 		    (long long)(now - d->start_ms) / 1000, d->nw);
-	if (want("clients", a, n))
-		add(&b, "# Clients\r\nconnected_clients:%ld\r\nmaxclients:%ld\r\n\r\n",
-		    atomic_load(&d->clients), d->o.maxclients);
-	if (want("stats", a, n))
-		add(&b, "# Stats\r\ntotal_connections_received:%llu\r\n"
-			"total_commands_processed:%llu\r\nrejected_connections:%llu\r\n"
-			"keyspace_hits:%llu\r\nkeyspace_misses:%llu\r\n\r\n",
-		    (unsigned long long)atomic_load(&d->total_conns),
-		    (unsigned long long)atomic_load(&d->total_cmds),
-		    (unsigned long long)atomic_load(&d->rejected_conns),
-		    (unsigned long long)atomic_load(&d->keyspace_hits),
-		    (unsigned long long)atomic_load(&d->keyspace_misses));
+	if (want("clients", a, n)) {
+		add(&b, "# Clients\r\n");
+		if (node)
+			add(&b, "connected_clients:%ld\r\n", atomic_load(&d->clients));
+		add(&b, "maxclients:%ld\r\n\r\n", d->o.maxclients);
+	}
+	if (want("stats", a, n)) {
+		add(&b, "# Stats\r\n");
+		if (node)
+			add(&b, "total_connections_received:%llu\r\n"
+				"total_commands_processed:%llu\r\nrejected_connections:%llu\r\n",
+			    (unsigned long long)atomic_load(&d->total_conns),
+			    (unsigned long long)atomic_load(&d->total_cmds),
+			    (unsigned long long)atomic_load(&d->rejected_conns));
+		add(&b, "keyspace_hits:%llu\r\nkeyspace_misses:%llu\r\n\r\n",
+		    (unsigned long long)kvtd_ops_keyspace(d, node ? NULL : t, 0),
+		    (unsigned long long)kvtd_ops_keyspace(d, node ? NULL : t, 1));
+	}
 	if (want("keyspace", a, n)) {
-		uint64_t keys = vals_count(d->vals, ten(c));
+		uint64_t keys = vals_count(d->vals, t);
 		add(&b, "# Keyspace\r\n");
 		if (keys)
 			add(&b, "db0:keys=%llu,expires=%llu,avg_ttl=0\r\n", (unsigned long long)keys,
-			    (unsigned long long)vals_expiring(d->vals, ten(c)));
+			    (unsigned long long)vals_expiring(d->vals, t));
 		add(&b, "\r\n");
 	}
 	if (want("kvtier", a, n)) {
-		int nt = kvt_store_tiers(d->st);
-		add(&b, "# Kvtier\r\ntiers:%d\r\n", nt);
-		for (int i = 0; i < nt; i++) {
-			kvt_tier_stats s;
-			if (kvt_store_stats(d->st, i, &s))
-				continue;
-			add(&b, "tier%d:name=%s,capacity_bytes=%llu,used_bytes=%llu,objects=%llu,"
-				"hits=%llu,misses=%llu,puts=%llu,bytes_in=%llu,bytes_out=%llu,"
-				"evictions=%llu,promotions=%llu,demotions=%llu,corrupt=%llu,"
-				"write_errors=%llu,read_errors=%llu,read_gbps=%.3f,state=%s\r\n",
-			    i, s.name, (unsigned long long)s.capacity_bytes,
-			    (unsigned long long)s.used_bytes, (unsigned long long)s.chunks,
-			    (unsigned long long)s.hits, (unsigned long long)s.misses,
-			    (unsigned long long)s.puts, (unsigned long long)s.bytes_in,
-			    (unsigned long long)s.bytes_out, (unsigned long long)s.evictions,
-			    (unsigned long long)s.promotions, (unsigned long long)s.demotions,
-			    (unsigned long long)s.corrupt, (unsigned long long)s.write_errors,
-			    (unsigned long long)s.read_errors, s.read_gbps,
-			    s.state[0] ? "degraded" : "ok");
-		}
+		add(&b, "# Kvtier\r\ntenant:%s\r\nscope:%s\r\ntiers:%d\r\n",
+		    t->name[0] ? t->name : "default", node ? "node" : "tenant",
+		    kvt_store_tiers(d->st));
+		if (node)
+			info_tiers_node(d, &b);
+		else
+			info_tiers_tenant(d, t, &b);
 		add(&b, "\r\n");
 	}
 	if (b.len >= 2)

@@ -28,7 +28,8 @@
 
 static struct kvtd_tenant default_tenant;
 
-/* AUTH without an ACL: the default user's password, --requirepass. */
+/* AUTH without an ACL: the default user's password, --requirepass.  Its
+ * one tenant is the whole node: it is an admin. */
 static int auth_requirepass(struct kvtd *d, const char *user, size_t ulen, const char *pass,
 			    size_t plen, const struct kvtd_tenant **out)
 {
@@ -38,7 +39,7 @@ static int auth_requirepass(struct kvtd *d, const char *user, size_t ulen, const
 	    CRYPTO_memcmp(want, pass, plen))
 		return -1;
 	*out = d->default_tenant;
-	return 0;
+	return 1;
 }
 
 static void usage(FILE *f)

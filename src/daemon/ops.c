@@ -22,6 +22,18 @@ static void family(struct kvtd_text *o, const char *name, const char *type,
 			 name, v);
 }
 
+uint64_t kvtd_ops_keyspace(struct kvtd *d, const struct kvtd_tenant *t, int misses)
+{
+	_Atomic uint64_t *v = misses ? d->keyspace_misses : d->keyspace_hits;
+	uint64_t sum = 0;
+
+	if (t)
+		return atomic_load(&v[t->id]);
+	for (size_t i = 0; i < VALS_MAX_TENANTS; i++)
+		sum += atomic_load(&v[i]);
+	return sum;
+}
+
 void kvtd_metrics_daemon(void *arg, struct kvtd_text *o)
 {
 	struct kvtd *d = arg;
@@ -36,9 +48,9 @@ void kvtd_metrics_daemon(void *arg, struct kvtd_text *o)
 	family(o, "kvtierd_commands_total", "counter", "Commands run since start.",
 	       (unsigned long long)atomic_load(&d->total_cmds));
 	family(o, "kvtierd_keyspace_hits_total", "counter", "Reads of keys that were there.",
-	       (unsigned long long)atomic_load(&d->keyspace_hits));
+	       (unsigned long long)kvtd_ops_keyspace(d, NULL, 0));
 	family(o, "kvtierd_keyspace_misses_total", "counter", "Reads of keys that were not.",
-	       (unsigned long long)atomic_load(&d->keyspace_misses));
+	       (unsigned long long)kvtd_ops_keyspace(d, NULL, 1));
 	family(o, "kvtierd_uptime_seconds", "gauge", "Seconds since the daemon started.",
 	       (unsigned long long)((vals_now_ms() - d->start_ms) / 1000));
 	if (d->auth == kvtd_tenants_auth && d->auth_ctx)
@@ -89,8 +101,11 @@ int kvtd_ops_start(struct kvtd *d, const struct kvtd_ops_opts *o, const kvt_ns_d
 
 	if (kvtd_ops_check(o))
 		return -1;
+	/* Without an access list there is one tenant: the node is its own. */
+	d->initial_admin = 1;
 	if (o->acl) {
 		struct kvtd_tenants *t;
+		const struct kvtd_tenant *first;
 		if (d->o.requirepass) {
 			kvtd_log(KVTD_LOG_ERROR, "--requirepass and --acl: give one (the access "
 				 "list names the default user's password)");
@@ -104,12 +119,14 @@ int kvtd_ops_start(struct kvtd *d, const struct kvtd_ops_opts *o, const kvt_ns_d
 		d->auth = kvtd_tenants_auth;
 		d->auth_ctx = t;
 		d->shared_of = kvtd_tenants_shared;
-		/* Whether a connection must AUTH first is fixed at start: a
-		 * reload that changes the default user's nopass says so.  A
+		/* Whether a connection must AUTH first, and whether it then
+		 * starts as an admin, are fixed at start: a reload that
+		 * changes the default user's nopass or +admin says so.  A
 		 * nopass default user's tenant is what connections start as. */
-		if (kvtd_tenants_initial(t))
-			d->default_tenant = kvtd_tenants_initial(t);
-		d->auth_required = kvtd_tenants_initial(t) == NULL;
+		first = kvtd_tenants_initial(t, &d->initial_admin);
+		if (first)
+			d->default_tenant = first;
+		d->auth_required = first == NULL;
 		kvtd_log(KVTD_LOG_INFO, "access list %s: %zu tenants%s", o->acl,
 			 kvtd_tenants_list(t, NULL, 0),
 			 d->auth_required ? ", AUTH required" : "");
@@ -159,6 +176,7 @@ void kvtd_ops_reload(struct kvtd *d)
 {
 	struct kvtd_tenants *t = d->auth == kvtd_tenants_auth ? d->auth_ctx : NULL;
 	char err[512];
+	int admin;
 
 	if (!t)
 		return;
@@ -166,9 +184,11 @@ void kvtd_ops_reload(struct kvtd *d)
 		kvtd_log(KVTD_LOG_WARN, "SIGHUP: the access list in force stays: %s", err);
 		return;
 	}
-	if ((kvtd_tenants_initial(t) == NULL) != d->auth_required)
-		kvtd_log(KVTD_LOG_WARN, "SIGHUP: whether the default user needs a password "
-			 "changed; new connections follow it at the next start");
+	if ((kvtd_tenants_initial(t, &admin) == NULL) != d->auth_required ||
+	    (!d->auth_required && admin != d->initial_admin))
+		kvtd_log(KVTD_LOG_WARN, "SIGHUP: whether the default user needs a password, "
+			 "or is +admin, changed; connections that do not AUTH follow it at "
+			 "the next start");
 	kvtd_log(KVTD_LOG_INFO, "SIGHUP: access list reloaded: %zu tenants",
 		 kvtd_tenants_list(t, NULL, 0));
 }

@@ -13,6 +13,7 @@
 #define KVTD_OPS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <kvtier.h>
 
@@ -38,6 +39,10 @@ size_t kvtd_ops_tenants(struct kvtd *d, const struct kvtd_tenant **out, size_t m
 int kvtd_ops_serve(struct kvtd *d, const struct kvtd_ops_opts *o);
 void kvtd_ops_reload(struct kvtd *d);
 void kvtd_ops_stop(struct kvtd *d);
+
+/* Reads of keys that were there (misses 0) or not (1): tenant t's, or
+ * the node's (t NULL). */
+uint64_t kvtd_ops_keyspace(struct kvtd *d, const struct kvtd_tenant *t, int misses);
 
 /* http.h's callbacks over the struct kvtd (public for the tests). */
 void kvtd_metrics_daemon(void *arg, struct kvtd_text *out);

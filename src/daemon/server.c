@@ -483,6 +483,7 @@ static void adopt_conn(struct kvtd_worker *w, int fd)
 	c->id = atomic_fetch_add(&d->next_id, 1) + 1;
 	c->proto = 2;
 	c->tenant = d->auth_required ? NULL : d->default_tenant;
+	c->admin = c->tenant && d->initial_admin;
 	c->created_ms = c->last_in_ms = c->last_out_ms = mono_ms();
 	resp_parser_init(&c->parser, d->o.max_value, d->o.max_cmd, VALS_SLACK);
 	c->parser.alloc = (struct resp_alloc){ buf_get, kvtd_buf_put, w, place_value,

@@ -68,6 +68,7 @@ struct kvtd_conn {
 	uint64_t out_bytes;       /* pending, rb included */
 	int proto;                /* 2 or 3 */
 	const struct kvtd_tenant *tenant; /* NULL: not authenticated */
+	int admin;                /* INFO shows it the node, not its tenant alone */
 	struct kvtd_tls *tls;     /* a TLS session (TCP clients, --tls-cert), or NULL */
 	char name[128];
 	char lib_name[64], lib_ver[32];
@@ -114,8 +115,10 @@ struct kvtd_opts {
 	const char *requirepass;  /* AUTH password of the default user, or NULL */
 };
 
-/* AUTH: 0 with *out set to the tenant the user acts as, or -1 (wrong
- * user or password).  `user` is "default" for the one-argument form. */
+/* AUTH: 0 with *out set to the tenant the user acts as, 1 the same for a
+ * user who sees the whole node (INFO; the access list's +admin), or -1
+ * (wrong user or password).  `user` is "default" for the one-argument
+ * form. */
 typedef int (*kvtd_auth_fn)(struct kvtd *d, const char *user, size_t ulen,
 			    const char *pass, size_t plen, const struct kvtd_tenant **out);
 
@@ -132,9 +135,12 @@ struct kvtd {
 	_Atomic unsigned next_worker; /* round-robin of accepted connections */
 	_Atomic long clients;
 	_Atomic uint64_t total_conns, total_cmds, rejected_conns;
-	_Atomic uint64_t keyspace_hits, keyspace_misses;
+	/* Reads of keys there and not, by the reading connection's tenant
+	 * (its id): INFO tells a tenant its own; the node's is their sum. */
+	_Atomic uint64_t keyspace_hits[VALS_MAX_TENANTS], keyspace_misses[VALS_MAX_TENANTS];
 	const struct kvtd_tenant *default_tenant;
 	int auth_required;        /* connections start without a tenant */
+	int initial_admin;        /* connections start as an admin (ops.c) */
 	kvtd_auth_fn auth;
 	void *auth_ctx;
 	/* The shared namespace `key` falls in (the access list's shared

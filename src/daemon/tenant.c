@@ -210,7 +210,7 @@ int kvtd_tenants_auth(struct kvtd *d, const char *user, size_t ulen, const char 
 	pthread_rwlock_rdlock(&t->mu);
 	u = kvtd_acl_auth(t->acl, user, ulen, pass, plen);
 	if (u && (*out = find(t, u->tenant)))
-		rc = 0;
+		rc = u->admin ? 1 : 0;
 	pthread_rwlock_unlock(&t->mu);
 	return rc;
 }
@@ -246,7 +246,7 @@ const char *kvtd_tenants_of_uid(void *arg, uint32_t uid)
 	return x && x != t->dflt ? x->name : NULL;
 }
 
-const struct kvtd_tenant *kvtd_tenants_initial(struct kvtd_tenants *t)
+const struct kvtd_tenant *kvtd_tenants_initial(struct kvtd_tenants *t, int *admin)
 {
 	const struct kvtd_tenant *x = NULL;
 	const struct kvtd_user *u;
@@ -254,6 +254,8 @@ const struct kvtd_tenant *kvtd_tenants_initial(struct kvtd_tenants *t)
 	pthread_rwlock_rdlock(&t->mu);
 	if ((u = kvtd_acl_initial(t->acl)))
 		x = find(t, u->tenant);
+	if (admin)
+		*admin = x && u->admin;
 	pthread_rwlock_unlock(&t->mu);
 	return x;
 }

@@ -47,8 +47,9 @@ const struct kvtd_tenant *kvtd_tenants_shared(struct kvtd *d, const char *key, s
  * kvt_local_opts.tenant_of with the struct kvtd_tenants as arg. */
 const char *kvtd_tenants_of_uid(void *arg, uint32_t uid);
 /* The tenant a new connection acts as before AUTH: the default user's
- * when it is nopass, else NULL (AUTH required). */
-const struct kvtd_tenant *kvtd_tenants_initial(struct kvtd_tenants *t);
+ * when it is nopass, else NULL (AUTH required); *admin (if not NULL)
+ * whether that user is +admin. */
+const struct kvtd_tenant *kvtd_tenants_initial(struct kvtd_tenants *t, int *admin);
 /* Every tenant known (the default first): up to `max` into out; returns
  * how many there are. */
 size_t kvtd_tenants_list(struct kvtd_tenants *t, const struct kvtd_tenant **out,
