@@ -623,6 +623,26 @@ KVT_API int kvt_ref_verify(const kvt_ref *ref);
 /* Give a reference back; NULL is a no-op.  Any thread may release it. */
 KVT_API void kvt_release(kvt_ref *ref);
 
+/* --- whole images, between nodes ------------------------------------------ */
+
+/* Borrow the object image stored under `key` — its 4 KiB header and
+ * payload, as the tiers hold it (docs/FORMAT.md) — from this node's own
+ * tiers only (device, DRAM, local disk: not the shared file system, S3 or
+ * other nodes), for a node daemon to hand to another node.  No namespace
+ * is checked: the key names the chunk, and the receiving store checks the
+ * image against its own namespace and verifies it.  The image is checked
+ * for a sound header and length, and verified where the tier's reads are
+ * (a disk); a bad copy is not served (it is dropped or listed as a get
+ * would).  kvt_ref_iov then gives the whole image and kvt_ref_len its
+ * bytes; kvt_release gives it back.  0, KVT_ENOTFOUND, KVT_ENOMEM or
+ * KVT_EINVAL. */
+KVT_API int kvt_image_borrow(kvt_store *st, const kvt_key *key, kvt_ref **ref);
+
+/* How many of keys[0..n), from the first, this node's own tiers hold (as
+ * kvt_image_borrow reads them), answered from memory.  >= 0, or
+ * KVT_EINVAL. */
+KVT_API int kvt_image_present(kvt_store *st, const kvt_key *keys, size_t n);
+
 /* --- lookup -------------------------------------------------------------- */
 
 /* Where each chunk of a prefix lives: tier index (0 = fastest) per chunk. */
@@ -632,7 +652,10 @@ typedef struct kvt_lookup_result {
 } kvt_lookup_result;
 
 /* Longest run of leading keys present in some tier.  Answers from memory,
- * never waits on I/O, changes nothing (no promotion, no recency).  `res`
+ * never waits on I/O, changes nothing (no promotion, no recency) — except
+ * that a peer tier (other nodes' daemons, `peers`) is asked over the
+ * network, once per lookup, for the part of the chain the node's own
+ * tiers do not hold.  `res`
  * may be NULL; res->tier, if not NULL, gets n_hit entries.  Returns n_hit
  * (>= 0) or KVT_EINVAL.  A chunk past its TTL may still count (see
  * CAVEATS); a tier whose endpoint does not answer answers from its last

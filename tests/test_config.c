@@ -313,10 +313,10 @@ static void tier_keys(void)
 		CHECK(strstr(kvt_errmsg(), name) != NULL);
 		kvt_config_free(cfg);
 	}
-	CHECK_EQ(kinds, 6);
+	CHECK_EQ(kinds, 7);
 	char hint[160];
 	CHECK(strcmp(kvt_tier_enable_hint(hint, sizeof(hint)),
-		     "device_capacity, local_cpu: true, local_disk, shared_fs, remote_url or daemon") == 0);
+		     "device_capacity, local_cpu: true, local_disk, peers, shared_fs, remote_url or daemon") == 0);
 }
 
 /* `daemon`: kvtierd's local socket as unix:///path or /path, from a key or

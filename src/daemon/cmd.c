@@ -808,6 +808,79 @@ static void cmd_command(struct kvtd_conn *c, struct resp_arg *a, size_t n)
 	}
 }
 
+/* --- other nodes ------------------------------------------------------------------ */
+
+/* The peer commands hand out raw chunks of every tenant by their storage
+ * key: only on a daemon started with --serve-peers, and only to a user
+ * who sees the whole node (the access list's +admin; anyone without one). */
+static int peer_ok(struct kvtd_conn *c)
+{
+	if (dmn(c)->serve_peers && c->tenant && c->admin)
+		return 1;
+	resp_error(&c->rb, "NOPERM %s", dmn(c)->serve_peers
+			   ? "this user may not read other tenants' chunks (ACL: +admin)"
+			   : "this daemon does not serve other nodes (--serve-peers)");
+	return 0;
+}
+
+static int peer_key(struct kvtd_conn *c, const struct resp_arg *a, kvt_key *k)
+{
+	char hex[65];
+
+	if (a->len == 64) {
+		memcpy(hex, a->p, 64);
+		hex[64] = '\0';
+		if (kvt_key_parse(hex, k) == 0)
+			return 0;
+	}
+	resp_error(&c->rb, "ERR a chunk key is 64 hex digits");
+	return -1;
+}
+
+/* KVTIER.PEEK key...: how many, from the first, this node holds itself. */
+static void cmd_kvtier_peek(struct kvtd_conn *c, struct resp_arg *a, size_t n)
+{
+	kvt_key keys[64];
+	size_t done = 0;
+
+	if (!peer_ok(c))
+		return;
+	while (done < n - 1) {
+		size_t k = n - 1 - done < 64 ? n - 1 - done : 64;
+		int got;
+		for (size_t i = 0; i < k; i++)
+			if (peer_key(c, &a[1 + done + i], &keys[i]))
+				return;
+		got = kvt_image_present(dmn(c)->st, keys, k);
+		done += got > 0 ? (size_t)got : 0;
+		if (got < (int)k)
+			break;
+	}
+	resp_int(&c->rb, (long long)done);
+}
+
+/* KVTIER.FETCH key: the chunk's object image, or the null reply. */
+static void cmd_kvtier_fetch(struct kvtd_conn *c, struct resp_arg *a, size_t n)
+{
+	kvt_key k;
+	kvt_ref *ref;
+	int rc;
+
+	(void)n;
+	if (!peer_ok(c) || peer_key(c, &a[1], &k))
+		return;
+	rc = kvt_image_borrow(dmn(c)->st, &k, &ref);
+	if (rc == 0) {
+		atomic_fetch_add(&dmn(c)->peer_fetches, 1);
+		atomic_fetch_add(&dmn(c)->peer_bytes, kvt_ref_len(ref));
+		kvtd_reply_ref(c, ref, kvt_ref_len(ref));
+	} else if (rc == KVT_ENOTFOUND) {
+		resp_null(&c->rb, 2); /* the peer tier reads RESP2's null */
+	} else {
+		store_error(c, rc);
+	}
+}
+
 static const struct cmd cmds[] = {
 	{ "ping", -1, cmd_ping, 0, 0, 0, 0, "fast", "connection", "Ping the server" },
 	{ "echo", 2, cmd_echo, 0, 0, 0, 0, "fast", "connection", "Echo the given string" },
@@ -850,6 +923,10 @@ static const struct cmd cmds[] = {
 	  "Information and statistics about the server and kvtier's tiers" },
 	{ "flushdb", -1, cmd_flushdb, 0, 0, 0, 0, "write", "server",
 	  "Remove all keys of the caller's tenant" },
+	{ "kvtier.peek", -2, cmd_kvtier_peek, 0, 0, 0, 0, "readonly fast", "kvtier",
+	  "How many of the chunk keys, from the first, this node holds (other nodes ask)" },
+	{ "kvtier.fetch", 2, cmd_kvtier_fetch, 0, 0, 0, 0, "readonly", "kvtier",
+	  "A chunk's object image by its key (other nodes ask)" },
 };
 static const size_t n_cmds = sizeof(cmds) / sizeof(cmds[0]);
 

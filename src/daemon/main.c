@@ -70,6 +70,8 @@ static void usage(FILE *f)
 		"  --metrics-bind ADDR  IPv4 address for them (default 127.0.0.1)\n"
 		"  --tls-cert FILE      TCP clients speak TLS: the certificate chain (PEM)\n"
 		"  --tls-key FILE       and its private key (PEM)\n"
+		"  --serve-peers        other nodes' kvtierd may read this node's chunks\n"
+		"                       (KVTIER.PEEK/FETCH; with --acl, +admin users)\n"
 		"  --check-config       check the configuration and options, then exit\n");
 }
 
@@ -152,7 +154,7 @@ bad:
 
 enum { O_CONFIG = 256, O_DATA, O_PORT, O_BIND, O_UNIX, O_SET, O_THREADS, O_DUR, O_PASS,
        O_MAXCL, O_MAXVAL, O_TIMEOUT, O_LOG, O_CHECK, O_HELP, O_LOCAL, O_LOCAL_UID, O_ACL,
-       O_MPORT, O_MBIND, O_TLS_CERT, O_TLS_KEY };
+       O_MPORT, O_MBIND, O_TLS_CERT, O_TLS_KEY, O_SERVE_PEERS };
 
 int main(int argc, char **argv)
 {
@@ -168,6 +170,7 @@ int main(int argc, char **argv)
 		{ "local-uid", 1, 0, O_LOCAL_UID }, { "acl", 1, 0, O_ACL },
 		{ "metrics-port", 1, 0, O_MPORT }, { "metrics-bind", 1, 0, O_MBIND },
 		{ "tls-cert", 1, 0, O_TLS_CERT }, { "tls-key", 1, 0, O_TLS_KEY },
+		{ "serve-peers", 0, 0, O_SERVE_PEERS },
 		{ 0, 0, 0, 0 }
 	};
 	struct kvtd d = { .o = { .bind = "127.0.0.1", .port = 6379, .threads = 4,
@@ -226,6 +229,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		case O_PASS: d.o.requirepass = optarg; break;
+		case O_SERVE_PEERS: d.serve_peers = 1; break;
 		case O_MAXCL:
 			if (parse_long("--maxclients", optarg, 1, 1000000, &v))
 				return 2;

@@ -51,6 +51,12 @@ void kvtd_metrics_daemon(void *arg, struct kvtd_text *o)
 	       (unsigned long long)kvtd_ops_keyspace(d, NULL, 0));
 	family(o, "kvtierd_keyspace_misses_total", "counter", "Reads of keys that were not.",
 	       (unsigned long long)kvtd_ops_keyspace(d, NULL, 1));
+	family(o, "kvtierd_peer_fetches_total", "counter",
+	       "Chunks this node served to other nodes (KVTIER.FETCH).",
+	       (unsigned long long)atomic_load(&d->peer_fetches));
+	family(o, "kvtierd_peer_fetched_bytes_total", "counter",
+	       "Bytes of the chunks served to other nodes.",
+	       (unsigned long long)atomic_load(&d->peer_bytes));
 	family(o, "kvtierd_uptime_seconds", "gauge", "Seconds since the daemon started.",
 	       (unsigned long long)((vals_now_ms() - d->start_ms) / 1000));
 	if (d->auth == kvtd_tenants_auth && d->auth_ctx)

@@ -151,6 +151,8 @@ struct kvtd {
 	int64_t start_ms;
 	const char *config_path;
 	int durability;
+	int serve_peers;          /* --serve-peers: KVTIER.PEEK and FETCH */
+	_Atomic uint64_t peer_fetches, peer_bytes; /* chunks served to them */
 };
 
 int kvtd_listen(struct kvtd *d);

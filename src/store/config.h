@@ -22,7 +22,7 @@
 #define KVT_PATH_MAX 1024
 
 enum { KVT_CT_DRAM = 0, KVT_CT_NVME = 1, KVT_CT_SHARED = 2, KVT_CT_S3 = 3, KVT_CT_DEVICE = 4,
-       KVT_CT_DAEMON = 5, KVT_CT_KINDS };
+       KVT_CT_DAEMON = 5, KVT_CT_PEER = 6, KVT_CT_KINDS };
 enum { KVT_WRITE_THROUGH = 0, KVT_WRITE_BACK = 1, KVT_WRITE_NONE = 2 };
 
 typedef struct kvt_tenant {
@@ -69,6 +69,10 @@ struct kvt_config {
 	uint32_t s3_refresh_s;
 	uint32_t s3_list_timeout_ms;  /* 0: 10 x s3_timeout_ms */
 	uint32_t s3_list_max_pages;   /* 0: the tier's default (10000) */
+	char peers[1024];             /* other nodes' kvtierd, host:port,... ("" = none) */
+	char peer_user[128];          /* AUTH to them ("" : the password alone) */
+	char peer_password[256];      /* "" : no AUTH */
+	uint32_t peer_timeout_ms;
 	char daemon[108];             /* kvtierd's local socket: the store is its
 				       * client ("" = the store's own tiers) */
 	uint32_t hash_scheme;         /* enum kvt_hash_scheme */

@@ -402,11 +402,7 @@ static int serve_one(struct lconn *c, const struct kvt_lp_req *q)
 		if (n != (ssize_t)(q->size * KVT_KEY_BYTES))
 			return kvt_err(-EPROTO, "LOOKUP of %" PRIu64 " keys followed by %zd bytes",
 				       q->size, n);
-		for (; hit < q->size; hit++) {
-			memcpy(key.b, keys + hit * KVT_KEY_BYTES, KVT_KEY_BYTES);
-			if (!store_image_exists(st, &key))
-				break;
-		}
+		hit = store_chain_held(st, (const kvt_key *)keys, q->size, NULL);
 		return send_status(c, q, (int)hit);
 	}
 	case KVT_LP_STATS: {

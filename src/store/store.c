@@ -122,6 +122,7 @@ static int add_tier(kvt_store *st, kvt_tier *t, const kvt_tier_class *cls)
 	p->gbps = cls->gbps;
 	p->lat_us = cls->lat_us;
 	st->verify[st->n_tiers] = cls->verify(&st->cfg);
+	st->n_remote += cls->remote;
 	st->kind[st->n_tiers] = cls->kind;
 	st->cls[st->n_tiers] = cls;
 	st->tiers[st->n_tiers++] = t;
@@ -1106,6 +1107,50 @@ void store_image_abort(kvt_store *st, int first, kvt_tier_wbuf *w)
 	st->tiers[first]->ops->put_abort(st->tiers[first], w);
 }
 
+/* The order a read asks the tiers in: the node's own first, as configured
+ * (fastest first), then the remote ones — another node's daemon, the
+ * shared file system, S3 — cheapest first by what the cost model expects a
+ * read of `bytes` to take from each: the fixed cost and bandwidth it has
+ * measured (planning speeds until it has).  So a decode node fetches from
+ * its prefill node when that node answers faster than the shared tiers,
+ * and from the shared file system when it does not.  One such read in 32
+ * asks the runner-up first, so a tier that was slow once is measured again
+ * and can win its place back.  The registry lists every remote kind after
+ * the others, so ord[i] == i for the node's own tiers.  `bytes` 0: the
+ * caller does not know the size (the local protocol's GET). */
+static void read_order(kvt_store *st, uint64_t bytes, int *ord)
+{
+	double est[KVT_MAX_TIERS];
+	int n = 0, first;
+
+	if (!bytes) /* not known to the caller: the last read's, or a chunk's */
+		bytes = atomic_load(&st->last_read_bytes);
+	if (!bytes)
+		bytes = 1u << 20;
+
+	for (int i = 0; i < st->n_tiers; i++)
+		if (!st->cls[i]->remote)
+			ord[n++] = i;
+	first = n;
+	for (int i = 0; i < st->n_tiers; i++) {
+		int k;
+		if (!st->cls[i]->remote)
+			continue;
+		pthread_mutex_lock(&st->perf[i].mu);
+		est[i] = st->perf[i].lat_us * 1e-6 + (double)bytes / (st->perf[i].gbps * 1e9);
+		pthread_mutex_unlock(&st->perf[i].mu);
+		for (k = n; k > first && est[ord[k - 1]] > est[i]; k--)
+			ord[k] = ord[k - 1];
+		ord[k] = i;
+		n++;
+	}
+	if (n - first > 1 && (atomic_fetch_add(&st->remote_reads, 1) & 31) == 31) {
+		int x = ord[first];
+		ord[first] = ord[first + 1];
+		ord[first + 1] = x;
+	}
+}
+
 int store_image_get(kvt_store *st, const kvt_key *key, kvt_tier_rbuf **rb)
 {
 	kvt_tier *t0 = st->tiers[0];
@@ -1115,13 +1160,19 @@ int store_image_get(kvt_store *st, const kvt_key *key, kvt_tier_rbuf **rb)
 		return rc;
 	/* Held below only: copied up into the first tier now, verified in
 	 * the copy (a bad copy is not promoted), then served from there. */
-	for (int i = 1; i < st->n_tiers; i++) {
+	int ord[KVT_MAX_TIERS];
+	read_order(st, 0, ord);
+	for (int j = 1; j < st->n_tiers; j++) {
+		int i = ord[j];
 		kvt_tier *t = st->tiers[i];
 		kvt_tier_rbuf *src;
 		kvt_obj_hdr h;
+		double t_read = store_now_s();
 
 		if (t->ops->get(t, key, &src))
 			continue;
+		if (st->cls[i]->remote)
+			store_perf_note(st, i, src->len, store_now_s() - t_read);
 		rc = store_image_header(src, &h);
 		if (rc == 0)
 			rc = store_copy_verified(st, 0, src, &h);
@@ -1132,6 +1183,8 @@ int store_image_get(kvt_store *st, const kvt_key *key, kvt_tier_rbuf **rb)
 		t->ops->release(t, src);
 		if (rc && rc != KVT_EEXIST)
 			return rc;
+		if (rc == 0)
+			hier_count(st->hier, i, HIER_PROMOTION);
 		hier_hit(st->hier, i, key);
 		return t0->ops->get(t0, key, rb);
 	}
@@ -1342,11 +1395,15 @@ void store_perf_note(kvt_store *st, int i, uint64_t bytes, double secs)
 	double us = secs * 1e6;
 
 	store_perf_hist(st, i, secs);
+	atomic_store(&st->last_read_bytes, bytes);
 	pthread_mutex_lock(&p->mu);
+	/* The first measurement replaces the planning figure outright: it
+	 * was a guess about hardware, this is the hardware. */
 	if (bytes <= 64 * 1024)
-		p->lat_us = 0.8 * p->lat_us + 0.2 * us;
+		p->lat_us = p->n_lat++ ? 0.8 * p->lat_us + 0.2 * us : us;
 	else if (secs > 0)
-		p->gbps = 0.8 * p->gbps + 0.2 * ((double)bytes / secs / 1e9);
+		p->gbps = p->n_bw++ ? 0.8 * p->gbps + 0.2 * ((double)bytes / secs / 1e9)
+				    : (double)bytes / secs / 1e9;
 	pthread_mutex_unlock(&p->mu);
 }
 
@@ -1386,17 +1443,31 @@ int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 			kvt_ref **out, int *tier_out, int dev)
 {
 	char why[384] = "";
-	int failed = 0, bad = 0;
+	int failed = 0, bad = 0, ord[KVT_MAX_TIERS], ordered = 0, copied_up = 0;
 
-	for (int i = 0; i < st->n_tiers; i++) {
-		kvt_tier *t = st->tiers[i];
+	for (int j = 0; j < st->n_tiers; j++) {
+		int i = ordered ? ord[j] : j;
+		kvt_tier *t;
 		kvt_tier_rbuf *rb;
 		kvt_ref *ref;
-		int on_dev = dev && t->ops->get_dev;
-		int rc = on_dev ? t->ops->get_dev(t, key, &rb) : t->ops->get(t, key, &rb);
+		int on_dev, rc;
+		double t0;
 
+		if (!ordered && st->n_remote > 1 && st->cls[j]->remote) {
+			read_order(st, KVT_OBJ_HEADER_BYTES + kvt_layout_payload_bytes(&ns->layout),
+				   ord);
+			ordered = 1;
+			i = ord[j];
+		}
+		t = st->tiers[i];
+		on_dev = dev && t->ops->get_dev;
+		t0 = st->cls[i]->remote ? store_now_s() : 0;
+		rc = on_dev ? t->ops->get_dev(t, key, &rb) : t->ops->get(t, key, &rb);
 		if (rc == KVT_ENOTFOUND)
 			continue;
+		if (rc == 0 && st->cls[i]->remote)
+			/* the read is the transfer: what the cost model learns */
+			store_perf_note(st, i, rb->len, store_now_s() - t0);
 		if (rc < 0) {
 			kvt_log(KVT_LOG_WARN, "%s tier: read failed: %s (%s)",
 				t->ops->name, kvt_strerror(rc), kvt_errmsg());
@@ -1406,7 +1477,7 @@ int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 				note_failure(why, sizeof(why), &bad, rc, t->ops->name);
 			continue;
 		}
-		ref = malloc(sizeof(*ref));
+		ref = calloc(1, sizeof(*ref));
 		if (!ref) {
 			t->ops->release(t, rb);
 			return kvt_err(KVT_ENOMEM, "out of memory");
@@ -1459,6 +1530,36 @@ int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 			continue;
 		}
 		hier_hit(st->hier, i, key);
+		if (st->cls[i]->fetches && i > 0 && !copied_up) {
+			/* Fetched over the network and kept nowhere: copied up
+			 * into the first tier now (verified as it is copied),
+			 * and the read served from there. */
+			rc = store_copy_verified(st, 0, rb, &ref->hdr);
+			if (rc == 0 || rc == KVT_EEXIST) {
+				hier_count(st->hier, i, HIER_PROMOTION);
+				free(ref->iov);
+				t->ops->release(t, rb);
+				free(ref);
+				copied_up = 1;
+				ordered = 0;
+				j = -1;
+				continue;
+			}
+			if (rc == KVT_ECORRUPT) {
+				char hex[65];
+				kvt_key_hex(key, hex);
+				kvt_log(KVT_LOG_WARN, "%s tier: chunk %s failed verification: %s",
+					t->ops->name, hex, kvt_errmsg());
+				if (!failed)
+					note_failure(why, sizeof(why), &bad, rc, t->ops->name);
+				t->ops->corrupt(t, rb);
+				free(ref->iov);
+				t->ops->release(t, rb);
+				free(ref);
+				continue;
+			}
+			/* no room above: served from the fetched copy */
+		}
 		*out = ref;
 		*tier_out = i;
 		return 0;
@@ -1481,7 +1582,7 @@ void store_ref_free(kvt_ref *ref)
  * reader wait, once per key however many readers ask at the same time. */
 static void promote(kvt_store *st, int tier, const kvt_key *key)
 {
-	if (tier == 0 || !flight_enter(st, key))
+	if (tier == 0 || st->cls[tier]->fetches || !flight_enter(st, key))
 		return;
 	move_submit(st, MOVE_PROMOTE, tier, key);
 }
@@ -1531,8 +1632,9 @@ int kvt_get(kvt_store *st, const kvt_ns *ns, const kvt_key *key, void *buf,
 		}
 		store_ref_free(ref);
 		if (rc == 0) {
-			store_perf_note(st, tier, KVT_OBJ_HEADER_BYTES + (len ? *len : 0),
-				  store_now_s() - t0);
+			if (!st->cls[tier]->remote) /* a remote read noted itself */
+				store_perf_note(st, tier, KVT_OBJ_HEADER_BYTES + (len ? *len : 0),
+						store_now_s() - t0);
 			promote(st, tier, key);
 		}
 		return rc;
@@ -1605,7 +1707,7 @@ int kvt_ref_iov(const kvt_ref *ref, const struct iovec **iov, int *n_iov)
 
 uint64_t kvt_ref_len(const kvt_ref *ref)
 {
-	return ref ? ref->hdr.payload_len : 0;
+	return !ref ? 0 : ref->image ? ref->rb->len : ref->hdr.payload_len;
 }
 
 int kvt_ref_verify(const kvt_ref *ref)
@@ -1619,6 +1721,81 @@ void kvt_release(kvt_ref *ref)
 {
 	if (ref)
 		store_ref_free(ref);
+}
+
+/* --- whole images, for other nodes ------------------------------------------------ */
+
+int kvt_image_borrow(kvt_store *st, const kvt_key *key, kvt_ref **out)
+{
+	kvt_err_clear();
+	if (!st || !key || !out)
+		return kvt_err(KVT_EINVAL, "store, key or reference output missing");
+	for (int i = 0; i < st->n_tiers; i++) {
+		kvt_tier *t = st->tiers[i];
+		kvt_tier_rbuf *rb;
+		kvt_ref *ref;
+		int rc;
+
+		if (st->cls[i]->remote || t->ops->get(t, key, &rb))
+			continue;
+		if (!(ref = calloc(1, sizeof(*ref)))) {
+			t->ops->release(t, rb);
+			return kvt_err(KVT_ENOMEM, "out of memory");
+		}
+		ref->st = st;
+		ref->tier = t;
+		ref->rb = rb;
+		ref->image = 1;
+		rc = store_image_header(rb, &ref->hdr);
+		if (rc == 0 && rb->len != KVT_OBJ_HEADER_BYTES + ref->hdr.payload_len)
+			rc = kvt_err(KVT_ETRUNCATED, "image is %llu bytes, header says %llu",
+				     (unsigned long long)rb->len,
+				     (unsigned long long)(KVT_OBJ_HEADER_BYTES +
+							  ref->hdr.payload_len));
+		if (rc == 0 && st->verify[i])
+			rc = kvt_obj_verify_iov(&ref->hdr, rb->iov, rb->n_iov);
+		if (rc == 0 && !(ref->iov = malloc((size_t)rb->n_iov * sizeof(*ref->iov))))
+			rc = kvt_err(KVT_ENOMEM, "out of memory");
+		if (rc == KVT_ENOMEM) {
+			t->ops->release(t, rb);
+			free(ref);
+			return rc;
+		}
+		if (rc) {
+			char hex[65];
+			kvt_key_hex(key, hex);
+			kvt_log(KVT_LOG_WARN, "%s tier: not serving %s to a peer: %s (%s)",
+				t->ops->name, hex, kvt_strerror(rc), kvt_errmsg());
+			t->ops->corrupt(t, rb);
+			hier_remove(st->hier, i, key);
+			t->ops->release(t, rb);
+			free(ref);
+			continue;
+		}
+		memcpy(ref->iov, rb->iov, (size_t)rb->n_iov * sizeof(*ref->iov));
+		ref->n_iov = rb->n_iov;
+		hier_hit(st->hier, i, key);
+		*out = ref;
+		return 0;
+	}
+	return kvt_err(KVT_ENOTFOUND, "no chunk under that key on this node");
+}
+
+int kvt_image_present(kvt_store *st, const kvt_key *keys, size_t n)
+{
+	size_t k;
+
+	if (!st || (!keys && n))
+		return kvt_err(KVT_EINVAL, "store or keys missing");
+	for (k = 0; k < n && k < INT32_MAX; k++) {
+		int held = 0;
+		for (int i = 0; i < st->n_tiers && !held; i++)
+			held = !st->cls[i]->remote &&
+			       st->tiers[i]->ops->exists(st->tiers[i], &keys[k]) == 1;
+		if (!held)
+			break;
+	}
+	return (int)k;
 }
 
 int kvt_exists(kvt_store *st, const kvt_ns *ns, const kvt_key *key)
@@ -1642,23 +1819,16 @@ int kvt_delete(kvt_store *st, const kvt_ns *ns, const kvt_key *key)
 
 /* --- lookup ---------------------------------------------------------------------- */
 
-int kvt_lookup(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
-	       size_t n_keys, kvt_lookup_result *res)
+/* How many of keys[0..n), from the first, some tier holds; tier_out[k]
+ * (when not NULL) the first tier holding key k.  A tier that knows nothing
+ * from memory (another node's daemon) is asked once, for the rest of the
+ * chain from the first key no other tier holds: upto[i] is where its
+ * answer ends. */
+size_t store_chain_held(kvt_store *st, const kvt_key *keys, size_t n_keys, uint8_t *tier_out)
 {
-	uint32_t hit = 0;
-	int rc;
+	size_t upto[KVT_MAX_TIERS], hit = 0;
+	int asked[KVT_MAX_TIERS] = { 0 };
 
-	if (!st || !ns || (!keys && n_keys))
-		return kvt_err(KVT_EINVAL, "store, namespace or keys missing");
-	(void)rc;
-	if (st->n_tiers == 1 && st->tiers[0]->ops->exists_prefix && n_keys) {
-		/* one tier that answers for the whole chain at once */
-		int n = st->tiers[0]->ops->exists_prefix(st->tiers[0], keys, n_keys);
-		hit = n > 0 ? (uint32_t)n : 0;
-		if (res && res->tier)
-			memset(res->tier, 0, hit);
-		n_keys = 0; /* answered */
-	}
 	for (size_t k = 0; k < n_keys; k++) {
 		int found = -1;
 		for (int i = 0; i < st->n_tiers; i++)
@@ -1666,11 +1836,43 @@ int kvt_lookup(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
 				found = i;
 				break;
 			}
+		for (int i = 0; found < 0 && i < st->n_tiers; i++) {
+			kvt_tier *t = st->tiers[i];
+			if (!st->cls[i]->fetches || !t->ops->exists_prefix)
+				continue;
+			if (!asked[i]) {
+				int got = t->ops->exists_prefix(t, &keys[k], n_keys - k);
+				upto[i] = k + (got > 0 ? (size_t)got : 0);
+				asked[i] = 1;
+			}
+			if (k < upto[i])
+				found = i;
+		}
 		if (found < 0)
 			break;
-		if (res && res->tier)
-			res->tier[k] = (uint8_t)found;
+		if (tier_out)
+			tier_out[k] = (uint8_t)found;
 		hit++;
+	}
+	return hit;
+}
+
+int kvt_lookup(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
+	       size_t n_keys, kvt_lookup_result *res)
+{
+	uint32_t hit = 0;
+
+	if (!st || !ns || (!keys && n_keys))
+		return kvt_err(KVT_EINVAL, "store, namespace or keys missing");
+	if (st->n_tiers == 1 && st->tiers[0]->ops->exists_prefix && n_keys) {
+		/* one tier that answers for the whole chain at once */
+		int n = st->tiers[0]->ops->exists_prefix(st->tiers[0], keys, n_keys);
+		hit = n > 0 ? (uint32_t)n : 0;
+		if (res && res->tier)
+			memset(res->tier, 0, hit);
+		n_keys = 0; /* answered */
+	} else {
+		hit = (uint32_t)store_chain_held(st, keys, n_keys, res ? res->tier : NULL);
 	}
 	/* Admission counts one sighting per chunk per lookup, the whole chain
 	 * and not only the hits: an engine asks once per request, and a chunk

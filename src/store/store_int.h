@@ -52,6 +52,7 @@ struct job {
 struct tier_perf {
 	pthread_mutex_t mu;
 	double gbps, lat_us;       /* EWMA; planning defaults until measured */
+	uint64_t n_bw, n_lat;      /* measurements folded in so far */
 	_Atomic uint64_t hist[24]; /* reads by log2 of their microseconds */
 };
 
@@ -63,6 +64,9 @@ struct kvt_store {
 	int kind[KVT_MAX_TIERS];   /* KVT_CT_*: which configuration applies */
 	const struct kvt_tier_class *cls[KVT_MAX_TIERS]; /* its registry row (tiers.h) */
 	int verify[KVT_MAX_TIERS]; /* verify payload checksums on read */
+	int n_remote;              /* tiers whose class is remote (tiers.h) */
+	_Atomic uint32_t remote_reads; /* reads that went past the node's tiers */
+	_Atomic uint64_t last_read_bytes; /* the size read_order last costed */
 	struct tier_health health[KVT_MAX_TIERS];
 	kvt_hier *hier;
 
@@ -127,6 +131,7 @@ struct kvt_ref {
 	struct iovec *iov; /* the payload: the image less its header */
 	int n_iov;
 	int dev;           /* the payload is in device memory (get_dev) */
+	int image;         /* kvt_image_borrow's: iov is the whole image */
 };
 
 /* --- images in segments ---------------------------------------------------- */
@@ -187,6 +192,10 @@ int store_tenant_acct(const kvt_store *st, const char *tenant);
 void store_image_abort(kvt_store *st, int first, kvt_tier_wbuf *w);
 int store_image_get(kvt_store *st, const kvt_key *key, kvt_tier_rbuf **rb);
 int store_image_exists(kvt_store *st, const kvt_key *key);
+/* How many of keys[0..n), from the first, the store holds (kvt_lookup's
+ * answer, a peer tier asked once for the chain); tier_out[k] the first
+ * tier holding key k, when not NULL. */
+size_t store_chain_held(kvt_store *st, const kvt_key *keys, size_t n, uint8_t *tier_out);
 int store_image_del(kvt_store *st, const kvt_key *key);
 
 /* --- ops.c ------------------------------------------------------------------ */

@@ -14,6 +14,7 @@
 #include "tier/dram.h"
 #include "tier/fsdir.h"
 #include "tier/nvme.h"
+#include "tier/peer.h"
 #include "tier/s3.h"
 #include "tier/speeds.h"
 
@@ -208,6 +209,69 @@ static const kvt_tier_class nvme_class = {
 	.defaults = nvme_defaults,
 };
 
+/* --- other nodes' daemons ------------------------------------------------------ */
+
+static int peer_configured(const kvt_config *c) { return c->peers[0] != '\0'; }
+
+static int peer_open_cfg(const kvt_config *c, kvt_io *io, kvt_tier **out)
+{
+	kvt_peer_opts o = {
+		.peers = c->peers,
+		.user = c->peer_user,
+		.password = c->peer_password,
+		.timeout_ms = (int)c->peer_timeout_ms,
+		/* the largest chunk this store could be asked for */
+		.max_image = 4 * GiB,
+	};
+	int rc;
+
+	(void)io; /* sockets: no files */
+	if ((rc = kvt_peer_open(&o, out)))
+		kvt_err_prefix(rc, "peer tier: ");
+	return rc;
+}
+
+static int peer_set_list(kvt_config *c, const char *v)
+{
+	int rc;
+
+	if (!*v || !strcasecmp(v, "null") || !strcasecmp(v, "none")) {
+		c->peers[0] = '\0';
+		return 0;
+	}
+	if (strlen(v) >= sizeof(c->peers))
+		return kvt_err(KVT_ECONFIG, "longer than %zu bytes", sizeof(c->peers) - 1);
+	if ((rc = kvt_peer_list_check(v)))
+		return rc;
+	snprintf(c->peers, sizeof(c->peers), "%s", v);
+	return 0;
+}
+
+static const kvt_config_key peer_keys[] = {
+	KVT_CKEY_FN("peers", peer_set_list, "host:port,host:port (other nodes' kvtierd)"),
+	KVT_CKEY_STR("peer_user", peer_user, "the ACL user peers know this node as"),
+	KVT_CKEY_STR("peer_password", peer_password, "that user's password"),
+	KVT_CKEY_U32("peer_timeout_ms", peer_timeout_ms, 1, 600000, "1..600000"),
+};
+
+static void peer_defaults(kvt_config *c)
+{
+	/* Another node's chunks are read, never written or evicted here. */
+	c->tier[KVT_CT_PEER].eviction = 0;
+	c->tier[KVT_CT_PEER].admit_rules = 0;
+	c->tier[KVT_CT_PEER].write = KVT_WRITE_NONE;
+	c->peer_timeout_ms = 2000;
+}
+
+static const kvt_tier_class peer_class = {
+	.name = "peer", .kind = KVT_CT_PEER, .configured = peer_configured,
+	.open = peer_open_cfg, .verify = always,
+	.gbps = KVT_SPEED_PEER_GBPS, .lat_us = KVT_SPEED_PEER_LAT_US, .round = grain_byte,
+	.persistent = 0, .key_prefix = "peer", .enable_hint = "peers",
+	.keys = peer_keys, .n_keys = sizeof(peer_keys) / sizeof(peer_keys[0]),
+	.defaults = peer_defaults, .remote = 1, .fetches = 1,
+};
+
 /* --- a shared file system ------------------------------------------------------- */
 
 static int fsdir_configured(const kvt_config *c) { return c->shared_fs[0] != '\0'; }
@@ -249,7 +313,7 @@ static const kvt_tier_class fsdir_class = {
 	.gbps = KVT_SPEED_FS_GBPS, .lat_us = KVT_SPEED_FS_LAT_US, .round = grain_byte,
 	.persistent = 1, .key_prefix = "shared_fs", .enable_hint = "shared_fs",
 	.keys = fsdir_keys, .n_keys = sizeof(fsdir_keys) / sizeof(fsdir_keys[0]),
-	.defaults = fsdir_defaults,
+	.defaults = fsdir_defaults, .remote = 1,
 };
 
 /* --- S3 ------------------------------------------------------------------------- */
@@ -368,7 +432,7 @@ static const kvt_tier_class s3_class = {
 	.gbps = KVT_SPEED_S3_GBPS, .lat_us = KVT_SPEED_S3_LAT_US, .round = grain_byte,
 	.persistent = 1, .key_prefix = "s3", .enable_hint = "remote_url",
 	.keys = s3_keys, .n_keys = sizeof(s3_keys) / sizeof(s3_keys[0]),
-	.defaults = s3_defaults,
+	.defaults = s3_defaults, .remote = 1,
 };
 
 /* --- kvtierd: the store is the node daemon's client ------------------------------ */
@@ -423,7 +487,7 @@ static const kvt_tier_class daemon_class = {
 };
 
 const kvt_tier_class *const kvt_tier_classes[] = {
-	&device_class, &dram_class, &nvme_class, &fsdir_class, &s3_class, &daemon_class, NULL,
+	&device_class, &dram_class, &nvme_class, &peer_class, &fsdir_class, &s3_class, &daemon_class, NULL,
 };
 
 const char *kvt_tier_enable_hint(char *buf, size_t len)

@@ -38,6 +38,15 @@ typedef struct kvt_tier_class {
 	size_t n_keys;
 	void (*defaults)(kvt_config *cfg); /* its fields in kvt_config_new */
 	int alone;          /* when configured, the store has this tier only */
+	/* Its data lives off this node (another node's daemon, a shared file
+	 * system, S3): a read that misses the node's own tiers asks these in
+	 * the order the cost model expects to be fastest (store.c), and a
+	 * node serving its peers serves only from the other tiers. */
+	int remote;
+	/* Each read fetches the image anew and the tier keeps no copy or
+	 * index of it (peers): the reader copies what it fetched up into the
+	 * first tier instead of a promotion reading it a second time. */
+	int fetches;
 } kvt_tier_class;
 
 /* The kinds, fastest first, NULL-terminated. */

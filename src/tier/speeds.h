@@ -17,6 +17,9 @@
 #define KVT_SPEED_DRAM_LAT_US 5.0
 #define KVT_SPEED_NVME_GBPS 6.0
 #define KVT_SPEED_NVME_LAT_US 100.0
+/* Another node's daemon: a 100 Gb/s NIC, one round trip per chunk. */
+#define KVT_SPEED_PEER_GBPS 10.0
+#define KVT_SPEED_PEER_LAT_US 50.0
 #define KVT_SPEED_FS_GBPS 1.0
 #define KVT_SPEED_FS_LAT_US 1000.0
 #define KVT_SPEED_S3_GBPS 1.0

@@ -1,20 +1,31 @@
 """Prefill and decode on two nodes: two kvtierd processes, each its own
-node (its own DRAM and disk tier), sharing one shared file system
-directory.  An engine on the prefill node stores a prompt's chunks through
-its daemon; an engine on the decode node, asking its own daemon, finds
-them (the shared tier's index picks up the other node's objects) and loads
-them byte for byte.
+node (its own DRAM and disk tier).  An engine on the prefill node stores a
+prompt's chunks through its daemon; an engine on the decode node, asking
+its own daemon, finds them and loads them byte for byte:
+
+- through a shared file system directory both nodes mount (the shared
+  tier's index picks up the other node's objects);
+- straight from the prefill node's daemon over TCP (the decode node lists
+  it in `peers`, the prefill node runs with --serve-peers), with nothing
+  shared;
+- with both paths open, from whichever the decode node's cost model has
+  measured to be faster: the prefill node behind a slow link (a proxy
+  that delays what it forwards) loses to the shared directory.
 
 Run by ctest (py_pd) with Debian's /usr/bin/python3, KVTIER_LIB and
 KVT_KVTIERD set.
 """
 
 import os
+import re
 import shutil
 import signal
+import socket
 import tempfile
+import threading
 import time
 import unittest
+import urllib.request
 
 import torch
 
@@ -60,6 +71,206 @@ class PrefillDecode(unittest.TestCase):
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(20)
             shutil.rmtree(d, ignore_errors=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def metrics(port):
+    """The daemon's /metrics as {(name, tier or None): value}."""
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10).read()
+    out = {}
+    for line in text.decode().splitlines():
+        m = re.match(r'^(\w+)(?:\{tier="(\w+)"\})? (\S+)$', line)
+        if m:
+            out[(m.group(1), m.group(2))] = float(m.group(3))
+    return out
+
+
+class SlowLink:
+    """A TCP proxy to `port` that holds every piece it forwards from the
+    server for `delay` seconds: a link far slower than the loopback."""
+
+    def __init__(self, port, delay):
+        self.port, self.delay = port, delay
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(16)
+        self.listen_port = self.lsock.getsockname()[1]
+        self.stop = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _pipe(self, a, b, delay):
+        try:
+            while True:
+                data = a.recv(65536)
+                if not data:
+                    break
+                if delay:
+                    time.sleep(delay)
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _accept(self):
+        while not self.stop:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                return
+            u = socket.create_connection(("127.0.0.1", self.port))
+            threading.Thread(target=self._pipe, args=(c, u, 0), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(u, c, self.delay), daemon=True).start()
+
+    def close(self):
+        self.stop = True
+        self.lsock.close()
+
+
+class Peers(unittest.TestCase):
+    """The decode node reading the prefill node's daemon directly."""
+
+    def setUp(self):
+        self.bin = os.environ.get("KVT_KVTIERD")
+        if not self.bin or not os.access(self.bin, os.X_OK):
+            raise unittest.SkipTest("KVT_KVTIERD does not name kvtierd (ctest sets it)")
+        self.dir = tempfile.mkdtemp(prefix="kvt-py-peer-")
+        self.procs = []
+
+    def tearDown(self):
+        for p in self.procs:
+            p.send_signal(signal.SIGTERM)
+            p.wait(20)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def node(self, name, extra):
+        sock = os.path.join(self.dir, name + ".sock")
+        mport = free_port()
+        self.procs.append(start_daemon(self.bin, os.path.join(self.dir, name), sock,
+                                       ["--metrics-port", str(mport), *extra]))
+        return "unix://" + sock, mport
+
+    def prefill(self, url, n_chunks, seed):
+        with kvtier.Store(daemon=url) as p:
+            ns = p.namespace("py/peer", kvtier.Layout(**BIG))
+            torch.manual_seed(seed)
+            tokens = [seed * 7919 + i for i in range(BIG["chunk_tokens"] * n_chunks)]
+            keys = ns.key_chain(tokens)
+            data = [torch.randn(ns.payload_bytes // 2).to(torch.bfloat16) for _ in keys]
+            for k, x in zip(keys, data):
+                self.assertTrue(p.put(ns, k, x, durability="crash_safe"))
+            return tokens, data
+
+    def decode(self, url, tokens, data):
+        with kvtier.Store(daemon=url) as q:
+            ns = q.namespace("py/peer", kvtier.Layout(**BIG))
+            keys = ns.key_chain(tokens)
+            self.assertEqual(q.lookup(ns, keys), len(keys))
+            for k, x in zip(keys, data):
+                out = torch.empty_like(x)
+                q.get(ns, k, out)
+                self.assertTrue(torch.equal(out.view(torch.int16), x.view(torch.int16)))
+
+    def test_decode_node_fetches_from_the_prefill_node(self):
+        port_a = free_port()
+        url_a, m_a = self.node("prefill", ["--serve-peers", "--port", str(port_a)])
+        url_b, m_b = self.node("decode", ["--set", "peers=127.0.0.1:%d" % port_a])
+        tokens, data = self.prefill(url_a, 8, 1)
+        with kvtier.Store(daemon=url_b) as q:  # nothing is shared: only the peer has it
+            ns = q.namespace("py/peer", kvtier.Layout(**BIG))
+            other = ns.key_chain([t + 1 for t in tokens])
+            self.assertEqual(q.lookup(ns, other), 0)
+        self.decode(url_b, tokens, data)
+        a, b = metrics(m_a), metrics(m_b)
+        self.assertEqual(a[("kvtierd_peer_fetches_total", None)], 8)
+        self.assertEqual(b[("kvtier_tier_hits_total", "peer")], 8)
+        self.assertEqual(b[("kvtier_tier_promotions_total", "peer")], 8)
+        # read again: from the decode node's own DRAM now, not the network
+        self.decode(url_b, tokens, data)
+        self.assertEqual(metrics(m_a)[("kvtierd_peer_fetches_total", None)], 8)
+
+    def test_a_prefill_node_without_serve_peers_refuses(self):
+        port_a = free_port()
+        url_a, _ = self.node("prefill", ["--port", str(port_a)])
+        url_b, m_b = self.node("decode", ["--set", "peers=127.0.0.1:%d" % port_a])
+        tokens, data = self.prefill(url_a, 2, 2)
+        with kvtier.Store(daemon=url_b) as q:
+            ns = q.namespace("py/peer", kvtier.Layout(**BIG))
+            keys = ns.key_chain(tokens)
+            self.assertEqual(q.lookup(ns, keys), 0)
+            with self.assertRaises(kvtier.Error):
+                q.get(ns, keys[0], torch.empty_like(data[0]))
+        b = metrics(m_b)
+        self.assertGreaterEqual(b[("kvtier_tier_read_errors_total", "peer")], 1)
+
+    def test_peers_authenticate_as_an_admin_user(self):
+        import hashlib
+        acl = os.path.join(self.dir, "acl.txt")
+        with open(acl, "w") as f:
+            f.write("user node tenant default +admin sha256:%s\n"
+                    % hashlib.sha256(b"n0de-pass").hexdigest())
+            f.write("user app tenant default sha256:%s\n" % hashlib.sha256(b"app-pass").hexdigest())
+        port_a = free_port()
+        url_a, m_a = self.node("prefill", ["--serve-peers", "--port", str(port_a), "--acl", acl])
+        peer = ["--set", "peers=127.0.0.1:%d" % port_a]
+        url_app, _ = self.node("decode-app", [*peer, "--set", "peer_user=app",
+                                              "--set", "peer_password=app-pass"])
+        url_bad, _ = self.node("decode-bad", [*peer, "--set", "peer_user=node",
+                                              "--set", "peer_password=wrong"])
+        url_node, _ = self.node("decode-node", [*peer, "--set", "peer_user=node",
+                                                "--set", "peer_password=n0de-pass"])
+        tokens, data = self.prefill(url_a, 2, 4)
+        for url in (url_app, url_bad):  # not an admin; a wrong password
+            with kvtier.Store(daemon=url) as q:
+                ns = q.namespace("py/peer", kvtier.Layout(**BIG))
+                self.assertEqual(q.lookup(ns, ns.key_chain(tokens)), 0)
+        self.decode(url_node, tokens, data)
+        self.assertEqual(metrics(m_a)[("kvtierd_peer_fetches_total", None)], 2)
+
+    def test_cost_model_picks_the_faster_source(self):
+        shared = os.path.join(self.dir, "shared")
+        os.mkdir(shared)
+        fs = ["--set", "shared_fs=" + shared, "--set", "shared_fs_refresh_ms=100"]
+        port_a = free_port()
+        url_a, _ = self.node("prefill", ["--serve-peers", "--port", str(port_a), *fs])
+        slow = SlowLink(port_a, 0.02)
+        try:
+            url_b, m_b = self.node("decode", ["--set", "peers=127.0.0.1:%d" % slow.listen_port,
+                                              *fs])
+            tokens, data = self.prefill(url_a, 12, 3)
+            with kvtier.Store(daemon=url_b) as q:
+                ns = q.namespace("py/peer", kvtier.Layout(**BIG))
+                keys = ns.key_chain(tokens)
+                deadline = time.monotonic() + 20  # until the shared index has them
+                while time.monotonic() < deadline:
+                    if metrics(m_b).get(("kvtier_tier_chunks", "fsdir"), 0) >= len(keys):
+                        break
+                    time.sleep(0.05)
+            self.decode(url_b, tokens, data)
+            b = metrics(m_b)
+            peer, fsdir = b[("kvtier_tier_hits_total", "peer")], b[("kvtier_tier_hits_total", "fsdir")]
+            # The planning figures put the peer first; once it measures slow,
+            # the shared directory serves the rest.
+            self.assertGreaterEqual(peer, 1)
+            self.assertLessEqual(peer, 3)
+            self.assertEqual(peer + fsdir, 12)
+            self.assertLess(b[("kvtier_tier_read_bandwidth_bytes_per_second", "peer")],
+                            b[("kvtier_tier_read_bandwidth_bytes_per_second", "fsdir")])
+        finally:
+            slow.close()
+
+
+# chunks of 1 MiB, as engines store them
+BIG = dict(num_layers=8, num_kv_heads=8, head_dim=128, dtype="bf16", chunk_tokens=32,
+           block_size=16)
 
 
 if __name__ == "__main__":

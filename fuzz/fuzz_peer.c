@@ -1,0 +1,62 @@
+/*
+ * fuzz_peer.c — libFuzzer target for the peer tier's reply reader
+ * (src/tier/peer.c, kvt_peer_read_reply): the bytes another node's daemon
+ * sends back, which may be anything a broken or hostile peer writes.
+ *
+ * The input is a stream of replies.  Its first byte sets how many bytes
+ * each read of the source returns (1..64, so replies split anywhere are
+ * reached); the reader is called until it fails or the input ends.  Every
+ * accepted bulk is at most the cap and its bytes are the input's; an
+ * integer or status reply carries no data.
+ *
+ *   ./fuzz_peer -max_len=4096 fuzz/corpus/peer
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tier/peer.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+struct src {
+	const uint8_t *p;
+	size_t left, step;
+};
+
+static long from_input(void *arg, void *buf, size_t len)
+{
+	struct src *s = arg;
+	size_t n = len < s->step ? len : s->step;
+
+	if (n > s->left)
+		n = s->left;
+	memcpy(buf, s->p, n);
+	s->p += n;
+	s->left -= n;
+	return (long)n;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static char stash[4096];
+	struct src s;
+	size_t n = 0;
+
+	if (size < 1)
+		return 0;
+	s = (struct src){ data + 1, size - 1, (size_t)(data[0] % 64) + 1 };
+	for (int i = 0; i < 64; i++) {
+		struct kvt_peer_reply r;
+		if (kvt_peer_read_reply(from_input, &s, stash, sizeof(stash), &n, 1024, &r))
+			break;
+		if (r.type == '$' && r.num >= 0) {
+			if (!r.data || r.num > 1024)
+				abort();
+		} else if (r.data) {
+			abort();
+		}
+		free(r.data);
+	}
+	return 0;
+}
