@@ -24,6 +24,7 @@ static const struct {
 	{ "python", bench_python, "[--json] [--quick] [--python PATH]" },
 	{ "daemon", bench_daemon, "[--json] [--quick]" },
 	{ "daemon-local", bench_daemon_local, "[--json] [--quick]" },
+	{ "daemon-peer", bench_daemon_peer, "[--json] [--quick]" },
 #ifdef KVT_BENCH_LLAMA
 	{ "llama", bench_llama, "[--json] [--quick] [--dir DIR] [--threads N] [--rounds N]" },
 #endif

@@ -75,7 +75,15 @@ assert [r["op"] for r in d["results"]] == ["save", "load"], d
 assert all(r["ratio_vs_c_connector"] > 0 and r["target"] == 0.8 for r in d["results"])
 PY
 expect_fail "python: a bad option" "unknown option" "$bench" python --frobnicate
-for c in dram nvme sharedfs s3 plan hierarchy daemon python; do
+# A decode node's store fetching from a prefill node's kvtierd (the peer tier).
+expect "daemon-peer --json --quick" "$bench" daemon-peer --json --quick
+$py - "$work/out" <<'PY' && ok "daemon-peer JSON carries its ratio" || bad "daemon-peer JSON: $(head -c 400 "$work/out")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+f = d["fetch"]
+assert f["ratio_vs_tcp"] > 0 and f["fetch_gbps"]["median"] > 0 and f["target"] == 0.5, d
+PY
+for c in dram nvme sharedfs s3 plan hierarchy daemon daemon-peer python; do
 	"$bench" "$c" --help >"$work/out" 2>&1 && grep -q "kvtier-bench $c" "$work/out" &&
 		ok "$c --help" || bad "$c --help: $(head -3 "$work/out")"
 done
