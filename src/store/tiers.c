@@ -220,8 +220,10 @@ static int peer_open_cfg(const kvt_config *c, kvt_io *io, kvt_tier **out)
 		.user = c->peer_user,
 		.password = c->peer_password,
 		.timeout_ms = (int)c->peer_timeout_ms,
-		/* the largest chunk this store could be asked for */
-		.max_image = 4 * GiB,
+		/* What a peer announces is allocated before it arrives: no
+		 * more than the first tier could take it up into. */
+		.max_image = c->local_cpu && c->max_local_cpu_size < 4 * GiB
+				? c->max_local_cpu_size : 4 * GiB,
 	};
 	int rc;
 
