@@ -235,6 +235,54 @@ class Peers(unittest.TestCase):
         self.decode(url_node, tokens, data)
         self.assertEqual(metrics(m_a)[("kvtierd_peer_fetches_total", None)], 2)
 
+    def test_a_lying_peer_is_not_believed(self):
+        """A "peer" that claims every chunk and answers FETCH with bytes that
+        are no image, then with one announcing more than the node could
+        hold: the decode node serves neither and says what was wrong."""
+        lsock = socket.socket()
+        lsock.bind(("127.0.0.1", 0))
+        lsock.listen(4)
+        answers = [b"$4100\r\n" + os.urandom(4100) + b"\r\n", b"$99999999999\r\n"]
+
+        def serve():
+            while answers:
+                try:
+                    c, _ = lsock.accept()
+                except OSError:
+                    return
+                buf = b""
+                with c:
+                    while answers:
+                        data = c.recv(65536)
+                        if not data:
+                            break
+                        buf += data
+                        if b"KVTIER.PEEK" in buf and buf.endswith(b"\r\n"):
+                            c.sendall(b":%d\r\n" % buf.count(b"$64\r\n"))
+                            buf = b""
+                        elif b"KVTIER.FETCH" in buf and buf.endswith(b"\r\n") and len(buf) > 90:
+                            c.sendall(answers.pop(0))
+                            buf = b""
+                            break  # one answer per connection
+        threading.Thread(target=serve, daemon=True).start()
+        url_b, m_b = self.node("decode", ["--set", "peers=127.0.0.1:%d" % lsock.getsockname()[1]])
+        try:
+            with kvtier.Store(daemon=url_b) as q:
+                ns = q.namespace("py/peer", kvtier.Layout(**BIG))
+                keys = ns.key_chain(list(range(BIG["chunk_tokens"] * 2)))
+                self.assertEqual(q.lookup(ns, keys), 2)  # it claims them
+                out = torch.empty(ns.payload_bytes // 2, dtype=torch.bfloat16)
+                for _ in range(2):
+                    with self.assertRaises(kvtier.Error):
+                        q.get(ns, keys[0], out)
+                    time.sleep(1.1)  # past the second a failed peer is skipped
+            b = metrics(m_b)
+            self.assertGreaterEqual(b[("kvtier_tier_corrupt_total", "peer")], 1)
+            self.assertGreaterEqual(b[("kvtier_tier_read_errors_total", "peer")], 1)
+            self.assertEqual(b[("kvtier_tier_chunks", "dram")], 0)
+        finally:
+            lsock.close()
+
     def test_cost_model_picks_the_faster_source(self):
         shared = os.path.join(self.dir, "shared")
         os.mkdir(shared)
