@@ -33,6 +33,7 @@ int bench_python(int argc, char **argv);   /* runs bench-data/python_bench.py */
 int bench_daemon(int argc, char **argv);   /* kvtierd against redis-server */
 int bench_daemon_local(int argc, char **argv); /* the library on kvtierd, shared memory */
 int bench_daemon_peer(int argc, char **argv); /* a decode node fetching from a prefill node */
+int bench_daemon_rebuild(int argc, char **argv); /* kvtierd's start over a disk tier */
 int bench_llama(int argc, char **argv); /* built with the llama.cpp adapter */
 
 /* Median, min and max of a figure over rounds. */
@@ -145,6 +146,11 @@ int bench_which(const char *name, char *out, size_t cap);
  * bench_run waits for it: 0 if it exited 0. */
 pid_t bench_spawn(char *const argv[], const char *out, const char *err);
 int bench_run(char *const argv[], const char *out, const char *err);
+
+/* A TCP port on 127.0.0.1 free now (for a server to take), or -1;
+ * bench_connect: a socket connected to 127.0.0.1:port, or -1. */
+int bench_free_port(void);
+int bench_connect(int port);
 
 #define BENCH_IN_FLIGHT 16
 

@@ -61,38 +61,11 @@ static char *slurp(const char *path)
 	return b;
 }
 
-static int free_port(void)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t l = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-
-	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &l) == 0)
-		port = ntohs(a.sin_port);
-	if (fd >= 0)
-		close(fd);
-	return port;
-}
-
-static int connect_to(int port)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a))) {
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
-
 /* Up within 20 s: a PING answered. */
 static int wait_up(int port)
 {
 	for (int i = 0; i < 400; i++) {
-		int fd = connect_to(port);
+		int fd = bench_connect(port);
 		char b[16];
 		if (fd >= 0 && write(fd, "PING\r\n", 6) == 6 && read(fd, b, sizeof(b)) >= 5) {
 			close(fd);
@@ -248,12 +221,12 @@ int bench_daemon(int argc, char **argv)
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
 	char rport[16], kport[16];
-	srv[0].port = free_port();
+	srv[0].port = bench_free_port();
 	snprintf(rport, sizeof(rport), "%d", srv[0].port);
 	char *rargv[] = { rs, "--port", rport, "--bind", "127.0.0.1", "--save", "",
 			  "--appendonly", "no", "--daemonize", "no", NULL };
 	srv[0].pid = bench_spawn(rargv, NULL, "/dev/null");
-	srv[1].port = free_port();
+	srv[1].port = bench_free_port();
 	snprintf(kport, sizeof(kport), "%d", srv[1].port);
 	char *kargv[] = { kvtierd, "--port", kport, "--threads", "4", "--set",
 			  "max_local_cpu_size=2GiB", "--log-level", "warn", NULL };
@@ -303,7 +276,7 @@ int bench_daemon(int argc, char **argv)
 		if (rss_before < 0)
 			rss_before = rss_kib(srv[1].pid);
 		for (int i = 0; idle_fd && i < N_IDLE; i++)
-			idle_fd[i] = connect_to(srv[1].port);
+			idle_fd[i] = bench_connect(srv[1].port);
 		usleep(200000);
 		rss_idle = rss_kib(srv[1].pid);
 		double crowd = resp_rps(rb, srv[1].port, "get", 1, o.quick ? 80 : 240, out);

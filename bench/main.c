@@ -25,6 +25,7 @@ static const struct {
 	{ "daemon", bench_daemon, "[--json] [--quick]" },
 	{ "daemon-local", bench_daemon_local, "[--json] [--quick]" },
 	{ "daemon-peer", bench_daemon_peer, "[--json] [--quick]" },
+	{ "daemon-rebuild", bench_daemon_rebuild, "[--json] [--quick]" },
 #ifdef KVT_BENCH_LLAMA
 	{ "llama", bench_llama, "[--json] [--quick] [--dir DIR] [--threads N] [--rounds N]" },
 #endif

@@ -83,7 +83,7 @@ d = json.load(open(sys.argv[1]))
 f = d["fetch"]
 assert f["ratio_vs_tcp"] > 0 and f["fetch_gbps"]["median"] > 0 and f["target"] == 0.5, d
 PY
-for c in dram nvme sharedfs s3 plan hierarchy daemon daemon-peer python; do
+for c in dram nvme sharedfs s3 plan hierarchy daemon daemon-peer daemon-rebuild python; do
 	"$bench" "$c" --help >"$work/out" 2>&1 && grep -q "kvtier-bench $c" "$work/out" &&
 		ok "$c --help" || bad "$c --help: $(head -3 "$work/out")"
 done
