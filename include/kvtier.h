@@ -871,6 +871,31 @@ KVT_API int kvt_store_iterate(kvt_store *st, int tier,
 		      int (*fn)(void *arg, const kvt_key *key, uint64_t len),
 		      void *arg);
 
+/* What the header of chunk `key` in tier `tier` says (*info: its key,
+ * namespace digest, layout, payload length; signature KVT_SIG_UNCHECKED),
+ * and bytes [off, off + len) of its payload copied into `buf`, reading
+ * nothing else where the tier can: the file tiers read the header's 4 KiB
+ * and the blocks that hold the range; the others borrow the image.  For a
+ * reader that lists a tier and needs each chunk's header and a few bytes
+ * of it (kvtierd rebuilds its keys from their last bytes) without reading
+ * gigabytes.  NOTHING IS VERIFIED but the header's own checksum: neither a
+ * layer's checksum nor an HMAC tag, nor the TTL; a reader that acts on the
+ * bytes checks them itself, and one that needs the payload whole reads it
+ * with kvt_get.  len 0 reads the header alone (`buf` may then be NULL).
+ * Returns 0, or:
+ *   KVT_ENOTFOUND   the tier does not hold `key`
+ *   KVT_EINVAL      a NULL pointer, a tier out of range, a range past the
+ *                   payload's end
+ *   KVT_EBADMAGIC, KVT_EVERSION, KVT_EHDRCSUM, KVT_EMALFORMED, KVT_ELAYOUT
+ *                   a damaged header (kvt_object_inspect_fd's codes)
+ *   KVT_EMISMATCH   the header names another key
+ *   KVT_ETRUNCATED  the stored image is shorter than its header declares
+ *   a negated errno from the medium (kvt_errmsg() names the file).
+ * The tier is not changed: a damaged object is reported, never dropped;
+ * kvt_get or kvt_store_verify judges it. */
+KVT_API int kvt_store_peek(kvt_store *st, int tier, const kvt_key *key, kvt_object_info *info,
+			   uint64_t off, void *buf, size_t len);
+
 /* --- serving the node's processes (kvtierd; docs/DAEMON.md) -------------
  *
  * A store opened with the configuration key `daemon: unix:///path` (or

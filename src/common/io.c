@@ -332,6 +332,34 @@ int kvt_io_pread_all(kvt_io *io, int fd, void *buf, size_t len, off_t off)
 	return 0;
 }
 
+int kvt_io_pread_blocks(kvt_io *io, int fd, size_t align, void *buf, size_t len, off_t off)
+{
+	off_t lo = off & ~(off_t)(align - 1);
+	size_t need = (size_t)(off - lo) + len, span = (need + align - 1) & ~(align - 1), got = 0;
+	unsigned char *b;
+	int rc = 0;
+
+	if (align <= 1 || !len)
+		return kvt_io_pread_all(io, fd, buf, len, off);
+	if (posix_memalign((void **)&b, align, span))
+		return -ENOMEM;
+	/* Whole blocks, as O_DIRECT wants them; the file's last one comes
+	 * back short, and nothing follows it. */
+	while (!rc && got < need) {
+		ssize_t n = io->pread(io, fd, b + got, span - got, lo + (off_t)got);
+		if (n < 0)
+			rc = (int)n;
+		else if (n == 0 || (size_t)n > span - got)
+			rc = n ? -EIO : -ENODATA;
+		else if ((got += (size_t)n) < need && (got & (align - 1)))
+			rc = -ENODATA;
+	}
+	if (!rc)
+		memcpy(buf, b + (off - lo), len);
+	free(b);
+	return rc;
+}
+
 int kvt_io_ftruncate(kvt_io *io, int fd, off_t len)
 {
 	return io->ftruncate ? io->ftruncate(io, fd, len) : -ENOSYS;

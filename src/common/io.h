@@ -94,6 +94,10 @@ int kvt_io_pwrite_all(kvt_io *io, int fd, const void *buf, size_t len,
 /* Read exactly len bytes at off; -ENODATA if the file ends first. */
 int kvt_io_pread_all(kvt_io *io, int fd, void *buf, size_t len, off_t off);
 
+/* The same through whole blocks of `align` bytes (a power of two; 1: none)
+ * read into an aligned buffer of its own, for a descriptor opened with
+ * O_DIRECT: the bytes asked and no more than the blocks that hold them. */
+int kvt_io_pread_blocks(kvt_io *io, int fd, size_t align, void *buf, size_t len, off_t off);
 /* The optional and late members, NULL-safe: see "Optional members". */
 int kvt_io_ftruncate(kvt_io *io, int fd, off_t len);
 int kvt_io_statx(kvt_io *io, int fd, unsigned int mask, struct statx *sx);

@@ -13,6 +13,7 @@
 
 #include "common/err.h"
 #include "common/log.h"
+#include "format/object.h"
 
 #define FINDEX_MIN_BUCKETS 1024u
 
@@ -830,4 +831,25 @@ int kvt_findex_rebuild(struct kvt_findex *ix, kvt_io *io, const char *root,
 	free(s->found);
 	free(s);
 	return rc;
+}
+
+int kvt_findex_peek_fd(kvt_io *io, int fd, size_t align, const char *tier, const char *path,
+		       void *hdr, uint64_t off, void *buf, size_t len, uint64_t *image)
+{
+	struct stat st;
+	int rc = io->fstat(io, fd, &st);
+
+	if (!rc) {
+		*image = (uint64_t)st.st_size;
+		rc = kvt_io_pread_blocks(io, fd, align, hdr, KVT_OBJ_HEADER_BYTES, 0);
+	}
+	if (!rc)
+		rc = kvt_io_pread_blocks(io, fd, align, buf, len, (off_t)off);
+	io->close(io, fd);
+	if (rc == -ENODATA)
+		return kvt_err(KVT_ETRUNCATED, "%s: %s ends before byte %llu", tier, path,
+			       (unsigned long long)(len ? off + len : KVT_OBJ_HEADER_BYTES));
+	if (rc)
+		return kvt_err(rc, "%s: read %s: %s", tier, path, kvt_strerror(rc));
+	return 0;
 }

@@ -151,6 +151,13 @@ int kvt_findex_publish_durable(struct kvt_findex *ix, kvt_fanout *durable,
 			       const char *tmp, const char *fin, int durability,
 			       int retries, int replace_unproven, const char *tier);
 
+/* The file tiers' peek (tier.h) once the file is open: its size into
+ * *image, the header and the range read through blocks of `align` (1: the
+ * descriptor is not O_DIRECT); `fd` is closed.  `tier` and `path` name the
+ * file in kvt_errmsg(). */
+int kvt_findex_peek_fd(kvt_io *io, int fd, size_t align, const char *tier, const char *path,
+		       void *hdr, uint64_t off, void *buf, size_t len, uint64_t *image);
+
 int kvt_findex_exists(struct kvt_findex *ix, const kvt_key *key);
 /* Remove the entry of `key` if it is still generation `gen`; count a
  * corrupt object (`corrupt` > 0), a miss (0) or nothing (< 0: the caller

@@ -482,6 +482,35 @@ bad:
 	return kvt_err(KVT_ECORRUPT, "fsdir: %s: %s", path, why);
 }
 
+/* A header and a few bytes, through the blocks that hold them (tier.h). */
+static int fsdir_peek(kvt_tier *tt, const kvt_key *key, void *hdr, uint64_t off, void *buf,
+		      size_t len, uint64_t *image)
+{
+	fsdir *t = (fsdir *)tt;
+	char path[PATH_MAX];
+	fsdir_ent *e;
+	uint64_t gen, elen;
+	int fd, direct;
+
+	pthread_mutex_lock(&t->ix.mu);
+	e = fsdir_find(t, key);
+	gen = e ? e->ix.gen : 0;
+	elen = e ? e->ix.len : 0;
+	pthread_mutex_unlock(&t->ix.mu);
+	if (!e)
+		return KVT_ENOTFOUND;
+	kvt_fanout_final_path(t->root, key, path);
+	fd = fsdir_open_read(t, path, elen, &direct);
+	if (fd == -ENOENT) { /* removed behind our back: a miss, as for a get */
+		free(kvt_findex_drop(&t->ix, key, gen, 0, NULL));
+		return KVT_ENOTFOUND;
+	}
+	if (fd < 0)
+		return kvt_err(fd, "fsdir: open %s: %s", path, kvt_strerror(fd));
+	return kvt_findex_peek_fd(t->io, fd, direct ? FSDIR_ALIGN : 1, "fsdir", path, hdr, off,
+				  buf, len, image);
+}
+
 static void fsdir_release(kvt_tier *tt, kvt_tier_rbuf *rr)
 {
 	fsdir *t = (fsdir *)tt;
@@ -617,6 +646,7 @@ const struct kvt_tier_ops fsdir_ops = {
 	.put_commit = fsdir_put_commit,
 	.put_abort = fsdir_put_abort,
 	.get = fsdir_get,
+	.peek = fsdir_peek,
 	.release = fsdir_release,
 	.exists = fsdir_exists,
 	.del = fsdir_del,

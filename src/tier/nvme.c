@@ -685,6 +685,21 @@ bad:
 	return kvt_err(KVT_ECORRUPT, "nvme: %s: %s", path, why);
 }
 
+/* A header and a few bytes, through the blocks that hold them (tier.h). */
+static int nv_peek(kvt_tier *tt, const kvt_key *key, void *hdr, uint64_t off, void *buf,
+		   size_t len, uint64_t *image)
+{
+	nvme *t = (nvme *)tt;
+	char path[PATH_MAX];
+	uint64_t gen;
+	int fd, rc;
+
+	if ((rc = nv_open_read(t, key, path, &gen, &fd)))
+		return rc;
+	return kvt_findex_peek_fd(t->io, fd, t->direct ? t->align : 1, "nvme", path, hdr, off,
+				  buf, len, image);
+}
+
 static void nv_release(kvt_tier *tt, kvt_tier_rbuf *rr)
 {
 	nv_rbuf *r = (nv_rbuf *)rr;
@@ -798,6 +813,7 @@ static const struct kvt_tier_ops nvme_ops = {
 	.put_commit = nv_put_commit,
 	.put_abort = nv_put_abort,
 	.get = nv_get,
+	.peek = nv_peek,
 	.get_into = nv_get_into,
 	.release = nv_release,
 	.exists = nv_exists,

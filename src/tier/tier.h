@@ -78,6 +78,17 @@ struct kvt_tier_ops {
 				       const struct iovec **iov, int *n_iov),
 			void *arg);
 
+	/* Optional: read the image's header (its first KVT_OBJ_HEADER_BYTES
+	 * into `hdr`) and bytes [off, off + len) of it into `buf`, and
+	 * nothing else the medium lets it skip (a file tier reads the blocks
+	 * that hold them), for a reader that needs a header and a few bytes
+	 * of the payload (kvt_store_peek); *image gets the stored length (a
+	 * file's size).  Nothing is checked or verified, so nothing is
+	 * judged bad either.  0, KVT_ENOTFOUND, KVT_ETRUNCATED (the image
+	 * ends first) or -errno.  Without it the store borrows the image. */
+	int (*peek)(kvt_tier *t, const kvt_key *key, void *hdr, uint64_t off,
+		    void *buf, size_t len, uint64_t *image);
+
 	/* Optional (the device tier's): borrow the image as `get` does, but
 	 * with its payload in the tier's own device memory: the first
 	 * segment is a host copy of the 4 KiB header, the rest device
