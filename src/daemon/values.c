@@ -17,7 +17,22 @@
 #define NSHARDS 64
 #define ONE_LAYER_MAX (1024 * 1024)
 #define MANY_LAYERS 64
-static const char trailer_magic[8] = { 'K', 'V', 'T', 'D', 'V', 'A', 'L', '1' };
+/* The trailer's last 8 bytes say what the object is. */
+#define MAGIC_V1 "KVTDVAL1"  /* a value, trailer unchecked (daemons before tombstones) */
+#define MAGIC_VAL "KVTDVAL2" /* a value, trailer checksummed */
+#define MAGIC_DEL "KVTDDEL2" /* a key's tombstone: its versions up to seq are deleted */
+#define MAGIC_FLS "KVTDFLS2" /* a tenant's: every version up to seq is (FLUSHDB) */
+/* The object names of each kind: SHA-256 under its own domain. */
+#define DOM_VAL "kvtierd value"
+#define DOM_DEL "kvtierd tombstone"
+#define DOM_FLS "kvtierd flush"
+/* Versions deleted whose late copies are deleted again once the store has
+ * no background copy left (struct late): beyond this many (tombstones
+ * aside) a restart's rebuild is left to delete them. */
+#define LATE_MAX (256 * 1024)
+/* What the rebuild reads of each object first: the trailer of any key up
+ * to this long less VALS_TRAILER; a longer key is read in a second peek. */
+#define TAIL_FIRST 512
 
 struct entry {
 	struct entry *next;
@@ -26,6 +41,24 @@ struct entry {
 	uint64_t seq, nonce, vlen;
 	int64_t expire_ms;
 	kvt_key obj;
+	/* Deleted, its tombstone on disk: absent to every reader, but still
+	 * the key's newest version, so that a SET numbered before it (a
+	 * concurrent one, installed late) loses as it will at a restart. */
+	int dead;
+	char key[];
+};
+
+/* A version deleted (and maybe its tombstone) whose background copy may
+ * still land on the disk after the deletion: once the store has no copy
+ * queued or running the version is deleted again, then the tombstone, then
+ * the dead entry.  So a copy that lands late is harmless: the tombstone
+ * hides it from a restart's rebuild until it is deleted. */
+struct late {
+	struct late *next;
+	kvt_key obj, tomb;
+	uint64_t p, tp, seq;
+	uint32_t tenant, klen;
+	int has_obj, has_tomb, dead; /* dead: remove key's dead entry of seq */
 	char key[];
 };
 
@@ -50,6 +83,13 @@ struct vals {
 	size_t sweep_shard, sweep_bucket;
 	_Atomic uint64_t reserved;  /* tier space held by SETs being received */
 	uint64_t reserve_max;
+	/* Deletions write tombstones: SETs are cached and a tier outlives
+	 * the process, so a deleted version's copy may land after it. */
+	int tombs;
+	_Atomic uint64_t flushed[VALS_MAX_TENANTS]; /* FLUSHDB: versions <= this lost */
+	pthread_mutex_t late_mu;
+	struct late *late;
+	size_t n_late;
 };
 
 int64_t vals_now_ms(void)
@@ -132,7 +172,7 @@ static int ns_of(const struct kvtd_tenant *t, uint64_t p, kvt_ns *ns)
 	return layout_of(p, &ns->layout);
 }
 
-static void obj_key(const struct kvtd_tenant *t, uint64_t seq, uint64_t nonce,
+static void obj_key(const struct kvtd_tenant *t, const char *dom, uint64_t seq, uint64_t nonce,
 		    const char *key, size_t klen, kvt_key *out)
 {
 	uint8_t pre[48];
@@ -143,7 +183,7 @@ static void obj_key(const struct kvtd_tenant *t, uint64_t seq, uint64_t nonce,
 	put_u64(pre + 32, seq);
 	put_u64(pre + 40, nonce);
 	if (!c || !EVP_DigestInit_ex(c, EVP_sha256(), NULL) ||
-	    !EVP_DigestUpdate(c, "kvtierd value\0", 14) ||
+	    !EVP_DigestUpdate(c, dom, strlen(dom) + 1) ||
 	    !EVP_DigestUpdate(c, pre, sizeof(pre)) || !EVP_DigestUpdate(c, key, klen) ||
 	    !EVP_DigestFinal_ex(c, out->b, &n)) {
 		/* No SHA-256 in this OpenSSL: nothing the daemon can do. */
@@ -157,6 +197,17 @@ static uint64_t hash_of(uint32_t tenant, const char *key, size_t klen)
 {
 	return XXH3_64bits_withSeed(key, klen, tenant);
 }
+
+/* Whether tier i keeps its objects across a restart: what the rebuild
+ * reads, and where a late copy could bring a deleted version back. */
+static int outlives(kvt_store *st, int i)
+{
+	kvt_tier_stats ts;
+	return kvt_store_stats(st, i, &ts) == 0 && strcmp(ts.name, "dram") &&
+	       strcmp(ts.name, "device");
+}
+
+static void late_collect(struct vals *v, size_t budget);
 
 int vals_open(kvt_store *st, const struct vals_opts *o, struct vals **out)
 {
@@ -184,6 +235,9 @@ int vals_open(kvt_store *st, const struct vals_opts *o, struct vals **out)
 	 * they start past the clock (and past anything the rebuild finds). */
 	atomic_store(&v->seq, (uint64_t)vals_now_ms() * 1000);
 	v->reserve_max = o->reserve_max;
+	pthread_mutex_init(&v->late_mu, NULL);
+	for (int i = 0; o->durability == KVT_DUR_CACHED && i < kvt_store_tiers(st); i++)
+		v->tombs |= outlives(st, i);
 	*out = v;
 	return 0;
 }
@@ -192,6 +246,13 @@ void vals_close(struct vals *v)
 {
 	if (!v)
 		return;
+	/* After the store's flush (main.c): nothing can land any more. */
+	late_collect(v, SIZE_MAX);
+	for (struct late *l = v->late, *n; l; l = n) {
+		n = l->next;
+		free(l);
+	}
+	pthread_mutex_destroy(&v->late_mu);
 	for (int i = 0; i < NSHARDS; i++) {
 		struct shard *s = &v->sh[i];
 		for (size_t j = 0; s->b && j < s->nb; j++)
@@ -264,6 +325,7 @@ static struct entry *new_entry(struct shard *s, struct entry **pp, uint64_t h,
 	e->tenant = t->id;
 	e->klen = (uint32_t)klen;
 	e->expire_ms = 0;
+	e->dead = 0;
 	memcpy(e->key, key, klen);
 	*pp = e;
 	if (++s->n > s->nb * 2)
@@ -302,18 +364,52 @@ static void unlink_entry(struct vals *v, struct shard *s, struct entry **pp, str
 	free(e);
 }
 
+/* Delete an object of `p` payload bytes from every tier: 0, KVT_ENOTFOUND
+ * or the store's error. */
+static int delete_object(struct vals *v, const struct kvtd_tenant *t, const kvt_key *obj,
+			 uint64_t p)
+{
+	kvt_ns ns;
+	return ns_of(t, p, &ns) ? KVT_EINVAL : kvt_delete(v->st, &ns, obj);
+}
+
+/* Queue `l` for late_collect; a version alone (no tombstone to collect)
+ * is left to the next start's rebuild when too many wait. */
+static void late_add(struct vals *v, struct late *l)
+{
+	pthread_mutex_lock(&v->late_mu);
+	if (l->has_tomb || v->n_late < LATE_MAX) {
+		l->next = v->late;
+		v->late = l;
+		v->n_late++;
+		l = NULL;
+	}
+	pthread_mutex_unlock(&v->late_mu);
+	free(l);
+}
+
+/* A version leaves the map: delete its object now, and again once no
+ * background copy of it can still land (struct late). */
 static void drop_object(struct vals *v, const struct kvtd_tenant *t, const kvt_key *obj,
 			uint64_t p)
 {
-	kvt_ns ns;
-	if (ns_of(t, p, &ns) == 0)
-		kvt_delete(v->st, &ns, obj);
+	struct late *l;
+
+	delete_object(v, t, obj, p);
+	if (!v->tombs || !(l = calloc(1, sizeof(*l))))
+		return;
+	l->obj = *obj;
+	l->p = p;
+	l->tenant = t->id;
+	l->has_obj = 1;
+	late_add(v, l);
 }
 
 /* The trailer (the user key, then the fixed fields) into out[0 .. klen +
- * VALS_TRAILER). */
-static void encode_trailer(uint8_t *out, const char *key, size_t klen, uint64_t vlen,
-			   uint64_t seq, uint64_t nonce, int64_t expire_ms)
+ * VALS_TRAILER), its checksum over all of it with the checksum's own
+ * field zero: the rebuild reads it alone, outside the layer checksums. */
+static void encode_trailer(uint8_t *out, const char *magic, const char *key, size_t klen,
+			   uint64_t vlen, uint64_t seq, uint64_t nonce, int64_t expire_ms)
 {
 	uint8_t *t = out + klen;
 
@@ -324,15 +420,16 @@ static void encode_trailer(uint8_t *out, const char *key, size_t klen, uint64_t 
 	put_u64(t + 16, seq);
 	put_u64(t + 24, nonce);
 	put_u64(t + 32, (uint64_t)expire_ms);
-	memcpy(t + 40, trailer_magic, 8);
+	memcpy(t + 40, magic, 8);
+	put_u32(t + 4, (uint32_t)XXH3_64bits(out, klen + VALS_TRAILER));
 }
 
 static void write_trailer(char *buf, const char *key, size_t klen, uint64_t vlen,
 			  uint64_t p, uint64_t seq, uint64_t nonce, int64_t expire_ms)
 {
 	memset(buf + vlen, 0, (size_t)(p - vlen - klen - VALS_TRAILER));
-	encode_trailer((uint8_t *)buf + p - klen - VALS_TRAILER, key, klen, vlen, seq, nonce,
-		       expire_ms);
+	encode_trailer((uint8_t *)buf + p - klen - VALS_TRAILER, MAGIC_VAL, key, klen, vlen, seq,
+		       nonce, expire_ms);
 }
 
 static int live(struct vals *v, struct shard *s, uint64_t h, const struct kvtd_tenant *t,
@@ -340,6 +437,8 @@ static int live(struct vals *v, struct shard *s, uint64_t h, const struct kvtd_t
 {
 	struct entry **pp = find(s, h, t->id, key, klen);
 	*dropped = 0;
+	if (*pp && (*pp)->dead)
+		return 0;
 	if (*pp && is_expired(*pp, vals_now_ms())) {
 		unlink_entry(v, s, pp, g);
 		*dropped = 1;
@@ -379,7 +478,7 @@ static int pre_check(struct vals *v, const struct kvtd_tenant *t, const char *ke
  * unless NX or XX says no now or a newer version is in already.  1, 0, or
  * KVT_ENOMEM; the object is deleted when it does not go in. */
 static int install(struct vals *v, const struct kvtd_tenant *t, const char *key, size_t klen,
-		   uint64_t seq, const kvt_key *obj, const kvt_ns *ns, uint64_t vlen,
+		   uint64_t seq, const kvt_key *obj, uint64_t vlen,
 		   int64_t expire_ms, int flags)
 {
 	uint64_t h = hash_of(t->id, key, klen);
@@ -391,22 +490,25 @@ static int install(struct vals *v, const struct kvtd_tenant *t, const char *key,
 	pthread_mutex_lock(&s->mu);
 	here = live(v, s, h, t, key, klen, &g, &dropped);
 	pp = find(s, h, t->id, key, klen);
-	if ((here && (flags & VALS_SET_NX)) || (!here && (flags & VALS_SET_XX)) ||
-	    (*pp && (*pp)->seq > seq)) {
+	/* A FLUSHDB or a DEL numbered after this SET came first: it
+	 * counts as overwritten at once, as a restart will see it. */
+	int later = (*pp && (*pp)->seq > seq) || seq <= atomic_load(&v->flushed[t->id]);
+	if ((here && (flags & VALS_SET_NX)) || (!here && (flags & VALS_SET_XX)) || later) {
 		/* Lost a race: to a writer that made the key exist (NX) or
 		 * vanish (XX) meanwhile, or to a newer SET that is already in
 		 * the map (ours then counts as overwritten at once). */
-		int won = !(*pp && (*pp)->seq > seq);
 		pthread_mutex_unlock(&s->mu);
 		if (dropped)
 			drop_object(v, t, &g.obj, g.p);
-		kvt_delete(v->st, ns, obj);
-		return won ? 0 : 1;
+		drop_object(v, t, obj, vals_payload_bytes(klen, vlen));
+		return later ? 1 : 0;
 	}
 	if (dropped)
 		drop_object(v, t, &g.obj, g.p); /* expired: unlinked by live() */
 	e = *pp;
-	if (e) {
+	if (e && e->dead) {
+		e->dead = 0; /* its object is gone already; its tombstone hides older only */
+	} else if (e) {
 		replaced = 1;
 		g.obj = e->obj;
 		g.p = vals_payload_bytes(e->klen, e->vlen);
@@ -415,7 +517,7 @@ static int install(struct vals *v, const struct kvtd_tenant *t, const char *key,
 		e = new_entry(s, pp, h, t, key, klen);
 		if (!e) {
 			pthread_mutex_unlock(&s->mu);
-			kvt_delete(v->st, ns, obj);
+			drop_object(v, t, obj, vals_payload_bytes(klen, vlen));
 			return KVT_ENOMEM;
 		}
 	}
@@ -448,12 +550,12 @@ int vals_set(struct vals *v, const struct kvtd_tenant *t, const char *key, size_
 	if (!atomic_load(&v->tenant_of[t->id]))
 		atomic_store(&v->tenant_of[t->id], t);
 	seq = atomic_fetch_add(&v->seq, 1) + 1;
-	obj_key(t, seq, v->nonce, key, klen, &obj);
+	obj_key(t, DOM_VAL, seq, v->nonce, key, klen, &obj);
 	write_trailer(buf, key, klen, vlen, p, seq, v->nonce, expire_ms);
 	rc = kvt_put(v->st, &ns, &obj, buf, (size_t)p, v->o.durability);
 	if (rc < 0)
 		return rc;
-	return install(v, t, key, klen, seq, &obj, &ns, vlen, expire_ms, flags);
+	return install(v, t, key, klen, seq, &obj, vlen, expire_ms, flags);
 }
 
 /* --- SETs received in place ------------------------------------------------ */
@@ -499,7 +601,7 @@ int vals_put_open(struct vals *v, const struct kvtd_tenant *t, const char *key, 
 	if (!atomic_load(&v->tenant_of[t->id]))
 		atomic_store(&v->tenant_of[t->id], t);
 	vp->seq = atomic_fetch_add(&v->seq, 1) + 1;
-	obj_key(t, vp->seq, v->nonce, key, klen, &vp->obj);
+	obj_key(t, DOM_VAL, vp->seq, v->nonce, key, klen, &vp->obj);
 	rc = kvt_put_reserve(v->st, &vp->ns, &vp->obj, v->o.durability, &vp->b);
 	if (rc)
 		goto fail;
@@ -566,12 +668,12 @@ int vals_put_commit(struct vals_put *vp, int64_t expire_ms, int flags)
 	kvt_put_buf_iov(vp->b, &iov, &n_iov);
 	size_t tl = vp->klen + VALS_TRAILER;
 	iov_write(iov, n_iov, vp->vlen, NULL, (size_t)(vp->p - vp->vlen - tl));
-	encode_trailer(tr, vp->key, vp->klen, vp->vlen, vp->seq, v->nonce, expire_ms);
+	encode_trailer(tr, MAGIC_VAL, vp->key, vp->klen, vp->vlen, vp->seq, v->nonce, expire_ms);
 	iov_write(iov, n_iov, vp->p - tl, tr, tl);
 	rc = kvt_put_publish(vp->b);
 	atomic_fetch_sub(&v->reserved, vp->p);
 	if (rc == 0)
-		rc = install(v, vp->t, vp->key, vp->klen, vp->seq, &vp->obj, &vp->ns, vp->vlen,
+		rc = install(v, vp->t, vp->key, vp->klen, vp->seq, &vp->obj, vp->vlen,
 			     expire_ms, flags);
 	free(vp);
 	return rc;
@@ -613,7 +715,7 @@ static void forget(struct vals *v, const struct kvtd_tenant *t, const char *key,
 
 	pthread_mutex_lock(&s->mu);
 	pp = find(s, h, t->id, key, klen);
-	if (*pp && (*pp)->seq == seq)
+	if (*pp && !(*pp)->dead && (*pp)->seq == seq)
 		unlink_entry(v, s, pp, &g);
 	pthread_mutex_unlock(&s->mu);
 }
@@ -666,23 +768,120 @@ int vals_exists(struct vals *v, const struct kvtd_tenant *t, const char *key, si
 	return 1;
 }
 
+/* Store a tombstone (MAGIC_DEL and DOM_DEL for `key`, or MAGIC_FLS and
+ * DOM_FLS for the tenant, klen 0): the versions numbered up to `seq` are
+ * deleted.  It is
+ * written crash-safe whatever the SETs' durability: a deletion must
+ * outlive the late copy it hides.  0 with its name and payload length, or
+ * the put's error. */
+static int put_tomb(struct vals *v, const struct kvtd_tenant *t, const char *magic,
+		    const char *dom, const char *key, size_t klen, uint64_t seq, kvt_key *name,
+		    uint64_t *p)
+{
+	uint8_t *buf;
+	kvt_ns ns;
+	int rc;
+
+	*p = vals_payload_bytes(klen, 0);
+	if (ns_of(t, *p, &ns) || !(buf = calloc(1, (size_t)*p)))
+		return KVT_ENOMEM;
+	obj_key(t, dom, seq, v->nonce, key, klen, name);
+	encode_trailer(buf + *p - klen - VALS_TRAILER, magic, key, klen, 0, seq, v->nonce, 0);
+	rc = kvt_put(v->st, &ns, name, buf, (size_t)*p, KVT_DUR_CRASH_SAFE);
+	free(buf);
+	return rc == KVT_EEXIST ? 0 : rc;
+}
+
+/* Remove key's dead entry of version `seq`, if it is still that. */
+static void bury_entry(struct vals *v, uint32_t tenant, const char *key, size_t klen,
+		       uint64_t seq)
+{
+	uint64_t h = hash_of(tenant, key, klen);
+	struct shard *s = shard_of(v, h);
+	struct entry **pp, *e;
+
+	pthread_mutex_lock(&s->mu);
+	pp = find(s, h, tenant, key, klen);
+	if ((e = *pp) && e->dead && e->seq == seq) {
+		*pp = e->next;
+		s->n--;
+		free(e);
+	}
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* Without a tombstone (the disk refused it), a deletion is made safe the
+ * other way: by waiting until the copies queued have landed, then
+ * deleting again.  `what` names the deletion in the log. */
+static void delete_unburied(struct vals *v, const struct kvtd_tenant *t, const char *what,
+			    int rc, const kvt_key *obj, uint64_t p)
+{
+	kvtd_log(KVTD_LOG_WARN, "%s: no tombstone could be written (%s: %s); waiting for the "
+		 "background copies instead", what, kvt_strerror(rc), kvt_errmsg());
+	if (kvt_store_flush(v->st, 10000))
+		kvtd_log(KVTD_LOG_WARN, "%s: copies still queued after 10 s: a restart may "
+			 "bring back what it deleted", what);
+	if (obj)
+		delete_object(v, t, obj, p);
+}
+
+/* The deletion of version (seq, obj) of `key`, whose entry is dead in
+ * the map: the tombstone first (so that a crash after it keeps the key
+ * deleted however late its copy lands), then the object. */
+static void delete_buried(struct vals *v, const struct kvtd_tenant *t, const char *key,
+			  size_t klen, uint64_t seq, const struct gone *g)
+{
+	struct late *l = calloc(1, sizeof(*l) + klen);
+	int rc = l ? put_tomb(v, t, MAGIC_DEL, DOM_DEL, key, klen, seq, &l->tomb, &l->tp)
+		   : KVT_ENOMEM;
+
+	delete_object(v, t, &g->obj, g->p);
+	if (rc) {
+		free(l);
+		delete_unburied(v, t, "DEL", rc, &g->obj, g->p);
+		bury_entry(v, t->id, key, klen, seq);
+		return;
+	}
+	l->obj = g->obj;
+	l->p = g->p;
+	l->seq = seq;
+	l->tenant = t->id;
+	l->klen = (uint32_t)klen;
+	memcpy(l->key, key, klen);
+	l->has_obj = l->has_tomb = l->dead = 1;
+	late_add(v, l);
+}
+
 int vals_del(struct vals *v, const struct kvtd_tenant *t, const char *key, size_t klen)
 {
-	uint64_t h = hash_of(t->id, key, klen);
+	uint64_t h = hash_of(t->id, key, klen), seq = 0;
 	struct shard *s = shard_of(v, h);
-	struct entry **pp;
+	struct entry **pp, *e;
 	struct gone g;
-	int was = 0, expired = 0;
+	int was = 0, expired = 0, tomb = 0;
 
 	pthread_mutex_lock(&s->mu);
 	pp = find(s, h, t->id, key, klen);
-	if (*pp) {
-		expired = is_expired(*pp, vals_now_ms());
-		unlink_entry(v, s, pp, &g);
+	if ((e = *pp) && !e->dead) {
+		expired = is_expired(e, vals_now_ms());
 		was = 1;
+		/* An expired version needs no tombstone: its trailer says it
+		 * is, to a restart too. */
+		tomb = v->tombs && !expired;
+		if (tomb) {
+			g = (struct gone){ e->obj, vals_payload_bytes(e->klen, e->vlen), e->tenant };
+			seq = e->seq;
+			count_add(v, e, -1);
+			e->dead = 1;
+			e->expire_ms = 0;
+		} else {
+			unlink_entry(v, s, pp, &g);
+		}
 	}
 	pthread_mutex_unlock(&s->mu);
-	if (was)
+	if (tomb)
+		delete_buried(v, t, key, klen, seq, &g);
+	else if (was)
 		drop_object(v, t, &g.obj, g.p);
 	return was && !expired;
 }
@@ -728,7 +927,7 @@ static int rewrite_expiry(struct vals *v, const struct kvtd_tenant *t, const cha
 	}
 	kvt_release(ref);
 	uint64_t nseq = atomic_fetch_add(&v->seq, 1) + 1;
-	obj_key(t, nseq, v->nonce, key, klen, &obj);
+	obj_key(t, DOM_VAL, nseq, v->nonce, key, klen, &obj);
 	write_trailer(buf, key, klen, vlen, p, nseq, v->nonce, expire_ms);
 	rc = kvt_put(v->st, &ns, &obj, buf, (size_t)p, v->o.durability);
 	free(buf);
@@ -736,7 +935,7 @@ static int rewrite_expiry(struct vals *v, const struct kvtd_tenant *t, const cha
 		return rc;
 	pthread_mutex_lock(&s->mu);
 	struct entry **pp = find(s, h, t->id, key, klen);
-	int same = *pp && (*pp)->seq == seq;
+	int same = *pp && !(*pp)->dead && (*pp)->seq == seq;
 	if (same) {
 		count_add(v, *pp, -1);
 		(*pp)->seq = nseq;
@@ -746,7 +945,7 @@ static int rewrite_expiry(struct vals *v, const struct kvtd_tenant *t, const cha
 		count_add(v, *pp, 1);
 	}
 	pthread_mutex_unlock(&s->mu);
-	kvt_delete(v->st, &ns, same ? &old : &obj);
+	drop_object(v, t, same ? &old : &obj, p);
 	return same;
 }
 
@@ -806,7 +1005,7 @@ uint64_t vals_scan(struct vals *v, const struct kvtd_tenant *t, uint64_t cursor,
 		pthread_mutex_lock(&s->mu);
 		for (; bi < s->nb && found < count && visited < count * 10; bi++, visited++)
 			for (struct entry *e = s->b[bi]; e; e = e->next)
-				if (e->tenant == t->id && !is_expired(e, now) &&
+				if (e->tenant == t->id && !e->dead && !is_expired(e, now) &&
 				    (!match || vals_glob(match, mlen, e->key, e->klen))) {
 					fn(arg, e->key, e->klen);
 					found++;
@@ -833,10 +1032,11 @@ uint64_t vals_expiring(struct vals *v, const struct kvtd_tenant *t)
 	return atomic_load(&v->expiring[t->id]);
 }
 
-/* Remove the entries of one bucket that `pred` picks; their objects are
- * deleted after the shard's lock is let go. */
+/* Remove the entries of one bucket: tenant t's numbered up to `upto`, or
+ * (t NULL) the expired ones.  Their objects are deleted after the shard's
+ * lock is let go. */
 static uint64_t purge_bucket(struct vals *v, const struct kvtd_tenant *t, struct shard *s,
-			     size_t bi, int all_of_tenant, uint32_t tenant)
+			     size_t bi, uint64_t upto)
 {
 	struct gone g[32];
 	size_t n = 0;
@@ -848,7 +1048,8 @@ static uint64_t purge_bucket(struct vals *v, const struct kvtd_tenant *t, struct
 		again = 0;
 		pthread_mutex_lock(&s->mu);
 		for (struct entry **pp = bi < s->nb ? &s->b[bi] : NULL; pp && *pp;) {
-			int pick = all_of_tenant ? (*pp)->tenant == tenant : is_expired(*pp, now);
+			int pick = !(*pp)->dead && (t ? (*pp)->tenant == t->id && (*pp)->seq <= upto
+							  : is_expired(*pp, now));
 			if (!pick) {
 				pp = &(*pp)->next;
 				continue;
@@ -874,7 +1075,27 @@ static uint64_t purge_bucket(struct vals *v, const struct kvtd_tenant *t, struct
 
 uint64_t vals_flush(struct vals *v, const struct kvtd_tenant *t)
 {
-	uint64_t gone = 0;
+	uint64_t gone = 0, upto = UINT64_MAX;
+	struct late *l = NULL;
+	int rc = 0;
+
+	if (v->tombs) {
+		/* Every version numbered so far goes, in the map now and at a
+		 * restart by the tenant's tombstone; a SET numbered before
+		 * that installs after it loses (install). */
+		upto = atomic_load(&v->seq);
+		atomic_store(&v->flushed[t->id], upto);
+		l = calloc(1, sizeof(*l));
+		rc = l ? put_tomb(v, t, MAGIC_FLS, DOM_FLS, "", 0, upto, &l->tomb, &l->tp)
+		       : KVT_ENOMEM;
+		if (rc) {
+			free(l);
+			l = NULL;
+		} else {
+			l->tenant = t->id;
+			l->has_tomb = 1;
+		}
+	}
 
 	for (int si = 0; si < NSHARDS; si++) {
 		struct shard *s = &v->sh[si];
@@ -882,17 +1103,83 @@ uint64_t vals_flush(struct vals *v, const struct kvtd_tenant *t)
 		size_t nb = s->nb;
 		pthread_mutex_unlock(&s->mu);
 		for (size_t bi = 0; bi < nb; bi++)
-			gone += purge_bucket(v, t, s, bi, 1, t->id);
+			gone += purge_bucket(v, t, s, bi, upto);
 	}
+	if (l)
+		late_add(v, l);
+	else if (rc)
+		delete_unburied(v, t, "FLUSHDB", rc, NULL, 0);
 	return gone;
+}
+
+/* Put `l` (a list of n) back at the head of the late list. */
+static void late_requeue(struct vals *v, struct late *l, size_t n)
+{
+	struct late *tail = l;
+
+	if (!l)
+		return;
+	while (tail->next)
+		tail = tail->next;
+	pthread_mutex_lock(&v->late_mu);
+	tail->next = v->late;
+	v->late = l;
+	v->n_late += n;
+	pthread_mutex_unlock(&v->late_mu);
+}
+
+/* Collect what waits on the late list, up to `budget` items, if the store
+ * has no background copy queued or running now: every item was queued
+ * after its version's deletion, so no copy of it can land after this.
+ * Its version is deleted again (a copy that landed since), then its
+ * tombstone, then its dead entry. */
+static void late_collect(struct vals *v, size_t budget)
+{
+	struct late *l, *next, *keep = NULL;
+	size_t kept = 0;
+
+	pthread_mutex_lock(&v->late_mu);
+	l = v->late;
+	v->late = NULL;
+	v->n_late = 0;
+	pthread_mutex_unlock(&v->late_mu);
+	if (l && kvt_store_flush(v->st, 0)) {
+		for (next = l; next; next = next->next)
+			kept++;
+		late_requeue(v, l, kept);
+		return;
+	}
+	for (; l; l = next) {
+		const struct kvtd_tenant *t = atomic_load(&v->tenant_of[l->tenant]);
+		int rc = 0, done = budget && t;
+		next = l->next;
+		if (done) {
+			budget--;
+			if (l->has_obj)
+				delete_object(v, t, &l->obj, l->p);
+			if (l->has_tomb)
+				rc = delete_object(v, t, &l->tomb, l->tp);
+		}
+		if (!done || (rc && rc != KVT_ENOTFOUND)) {
+			l->next = keep; /* for the next time */
+			keep = l;
+			kept++;
+			continue;
+		}
+		if (l->dead)
+			bury_entry(v, l->tenant, l->key, l->klen, l->seq);
+		free(l);
+	}
+	late_requeue(v, keep, kept);
 }
 
 void vals_sweep(struct vals *v, size_t budget)
 {
+	late_collect(v, 4096);
 	pthread_mutex_lock(&v->sweep_mu);
 	for (size_t i = 0; i < budget; i++) {
 		struct shard *s = &v->sh[v->sweep_shard];
-		purge_bucket(v, NULL, s, v->sweep_bucket, 0, 0);
+		purge_bucket(v, NULL, s, v->sweep_bucket, 0);
 		pthread_mutex_lock(&s->mu);
 		size_t nb = s->nb;
 		pthread_mutex_unlock(&s->mu);
@@ -989,11 +1276,13 @@ int vals_glob(const char *p, size_t pl, const char *s, size_t sl)
 struct found {
 	kvt_key key;
 	uint64_t len;
+	int tier;
 };
 
 struct found_list {
 	struct found *f;
 	size_t n, cap;
+	int tier;
 };
 
 static int collect(void *arg, const kvt_key *key, uint64_t len)
@@ -1007,66 +1296,148 @@ static int collect(void *arg, const kvt_key *key, uint64_t len)
 		l->f = f;
 		l->cap = c;
 	}
-	l->f[l->n++] = (struct found){ *key, len };
+	l->f[l->n++] = (struct found){ *key, len, l->tier };
 	return 0;
 }
 
-/* Read one object's trailer and put its version in the map if it is the
- * newest seen; 1 if it went in, 0 if it was not ours or superseded (and
- * deleted), or a negative code. */
-static int adopt(struct vals *v, const struct kvtd_tenant *const *tenants, size_t nt,
-		 const struct found *f, char *layer, size_t cap, int64_t now)
-{
-	kvt_layout l;
-	kvt_ns ns;
-	size_t lb;
-	int rc = KVT_EMISMATCH;
-	const struct kvtd_tenant *t = NULL;
+enum { OBJ_V1 = 1, OBJ_VAL, OBJ_DEL, OBJ_FLS };
 
-	if (layout_of(f->len, &l))
+/* What a trailer says.  `key` points into the buffer it was read into. */
+struct trailer {
+	int kind;
+	uint32_t klen;
+	uint64_t vlen, seq, nonce;
+	int64_t exp;
+	const char *key;
+};
+
+/* Parse the trailer that ends at `end`, `have` bytes of which are there:
+ * its kind (its checksum checked from VAL2 on), 0 if it is none of ours or
+ * damaged, or -1 with *need when its key is longer than what was read. */
+static int trailer_parse(uint8_t *end, size_t have, struct trailer *tr, size_t *need)
+{
+	static const char *const magic[] = { MAGIC_V1, MAGIC_VAL, MAGIC_DEL, MAGIC_FLS };
+	uint8_t *t = end - VALS_TRAILER;
+
+	if (have < VALS_TRAILER)
 		return 0;
-	lb = (size_t)(f->len / l.num_layers);
-	if (lb > cap)
+	tr->kind = 0;
+	for (int k = 0; k < 4; k++)
+		if (!memcmp(t + 40, magic[k], 8))
+			tr->kind = k + 1;
+	tr->klen = get_u32(t);
+	if (!tr->kind || tr->klen > VALS_MAX_KEY)
 		return 0;
-	for (size_t i = 0; i < nt && rc == KVT_EMISMATCH; i++) {
-		t = tenants[i];
-		ns_of(t, f->len, &ns);
-		rc = kvt_get_layer(v->st, &ns, &f->key, l.num_layers - 1, layer, lb);
+	if (tr->klen > have - VALS_TRAILER) {
+		*need = tr->klen + VALS_TRAILER;
+		return -1;
 	}
-	if (rc == KVT_EMISMATCH || rc == KVT_ELAYOUT || rc == KVT_ENOTFOUND)
-		return 0; /* not a value of a tenant we serve */
-	if (rc < 0)
-		return rc;
-	const uint8_t *tr = (const uint8_t *)layer + lb - VALS_TRAILER;
-	if (lb < VALS_TRAILER || memcmp(tr + 40, trailer_magic, 8))
-		return 0;
-	uint32_t klen = get_u32(tr);
-	uint64_t vlen = get_u64(tr + 8), seq = get_u64(tr + 16), nonce = get_u64(tr + 24);
-	int64_t exp = (int64_t)get_u64(tr + 32);
-	if (klen > VALS_MAX_KEY || klen > lb - VALS_TRAILER ||
-	    vals_payload_bytes(klen, vlen) != f->len)
-		return 0;
-	const char *key = (const char *)tr - klen;
+	tr->key = (const char *)t - tr->klen;
+	tr->vlen = get_u64(t + 8);
+	tr->seq = get_u64(t + 16);
+	tr->nonce = get_u64(t + 24);
+	tr->exp = (int64_t)get_u64(t + 32);
+	if (tr->kind != OBJ_V1) {
+		uint32_t sum = get_u32(t + 4);
+		put_u32(t + 4, 0);
+		uint32_t want = (uint32_t)XXH3_64bits(t - tr->klen, tr->klen + VALS_TRAILER);
+		put_u32(t + 4, sum);
+		if (sum != want)
+			return 0;
+	}
+	return tr->kind;
+}
+
+/* The last layer of a value written before trailers were checksummed,
+ * read whole and verified, must end with the bytes peeked: then they can
+ * be trusted.  1, 0 (not), or a negative code. */
+static int legacy_verified(struct vals *v, const kvt_ns *ns, const struct found *f,
+			   const uint8_t *tail, size_t have)
+{
+	uint32_t n = ns->layout.num_layers;
+	size_t lb = (size_t)(f->len / n);
+	uint8_t *layer = malloc(lb);
+	int rc;
+
+	if (!layer)
+		return KVT_ENOMEM;
+	rc = kvt_get_layer(v->st, ns, &f->key, n - 1, layer, lb);
+	if (rc == 0)
+		rc = lb >= have && !memcmp(layer + lb - have, tail, have);
+	free(layer);
+	return rc == KVT_ENOTFOUND || rc == KVT_ECORRUPT ? 0 : rc;
+}
+
+/* Read one object's header and trailer (kvt_store_peek: the header's
+ * block and the trailer's, however long the value) from its tier: the
+ * kind, with *tr and *tenant, if it is a value or tombstone of a tenant
+ * listed, intact and named by its own trailer; 0 if not; or a negative
+ * code.  `buf` holds VALS_MAX_KEY + VALS_TRAILER bytes. */
+static int examine(struct vals *v, const struct kvtd_tenant *const *tenants, size_t nt,
+		   const struct found *f, uint8_t *buf, struct trailer *tr,
+		   const struct kvtd_tenant **tenant)
+{
+	static const char *const dom[] = { DOM_VAL, DOM_VAL, DOM_DEL, DOM_FLS };
+	size_t have = f->len < TAIL_FIRST ? (size_t)f->len : TAIL_FIRST, need = 0;
+	kvt_object_info info;
+	kvt_ns ns;
 	kvt_key want;
-	obj_key(t, seq, nonce, key, klen, &want);
+	int rc, kind = 0;
+
+	rc = kvt_store_peek(v->st, f->tier, &f->key, &info, f->len - have, buf, have);
+	if (rc == 0 && (kind = trailer_parse(buf + have, have, tr, &need)) < 0 &&
+	    need <= f->len) {
+		have = need;
+		rc = kvt_store_peek(v->st, f->tier, &f->key, &info, f->len - have, buf, have);
+		kind = rc ? 0 : trailer_parse(buf + have, have, tr, &need);
+	}
+	if (rc == KVT_ENOTFOUND || rc == KVT_EMISMATCH)
+		return 0; /* gone since the listing, or not what it is listed as */
+	if (rc < 0 || kind <= 0)
+		return rc < 0 ? rc : 0;
+	*tenant = NULL;
+	for (size_t i = 0; i < nt && !*tenant; i++)
+		if (!memcmp(tenants[i]->ns.digest, info.ns_digest, 32))
+			*tenant = tenants[i];
+	/* A tenant's, and laid out as a value of its length is. */
+	if (!*tenant || ns_of(*tenant, f->len, &ns) ||
+	    info.layout.num_layers != ns.layout.num_layers ||
+	    info.layout.num_kv_heads != ns.layout.num_kv_heads ||
+	    info.layout.head_dim != ns.layout.head_dim || info.layout.dtype != ns.layout.dtype ||
+	    info.layout.scale_bytes != ns.layout.scale_bytes)
+		return 0;
+	if (vals_payload_bytes(tr->klen, tr->vlen) != f->len ||
+	    (kind >= OBJ_DEL && tr->vlen) || (kind == OBJ_FLS && tr->klen))
+		return 0;
+	obj_key(*tenant, dom[kind - 1], tr->seq, tr->nonce, tr->key, tr->klen, &want);
 	if (memcmp(want.b, f->key.b, KVT_KEY_BYTES))
 		return 0; /* its trailer does not name it */
-	if (exp && exp <= now) {
-		kvt_delete(v->st, &ns, &f->key);
-		return 0;
-	}
+	if (kind == OBJ_V1 && (rc = legacy_verified(v, &ns, f, buf, have)) <= 0)
+		return rc;
+	return kind;
+}
 
-	uint64_t h = hash_of(t->id, key, klen);
+/* Put a value's version in the map if it is the newest seen: 1 if it
+ * went in as a new key, 0 if not (superseded and deleted, expired and
+ * deleted, or the same version seen in another tier), or KVT_ENOMEM. */
+static int adopt(struct vals *v, const struct kvtd_tenant *t, const struct found *f,
+		 const struct trailer *tr, int64_t now)
+{
+	uint64_t h = hash_of(t->id, tr->key, tr->klen);
 	struct shard *s = shard_of(v, h);
 	struct entry **pp, *e;
 	struct gone g = { 0 };
 	int older = 0, replaced = 0;
 
+	if (tr->exp && tr->exp <= now) {
+		delete_object(v, t, &f->key, f->len);
+		return 0;
+	}
 	pthread_mutex_lock(&s->mu);
-	pp = find(s, h, t->id, key, klen);
-	if (*pp && (*pp)->seq > seq) {
+	pp = find(s, h, t->id, tr->key, tr->klen);
+	if (*pp && (*pp)->seq > tr->seq) {
 		older = 1;
-	} else if (*pp && (*pp)->seq == seq) {
+	} else if (*pp && (*pp)->seq == tr->seq) {
 		pthread_mutex_unlock(&s->mu);
 		return 0; /* the same version, from another tier */
 	} else if (*pp) {
@@ -1075,75 +1446,123 @@ static int adopt(struct vals *v, const struct kvtd_tenant *const *tenants, size_
 		g.obj = e->obj;
 		g.p = vals_payload_bytes(e->klen, e->vlen);
 		count_add(v, e, -1);
-	} else {
-		if (!new_entry(s, pp, h, t, key, klen)) {
-			pthread_mutex_unlock(&s->mu);
-			return KVT_ENOMEM;
-		}
+	} else if (!new_entry(s, pp, h, t, tr->key, tr->klen)) {
+		pthread_mutex_unlock(&s->mu);
+		return KVT_ENOMEM;
 	}
 	if (!older) {
-		e = *find(s, h, t->id, key, klen);
-		e->seq = seq;
-		e->nonce = nonce;
-		e->vlen = vlen;
-		e->expire_ms = exp;
+		e = *find(s, h, t->id, tr->key, tr->klen);
+		e->seq = tr->seq;
+		e->nonce = tr->nonce;
+		e->vlen = tr->vlen;
+		e->expire_ms = tr->exp;
 		e->obj = f->key;
 		count_add(v, e, 1);
 	}
 	pthread_mutex_unlock(&s->mu);
 	/* A version a later SET replaced, left by a crash between that
-	 * SET's put and its delete of the old one. */
+	 * SET's put and its delete of the old one, or by a late copy. */
 	if (older)
-		kvt_delete(v->st, &ns, &f->key);
+		delete_object(v, t, &f->key, f->len);
 	if (replaced)
-		drop_object(v, t, &g.obj, g.p);
-	if (seq >= atomic_load(&v->seq))
-		atomic_store(&v->seq, seq + 1);
+		delete_object(v, t, &g.obj, g.p);
 	return !older && !replaced;
+}
+
+/* A tombstone found: applied once every value is in the map. */
+struct tomb {
+	struct tomb *next;
+	const struct kvtd_tenant *t;
+	kvt_key name;
+	uint64_t len, seq;
+	int kind;
+	uint32_t klen;
+	char key[];
+};
+
+/* Apply a tombstone: the versions it hides leave the map and the tiers. */
+static void tomb_apply(struct vals *v, const struct tomb *tb)
+{
+	if (tb->kind == OBJ_FLS) {
+		for (int si = 0; si < NSHARDS; si++)
+			for (size_t bi = 0; bi < v->sh[si].nb; bi++)
+				purge_bucket(v, tb->t, &v->sh[si], bi, tb->seq);
+		return;
+	}
+	uint64_t h = hash_of(tb->t->id, tb->key, tb->klen);
+	struct shard *s = shard_of(v, h);
+	struct entry **pp;
+	struct gone g;
+	int hide;
+
+	pthread_mutex_lock(&s->mu);
+	pp = find(s, h, tb->t->id, tb->key, tb->klen);
+	if ((hide = *pp && (*pp)->seq <= tb->seq))
+		unlink_entry(v, s, pp, &g);
+	pthread_mutex_unlock(&s->mu);
+	if (hide)
+		delete_object(v, tb->t, &g.obj, g.p);
 }
 
 long vals_rebuild(struct vals *v, const struct kvtd_tenant *const *tenants,
 		  size_t n_tenants)
 {
 	struct found_list l = { 0 };
+	struct tomb *tombs = NULL;
 	int nt = kvt_store_tiers(v->st);
 	long keys = 0;
-	size_t cap = 0;
-	char *layer = NULL;
+	uint8_t *buf = malloc(VALS_MAX_KEY + VALS_TRAILER);
 	int64_t now = vals_now_ms();
-	int rc = 0;
+	int rc = buf ? 0 : KVT_ENOMEM;
 
 	for (size_t i = 0; i < n_tenants; i++)
 		atomic_store(&v->tenant_of[tenants[i]->id], tenants[i]);
 	for (int i = 0; i < nt && rc == 0; i++) {
-		kvt_tier_stats ts;
-		if (kvt_store_stats(v->st, i, &ts) || !strcmp(ts.name, "dram"))
-			continue;
-		rc = kvt_store_iterate(v->st, i, collect, &l);
+		l.tier = i;
+		if (outlives(v->st, i))
+			rc = kvt_store_iterate(v->st, i, collect, &l);
 	}
 	for (size_t i = 0; i < l.n && rc >= 0; i++) {
-		size_t lb = (size_t)(l.f[i].len / layers_of(l.f[i].len));
-		if (lb > cap) {
-			char *b = realloc(layer, lb);
-			if (!b) {
+		const struct kvtd_tenant *t = NULL;
+		struct trailer tr;
+		int kind = examine(v, tenants, n_tenants, &l.f[i], buf, &tr, &t);
+		struct tomb *tb;
+
+		rc = 0;
+		if (kind == OBJ_V1 || kind == OBJ_VAL) {
+			rc = adopt(v, t, &l.f[i], &tr, now);
+		} else if (kind == OBJ_DEL || kind == OBJ_FLS) {
+			if (!(tb = malloc(sizeof(*tb) + tr.klen))) {
 				rc = KVT_ENOMEM;
 				break;
 			}
-			layer = b;
-			cap = lb;
-		}
-		rc = adopt(v, tenants, n_tenants, &l.f[i], layer, cap, now);
-		if (rc > 0)
-			keys++;
-		if (rc > 0 || rc == 0)
-			rc = 0;
-		else if (rc != KVT_ENOMEM) {
+			*tb = (struct tomb){ tombs, t, l.f[i].key, l.f[i].len, tr.seq, kind,
+					     tr.klen };
+			memcpy(tb->key, tr.key, tr.klen);
+			tombs = tb;
+		} else if (kind < 0 && kind != KVT_ENOMEM) {
 			kvtd_log(KVTD_LOG_WARN, "rebuild: an object could not be read: %s (%s)",
-				 kvt_strerror(rc), kvt_errmsg());
-			rc = 0;
+				 kvt_strerror(kind), kvt_errmsg());
+		} else {
+			rc = kind;
 		}
+		if (rc >= 0 && tr.seq >= atomic_load(&v->seq) && kind > 0)
+			atomic_store(&v->seq, tr.seq + 1);
 	}
-	free(layer);
+	/* Tombstones last: what they hide goes, then they do (no copy of
+	 * the process before can land any more); a crash in between finds
+	 * them again. */
+	for (struct tomb *tb = tombs; tb && rc >= 0; tb = tb->next)
+		tomb_apply(v, tb);
+	for (struct tomb *tb = tombs, *n; tb; tb = n) {
+		n = tb->next;
+		if (rc >= 0)
+			delete_object(v, tb->t, &tb->name, tb->len);
+		free(tb);
+	}
+	for (size_t i = 0; i < n_tenants; i++)
+		keys += (long)vals_count(v, tenants[i]);
+	free(buf);
 	free(l.f);
 	return rc < 0 ? rc : keys;
 }
