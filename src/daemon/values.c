@@ -1132,7 +1132,10 @@ static void late_requeue(struct vals *v, struct late *l, size_t n)
  * has no background copy queued or running now: every item was queued
  * after its version's deletion, so no copy of it can land after this.
  * Its version is deleted again (a copy that landed since), then its
- * tombstone, then its dead entry. */
+ * tombstone, then its dead entry.  (The store does not count a demotion
+ * that an evicting writer runs itself when its queue is full: a version
+ * evicted from DRAM before any disk copy, deleted while that one copy
+ * runs, is the window this leaves.) */
 static void late_collect(struct vals *v, size_t budget)
 {
 	struct late *l, *next, *keep = NULL;
@@ -1546,7 +1549,7 @@ long vals_rebuild(struct vals *v, const struct kvtd_tenant *const *tenants,
 		} else {
 			rc = kind;
 		}
-		if (rc >= 0 && tr.seq >= atomic_load(&v->seq) && kind > 0)
+		if (rc >= 0 && kind > 0 && tr.seq >= atomic_load(&v->seq))
 			atomic_store(&v->seq, tr.seq + 1);
 	}
 	/* Tombstones last: what they hide goes, then they do (no copy of

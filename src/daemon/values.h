@@ -16,11 +16,26 @@
  * and verified on every read from a disk tier (and from DRAM when
  * verify_dram_reads is set).  The payload is the value's bytes, padding,
  * then a trailer that names the version (docs/DAEMON.md):
- *     user key | klen u32 | flags u32 | vlen u64 | seq u64 | nonce u64 |
- *     expire_ms i64 | "KVTDVAL1"
- * so that at start the map is rebuilt from the disk tiers by reading the
- * last layer of each object (vals_rebuild): the newest version of a key
- * wins and older ones left by a crash are deleted.
+ *     user key | klen u32 | csum u32 | vlen u64 | seq u64 | nonce u64 |
+ *     expire_ms i64 | "KVTDVAL2"
+ * (csum: XXH3 of the trailer with that field zero; "KVTDVAL1" objects of
+ * older daemons have none), so that at start the map is rebuilt from the
+ * disk tiers by reading each object's header and trailer alone
+ * (kvt_store_peek; vals_rebuild): the newest version of a key wins and
+ * older ones left by a crash are deleted.
+ *
+ * Deletions.  With cached SETs over a disk tier a version's background
+ * copy may land on the disk after the DEL that deleted it, and a restart
+ * would bring it back.  So a DEL (UNLINK, EXPIRE into the past) first
+ * writes a crash-safe tombstone, an object of the same shape whose trailer
+ * ends "KVTDDEL2" (FLUSHDB: one per tenant, "KVTDFLS2", klen 0): versions
+ * of the key (the tenant's) numbered up to its seq are deleted, and the
+ * rebuild hides them.  The key's entry stays in the map, dead (a reader
+ * sees no key; a SET numbered before it loses), and once the store has no
+ * background copy queued or running (vals_sweep) the version is deleted
+ * again, then the tombstone, then the entry.  An overwrite needs none: the
+ * newer version wins at a restart, and if its copy was lost the key reads
+ * as before that SET, which is what cached promises of it.
  *
  * Thread-safe: the map is sharded, each shard under its own mutex, never
  * held across a call into the store.
@@ -130,7 +145,8 @@ uint64_t vals_expiring(struct vals *v, const struct kvtd_tenant *t);
 uint64_t vals_flush(struct vals *v, const struct kvtd_tenant *t);
 
 /* Remove expired keys, visiting at most `budget` buckets from where the
- * last call stopped. */
+ * last call stopped; collect the tombstones and late copies no copy can
+ * follow any more. */
 void vals_sweep(struct vals *v, size_t budget);
 
 /* Redis's glob: * ? [abc] [^a-z] and \ escapes.  1 if it matches. */

@@ -2164,7 +2164,7 @@ int kvt_store_peek(kvt_store *st, int tier, const kvt_key *key, kvt_object_info 
 	kvt_tier_rbuf *rb = NULL;
 	kvt_tier *t;
 	uint64_t image = 0;
-	int rc;
+	int rc, retried = 0;
 
 	kvt_err_clear();
 	if (!st || !key || !info || (len && !buf) || tier < 0 || tier >= st->n_tiers)
@@ -2181,8 +2181,10 @@ int kvt_store_peek(kvt_store *st, int tier, const kvt_key *key, kvt_object_info 
 			rc = kvt_err(KVT_ENOMEM, "out of memory");
 		else
 			rc = t->ops->peek(t, key, raw, KVT_OBJ_HEADER_BYTES + off, buf, len, &image);
-		if (rc == KVT_ETRUNCATED && len) /* short, or a range past the end? */
+		if (rc == KVT_ETRUNCATED && len) { /* short, or a range past the end? */
 			rc = t->ops->peek(t, key, raw, 0, NULL, 0, &image);
+			retried = 1;
+		}
 		if (rc == 0)
 			rc = kvt_obj_hdr_decode(raw, KVT_OBJ_HEADER_BYTES, h);
 	} else {
@@ -2203,6 +2205,9 @@ int kvt_store_peek(kvt_store *st, int tier, const kvt_key *key, kvt_object_info 
 		rc = kvt_err(KVT_ETRUNCATED, "peek: the %s tier's image is %llu bytes, its "
 			     "header declares %llu", t->ops->name, (unsigned long long)image,
 			     (unsigned long long)(h->header_len + h->payload_len));
+	if (rc == 0 && retried) /* the range was not read: the file changed between */
+		rc = kvt_err(KVT_ETRUNCATED, "peek: the %s tier's image ended early",
+			     t->ops->name);
 	if (rc == 0 && rb)
 		rbuf_copy(rb, h->header_len + off, buf, len);
 	if (rc == 0) {
