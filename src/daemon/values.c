@@ -198,13 +198,14 @@ static uint64_t hash_of(uint32_t tenant, const char *key, size_t klen)
 	return XXH3_64bits_withSeed(key, klen, tenant);
 }
 
-/* Whether tier i keeps its objects across a restart: what the rebuild
- * reads, and where a late copy could bring a deleted version back. */
+/* Whether tier i keeps this daemon's objects across a restart: what the
+ * rebuild reads, and where a late copy could bring a deleted version back
+ * (not memory, nor the peer tier: other nodes' chunks, read only). */
 static int outlives(kvt_store *st, int i)
 {
 	kvt_tier_stats ts;
 	return kvt_store_stats(st, i, &ts) == 0 && strcmp(ts.name, "dram") &&
-	       strcmp(ts.name, "device");
+	       strcmp(ts.name, "device") && strcmp(ts.name, "peer");
 }
 
 static void late_collect(struct vals *v, size_t budget);
