@@ -72,6 +72,7 @@ int main(void)
 	CHECK_EQ(kvt_config_set(cfg, "local_disk", nvme), 0);
 	CHECK_EQ(kvt_config_set(cfg, "shared_fs", shared), 0);
 	st = kvt_store_open(cfg, &err);
+	kvt_config_free(cfg);
 	CHECK(st);
 	if (!st) {
 		fprintf(stderr, "open: %s\n", kvt_errmsg());
