@@ -5,9 +5,9 @@
  * Every byte the parser sees came from a network client.  The input is
  * parsed twice: fed whole, and fed in pieces whose sizes the input's own
  * bytes choose (with a big argument's bytes written straight into its
- * buffer through resp_direct, as the server does, or placed in segments
- * the input's bytes size, as a SET's value is placed in the store's
- * pages).  Both must produce the
+ * buffer through resp_direct_iov, as the server does, or placed in
+ * segments the input's bytes size, as a SET's value is placed in the
+ * store's pages, and written across several of them at once).  Both must produce the
  * same commands, argument for argument, and end the same way: a parser
  * whose result depends on how TCP split the stream would be a bug.  Every
  * argument must be NUL-terminated at its length and within the limits.
@@ -166,17 +166,26 @@ static void pieces(const uint8_t *data, size_t size, struct trace *t)
 	seg_sizes_len = size;
 	while (rc != RESP_PERR && rc != RESP_NOMEM) {
 		size_t k = 1 + data[step++ % size] % 97, room;
-		char *direct = in ? NULL : resp_direct(&p, &room);
+		struct iovec v[8];
+		int nv = 0;
 		if (pos == size)
 			break;
 		if (k > size - pos)
 			k = size - pos;
-		if (direct) {
-			if (k > room)
-				k = room;
-			memcpy(direct, data + pos, k);
-			pos += k;
-			rc = resp_direct_done(&p, k);
+		/* Into several of a placed argument's segments at once, as the
+		 * server's readv() does, as many as the input says. */
+		if (!in)
+			nv = resp_direct_iov(&p, v, 1 + data[step % size] % 8, k, &room);
+		if (nv > 0) {
+			size_t done = 0;
+			for (int i = 0; i < nv; i++) {
+				memcpy(v[i].iov_base, data + pos + done, v[i].iov_len);
+				done += v[i].iov_len;
+			}
+			if (done != room || done > k || done == 0)
+				abort(); /* the segments are the room, within the limit */
+			pos += done;
+			rc = resp_direct_done(&p, done);
 			if (rc == RESP_CMD)
 				on_cmd(t, &p);
 			continue;

@@ -383,13 +383,53 @@ static char placed_byte(const struct resp_arg *a, uint64_t at)
 	return 0;
 }
 
+int resp_direct_iov(struct resp_parser *p, struct iovec *iov, int max, size_t max_bytes,
+		    size_t *room)
+{
+	struct resp_arg *a;
+	size_t left, off;
+	int n = 0;
+
+	*room = 0;
+	if (p->state != ST_BIG || max < 1 || max_bytes == 0)
+		return 0;
+	a = &p->argv[p->argc];
+	left = (size_t)((uint64_t)p->bulk + 2 - p->got);
+	if (left > max_bytes)
+		left = max_bytes;
+	if (a->big != 3) {
+		iov[0] = (struct iovec){ a->p + p->got, left };
+		*room = left;
+		return 1;
+	}
+	off = p->seg_off;
+	for (int i = p->seg_i; i < a->pn && n < max && left; i++, off = 0) {
+		size_t k = a->piov[i].iov_len - off;
+		if (k == 0)
+			continue;
+		if (k > left)
+			k = left;
+		iov[n++] = (struct iovec){ (char *)a->piov[i].iov_base + off, k };
+		*room += k;
+		left -= k;
+	}
+	return n;
+}
+
 int resp_direct_done(struct resp_parser *p, size_t n)
 {
 	struct resp_arg *a = &p->argv[p->argc];
 	int rc;
 
 	p->got += n;
-	p->seg_off += n;
+	if (a->big == 3) {
+		/* n may run over several segments (resp_direct_iov) */
+		p->seg_off += n;
+		while (p->seg_i < a->pn && p->seg_off >= a->piov[p->seg_i].iov_len) {
+			p->seg_off -= a->piov[p->seg_i].iov_len;
+			p->seg_i++;
+		}
+	}
 	if (p->got < (uint64_t)p->bulk + 2)
 		return RESP_NEED;
 	if (a->big == 3) {

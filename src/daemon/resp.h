@@ -108,6 +108,13 @@ int resp_feed(struct resp_parser *p, const char *buf, size_t len, size_t *used);
  * complete the command, like resp_feed. */
 char *resp_direct(struct resp_parser *p, size_t *room);
 int resp_direct_done(struct resp_parser *p, size_t n);
+/* The same room as up to `max` segments of at most `max_bytes` together
+ * (a placed argument spans pages), so that one readv() takes more than a
+ * page's worth: how many were filled (0: no big argument is being read),
+ * their bytes in *room.  resp_direct_done accounts for what was read
+ * across them. */
+int resp_direct_iov(struct resp_parser *p, struct iovec *iov, int max, size_t max_bytes,
+		    size_t *room);
 
 /* Take argument i's big buffer: the caller owns it (to give back through
  * p->alloc.put), of argv[i].cap >= argv[i].len + 2 + big_slack bytes.
