@@ -10,8 +10,14 @@
  *   get     kvt_get of those chunks into a buffer (read in place from the
  *           daemon's pages), the same bound and target;
  *   borrow  kvt_borrow + kvt_release of a 32 MiB chunk, in microseconds per
- *           op (target <= 10), against kvt_exists, the bare request and
- *           reply over the same socket: ratio_vs_round_trip.
+ *           op (target <= 10), against one bare round trip of a request
+ *           and a reply between this process and a child over a
+ *           SOCK_SEQPACKET socket pair (the local protocol's sizes):
+ *           ratio_vs_roundtrip; kvt_exists (one request to the daemon,
+ *           the store around it) is shown beside it;
+ *   small   kvt_put of 8 KiB chunks, in microseconds per put, against the
+ *           same bare round trip: ratio_vs_roundtrip near 1 for a put of
+ *           one round trip (the copy is small), near 1/3 for three.
  *
  * kvtierd serves a 1 GiB DRAM tier alone, started here from beside this
  * program, pre-faulted like a production arena.
@@ -32,6 +38,7 @@
 #define ROUNDS 5
 #define CHUNKS 8          /* per timed put or get run: 256 MiB */
 #define BORROWS 2000
+#define SMALL_PUTS 200
 
 static const char magic[8] = "DMNLOCAL";
 
@@ -44,6 +51,43 @@ static double now_s(void)
 
 static void *(*volatile bound_memcpy)(void *, const void *, size_t) = memcpy;
 
+/* An echo child on a SOCK_SEQPACKET pair: one 64-byte request, one 32-byte
+ * reply, as the local protocol's; the parent's end, or -1. */
+static int echo_start(pid_t *pid)
+{
+	int sv[2];
+
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv))
+		return -1;
+	*pid = fork();
+	if (*pid == 0) {
+		char b[64];
+		close(sv[0]);
+		while (recv(sv[1], b, sizeof(b), 0) > 0)
+			if (send(sv[1], b, 32, 0) != 32)
+				break;
+		_exit(0);
+	}
+	close(sv[1]);
+	if (*pid < 0) {
+		close(sv[0]);
+		return -1;
+	}
+	return sv[0];
+}
+
+/* Microseconds per bare round trip over n of them, or -1. */
+static double echo_us(int fd, int n)
+{
+	char b[64] = { 0 };
+	double t0 = now_s();
+
+	for (int i = 0; i < n; i++)
+		if (send(fd, b, sizeof(b), 0) != (ssize_t)sizeof(b) || recv(fd, b, 32, 0) != 32)
+			return -1;
+	return (now_s() - t0) / n * 1e6;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -51,7 +95,8 @@ static void usage(FILE *f)
 		"The library opened on a kvtierd (started here, DRAM tier alone) through\n"
 		"the daemon key: put and get of 32 MiB chunks through the shared-memory\n"
 		"path against memcpy (ratio_vs_memcpy, target >= 0.7), and borrow latency\n"
-		"(target <= 10 us) against the socket's bare round trip (ratio_vs_round_trip).\n");
+		"(target <= 10 us) and the put of a small chunk against one bare\n"
+		"SOCK_SEQPACKET round trip (ratio_vs_roundtrip).\n");
 }
 
 /* kvtierd with --local on `sock`; its pid, or -1. */
@@ -127,12 +172,19 @@ int bench_daemon_local(int argc, char **argv)
 {
 	struct bench_opts o = { 0 };
 	char bin[4200], dir[80], sock[100], log[100], url[120];
-	static struct fig put, get, bor;
+	static struct fig put, get, bor, small;
+	static double exists_us[BENCH_MAX_ROUNDS];
 	kvt_ns_desc nd = { .model = "bench/daemon-local",
 			   /* 32 layers of 1 MiB: 8 KV heads of 128, bf16, 256 tokens */
 			   .layout = { 32, 8, 128, KVT_DTYPE_BF16, 2, 0, 16, 256 } };
+	kvt_ns_desc sd = { .model = "bench/daemon-local-small",
+			   /* 8 KiB: 1 layer, 1 KV head of 128, bf16, 16 tokens */
+			   .layout = { 1, 1, 128, KVT_DTYPE_BF16, 2, 0, 16, 16 } };
 	kvt_store *st = NULL;
 	kvt_config *cfg;
+	kvt_ns sns;
+	pid_t echo_pid = -1;
+	int echo_fd = -1;
 	uint8_t *src = NULL, *dst = NULL;
 	size_t len;
 	kvt_ns ns;
@@ -162,7 +214,11 @@ int bench_daemon_local(int argc, char **argv)
 	err = cfg ? kvt_config_set(cfg, "daemon", url) : KVT_ENOMEM;
 	if (bench_store_open(CMD, "the store on kvtierd", cfg, err, 0, &st))
 		goto out;
-	if ((err = kvt_ns_init(st, &nd, &ns))) {
+	if ((echo_fd = echo_start(&echo_pid)) < 0) {
+		fprintf(stderr, "kvtier-bench %s: no socket pair for the round trip\n", CMD);
+		goto out;
+	}
+	if ((err = kvt_ns_init(st, &nd, &ns)) || (err = kvt_ns_init(st, &sd, &sns))) {
 		rc = bench_fail(CMD, "namespace", err);
 		goto out;
 	}
@@ -215,7 +271,11 @@ int bench_daemon_local(int argc, char **argv)
 				rc = bench_fail(CMD, "kvt_exists", KVT_ENOTFOUND);
 				goto out;
 			}
-		bor.bound[r] = (now_s() - t0) / BORROWS * 1e6;
+		exists_us[r] = (now_s() - t0) / BORROWS * 1e6;
+		if ((bor.bound[r] = echo_us(echo_fd, BORROWS)) < 0) {
+			fprintf(stderr, "kvtier-bench %s: the echo child failed\n", CMD);
+			goto out;
+		}
 		t0 = now_s();
 		for (int i = 0; i < BORROWS; i++) {
 			if ((err = kvt_borrow(st, &ns, &k[i % CHUNKS], &ref))) {
@@ -228,6 +288,26 @@ int bench_daemon_local(int argc, char **argv)
 		bor.ratio[r] = bor.bound[r] / bor.subj[r];
 		for (int i = 0; i < CHUNKS; i++)
 			kvt_delete(st, &ns, &k[i]);
+
+		/* small puts against the bare round trip */
+		size_t slen = kvt_layout_payload_bytes(&sns.layout);
+		small.bound[r] = echo_us(echo_fd, SMALL_PUTS);
+		t0 = now_s();
+		for (int i = 0; i < SMALL_PUTS; i++) {
+			kvt_key sk;
+			bench_chunk_key(&sk, (uint32_t)r, 2, (uint64_t)i, magic);
+			if ((err = kvt_put(st, &sns, &sk, src, slen, KVT_DUR_CACHED))) {
+				rc = bench_fail(CMD, "kvt_put (small)", err);
+				goto out;
+			}
+		}
+		small.subj[r] = (now_s() - t0) / SMALL_PUTS * 1e6;
+		small.ratio[r] = small.bound[r] / small.subj[r];
+		for (int i = 0; i < SMALL_PUTS; i++) {
+			kvt_key sk;
+			bench_chunk_key(&sk, (uint32_t)r, 2, (uint64_t)i, magic);
+			kvt_delete(st, &sns, &sk);
+		}
 	}
 
 	if (o.json) {
@@ -243,7 +323,12 @@ int bench_daemon_local(int argc, char **argv)
 			 0.7, 1);
 		putchar(',');
 		json_fig("borrow", &bor, rounds, "round_trip_us", "borrow_us",
-			 "ratio_vs_round_trip", 1.0, 1);
+			 "ratio_vs_roundtrip", 1.0, 1);
+		putchar(',');
+		bench_json_summary("exists_us", bench_summarize(exists_us, rounds));
+		printf(",\"small_put_bytes\":%zu,", kvt_layout_payload_bytes(&sns.layout));
+		json_fig("small_put", &small, rounds, "round_trip_us", "put_us",
+			 "ratio_vs_roundtrip", 1.0, 1);
 		printf(",\"borrow_target_us\":10,\"borrow_pass\":%s}\n",
 		       bench_summarize(bor.subj, rounds).median <= 10 ? "true" : "false");
 	} else {
@@ -253,11 +338,21 @@ int bench_daemon_local(int argc, char **argv)
 		printf("%-8s %-26s %-26s %-22s %s\n", "op", "bound", "subject", "ratio", "target");
 		row("put", &put, rounds, "GB/s", "memcpy GB/s vs kvt_put GB/s, >= 0.7");
 		row("get", &get, rounds, "GB/s", "memcpy GB/s vs kvt_get GB/s, >= 0.7");
-		row("borrow", &bor, rounds, "us", "exists us vs borrow us, borrow <= 10 us");
+		row("borrow", &bor, rounds, "us", "round trip us vs borrow us, borrow <= 10 us");
+		row("small", &small, rounds, "us", "round trip us vs 8 KiB put us");
+		{
+			char e[48];
+			printf("kvt_exists through the daemon: %s us\n",
+			       bench_fmt_summary(bench_summarize(exists_us, rounds), e, sizeof(e)));
+		}
 	}
 	rc = 0;
 out:
 	kvt_store_close(st);
+	if (echo_fd >= 0) {
+		close(echo_fd); /* the child sees the close and exits */
+		waitpid(echo_pid, NULL, 0);
+	}
 	if (pid > 0) {
 		kill(pid, SIGTERM);
 		waitpid(pid, NULL, 0);

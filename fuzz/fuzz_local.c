@@ -10,13 +10,16 @@
  *    (a store with a small shared DRAM tier, started once), each built
  *    from 40 bytes of input: a well-formed header with the input's op,
  *    id (or the id of the last reply, to reach real borrows and writes),
- *    size and key, or, when the block says so, 64 raw bytes.  The server
- *    must answer every request that has a reply or close the connection,
- *    never crash, and once the connection is closed hold no borrow of it:
- *    the store's borrowed count goes back to 0.
+ *    size and key, or, when the block says so, 64 raw bytes (a commit's
+ *    size asks for the next write to be reserved, whose id the next
+ *    block may commit under its own key).  The server must answer every
+ *    request that has a reply or close the connection, never crash, and
+ *    once the connection is closed hold no borrow of it: the store's
+ *    borrowed count goes back to 0.
  *  - odd: the input is a reply to the op its second byte names; when the
- *    check accepts segments, they lie inside the arena size the input
- *    gives and add up to the image's size.
+ *    check accepts segments (GET, PUT_BEGIN, a commit's reservation),
+ *    they lie inside the arena size the input gives and add up to the
+ *    image's size.
  *
  *   ./fuzz_local -max_len=4096 fuzz/corpus/local
  */
@@ -187,7 +190,9 @@ static void client_side(const uint8_t *data, size_t size)
 	if (kvt_lp_rep_check(data + 10, size - 10, data[1] % (KVT_LP_OP_MAX + 1), &rep, &body,
 			     &blen))
 		return;
-	if (rep.status >= 0 && (rep.op == KVT_LP_GET || rep.op == KVT_LP_PUT_BEGIN) &&
+	if (rep.status >= 0 &&
+	    (rep.op == KVT_LP_GET || rep.op == KVT_LP_PUT_BEGIN ||
+	     (rep.op == KVT_LP_PUT_COMMIT && rep.n)) &&
 	    kvt_lp_segs_check(body, rep.n, rep.size, arena) == 0) {
 		uint64_t sum = 0;
 		for (uint32_t i = 0; i < rep.n; i++) {

@@ -9,6 +9,9 @@
  *     of another namespace a miss, the store's statistics the daemon's;
  *     a borrow let go of with no request after it is released all the
  *     same (the client's flusher), as another client sees;
+ *   - puts of one round trip (the next write reserved at each commit):
+ *     sizes alternating, a key held, two clients racing for a key, a
+ *     client closing with a reservation, all as puts always behaved;
  *   - the engine connector's save and layer-wise load, byte-identical;
  *   - two processes sharing chunks: a child puts, the parent gets, and
  *     the parent's borrow reads the very pages the child wrote;
@@ -448,6 +451,92 @@ static void two_processes(kvt_store *st)
 
 /* A client killed -9 while it holds a borrow and a reserved write: the
  * daemon notices the closed socket and lets go of both. */
+/* A put is one round trip: each commit has the daemon reserve the next
+ * write of its size, and the next put writes there and commits.  Seen
+ * from outside, puts of alternating sizes, a key held already, two
+ * clients racing for one key and a client closing holding a reservation
+ * all behave as puts always did. */
+static void reserved_ahead(kvt_store *st)
+{
+	kvt_layout small = { 2, 1, DIM, KVT_DTYPE_BF16, 2, 0, BT, CT };
+	kvt_ns_desc ds = { .model = "test/local-small", .layout = small };
+	size_t len = kvt_layout_payload_bytes(&(kvt_layout){ LAYERS, HEADS, DIM, KVT_DTYPE_BF16,
+							     2, 0, BT, CT });
+	size_t slen = kvt_layout_payload_bytes(&small);
+	uint8_t *a = malloc(len), *b = malloc(len);
+	kvt_store *st2;
+	kvt_tier_stats s0, s;
+	kvt_key k[8];
+	kvt_ns ns, sn;
+	int r1, r2, i;
+
+	ns_of(st, "test/local-ahead", &ns);
+	CHECK_EQ(kvt_ns_init(st, &ds, &sn), 0);
+	for (i = 0; i < 8; i++)
+		memset(&k[i], 0xa0 + i, sizeof(k[i]));
+	/* sizes alternating: each put of the other size than reserved */
+	for (i = 0; i < 6; i++) {
+		fill(a, len, 100 + (uint32_t)i);
+		CHECK_EQ(kvt_put(st, i % 2 ? &sn : &ns, &k[i], a, i % 2 ? slen : len,
+				 KVT_DUR_CRASH_SAFE), 0);
+	}
+	for (i = 0; i < 6; i++) {
+		size_t got = 0, l = i % 2 ? slen : len;
+		fill(a, len, 100 + (uint32_t)i);
+		CHECK_EQ(kvt_get(st, i % 2 ? &sn : &ns, &k[i], b, l, &got), 0);
+		CHECK_EQ(got, l);
+		CHECK(memcmp(a, b, l) == 0);
+	}
+	/* the same size twice running, then a key held: refused at the
+	 * commit of the reserved write, the first version kept */
+	fill(a, len, 7);
+	CHECK_EQ(kvt_put(st, &ns, &k[6], a, len, KVT_DUR_CRASH_SAFE), 0);
+	fill(a, len, 8);
+	CHECK_EQ(kvt_put(st, &ns, &k[0], a, len, KVT_DUR_CRASH_SAFE), KVT_EEXIST);
+	CHECK_EQ(kvt_get(st, &ns, &k[0], b, len, NULL), 0);
+	fill(a, len, 100);
+	CHECK(memcmp(a, b, len) == 0);
+	/* deleted, the key is free again (and this client holds a write
+	 * reserved for the next put, as it will after its next) */
+	CHECK_EQ(kvt_delete(st, &ns, &k[6]), 0);
+	CHECK_EQ(kvt_put(st, &ns, &k[6], a, len, KVT_DUR_CRASH_SAFE), 0);
+
+	/* two clients, each holding a reserved write, put one key: one
+	 * wins, the other is told, the bytes are the winner's */
+	CHECK_EQ(kvt_store_stats(st, 0, &s0), 0);
+	st2 = open_client();
+	CHECK(st2 != NULL);
+	if (!st2)
+		goto out;
+	fill(a, len, 9);
+	CHECK_EQ(kvt_put(st2, &ns, &k[7], a, len, KVT_DUR_CRASH_SAFE), 0);
+	CHECK_EQ(kvt_delete(st2, &ns, &k[7]), 0);
+	memset(&k[7], 0xee, sizeof(k[7]));
+	fill(a, len, 10);
+	r1 = kvt_put(st, &ns, &k[7], a, len, KVT_DUR_CRASH_SAFE);
+	fill(b, len, 11);
+	r2 = kvt_put(st2, &ns, &k[7], b, len, KVT_DUR_CRASH_SAFE);
+	CHECK_EQ(r1, 0);
+	CHECK_EQ(r2, KVT_EEXIST);
+	CHECK_EQ(kvt_get(st2, &ns, &k[7], b, len, NULL), 0);
+	CHECK(memcmp(a, b, len) == 0);
+	/* the closed client's reservation goes back to the pool */
+	CHECK_EQ(kvt_delete(st, &ns, &k[7]), 0);
+	kvt_store_close(st2);
+	for (i = 0; i < 400; i++) {
+		CHECK_EQ(kvt_store_stats(st, 0, &s), 0);
+		if (s.used_bytes <= s0.used_bytes)
+			break;
+		sleep_ms(5);
+	}
+	CHECK(s.used_bytes <= s0.used_bytes);
+out:
+	for (i = 0; i < 7; i++)
+		kvt_delete(st, i % 2 ? &sn : &ns, &k[i]);
+	free(a);
+	free(b);
+}
+
 static void killed_client(kvt_store *st)
 {
 	size_t len = kvt_layout_payload_bytes(&(kvt_layout){ LAYERS, HEADS, DIM, KVT_DTYPE_BF16,
@@ -712,6 +801,7 @@ int main(int argc, char **argv)
 
 	if (daemon_start(bin) == 0 && (st = open_client())) {
 		calls(st);
+		reserved_ahead(st);
 		connector(st);
 		two_processes(st);
 		killed_client(st);

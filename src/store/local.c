@@ -8,7 +8,9 @@
  * a put is PUT_BEGIN (the store reserves pages, the reply names them), the
  * client's own kvt_put writing its image straight into them (the one copy,
  * checksummed in the same pass), and PUT_COMMIT (the store publishes it,
- * copies it down, tells its policies).  A get is GET (the store pins the
+ * copies it down, tells its policies).  A commit may ask for the client's
+ * next write to be reserved ahead (reserve_next), so that the next put is
+ * its commit alone: one round trip.  A get is GET (the store pins the
  * chunk's pages, promoting it from a lower tier first if need be) and the
  * client reading the pages in place, then RELEASE.  Nothing is published
  * before its commit, so no reader sees pages still being written; a page
@@ -86,6 +88,7 @@ struct lconn {
 	struct litem *iter;         /* ITER's snapshot */
 	size_t n_iter;
 	uint8_t *out;               /* a reply being built */
+	uint64_t reserved;          /* writes reserved ahead so far */
 };
 
 struct kvt_local_server {
@@ -231,6 +234,45 @@ static int send_segs(struct lconn *c, const struct kvt_lp_req *q, uint64_t id,
 	return send_msg(c, c->out, sizeof(*r) + n * sizeof(*seg), -1) ? -EPIPE : 0;
 }
 
+/* The reply to a commit that succeeded: with the client's next write of
+ * q->size bytes reserved, when it asks and there are free pages enough
+ * (twice that, so a reservation never makes a chunk be evicted for a put
+ * that may not come), or without. */
+static int reserve_next(struct lconn *c, const struct kvt_lp_req *q)
+{
+	kvt_store *st = c->srv->st;
+	kvt_tier_wbuf *w;
+	kvt_key own;
+	uint64_t id, seq = ++c->reserved;
+	int first, rc;
+
+	if (!q->size || q->size > kvt_dram_free_bytes(st->tiers[0]) / 2)
+		return send_status(c, q, 0);
+	/* A key of this connection's own until its commit names the real
+	 * one: no client's (theirs are digests), no other connection's. */
+	memset(&own, 0, sizeof(own));
+	memcpy(own.b, "kvtier-local-res", 16);
+	memcpy(own.b + 16, &c, sizeof(c));
+	memcpy(own.b + 24, &seq, sizeof(seq));
+	if (store_image_begin(st, &own, q->size, &w, &first)) {
+		kvt_err_clear();
+		return send_status(c, q, 0);
+	}
+	if (slot_new(c, SLOT_WRITE, w, first, &id)) {
+		store_image_abort(st, first, w);
+		kvt_err_clear();
+		return send_status(c, q, 0);
+	}
+	rc = send_segs(c, q, id, w->len, w->iov, w->n_iov);
+	if (rc == KVT_ETOOBIG) {
+		store_image_abort(st, first, w);
+		slot_free(c, slot_get(c, id, SLOT_WRITE));
+		kvt_err_clear();
+		return send_status(c, q, 0);
+	}
+	return rc;
+}
+
 /* --- requests --------------------------------------------------------------- */
 
 static int iter_add(void *arg, const kvt_key *key, uint64_t len)
@@ -341,7 +383,17 @@ static int serve_one(struct lconn *c, const struct kvt_lp_req *q)
 				store_image_abort(st, first, w);
 				return 0;
 			}
-			return send_status(c, q, store_image_commit(st, first, w, q->arg, c->acct));
+			/* A write reserved ahead is published under the key
+			 * the commit names, if no tier holds it. */
+			if (memcmp(w->key.b, key.b, KVT_KEY_BYTES) &&
+			    ((rc = store_image_held(st, &key)) ||
+			     (rc = kvt_dram_rekey(t0, w, &key)))) {
+				store_image_abort(st, first, w);
+				return send_status(c, q, rc);
+			}
+			if ((rc = store_image_commit(st, first, w, q->arg, c->acct)))
+				return send_status(c, q, rc);
+			return reserve_next(c, q);
 		}
 	case KVT_LP_GET: {
 		kvt_tier_rbuf *rb;

@@ -691,7 +691,8 @@ static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	if (st->cfg.read_only)
 		return kvt_err(-EROFS, "the store is open read-only (read_only: true)");
 	for (int i = 0; i < st->n_tiers; i++) {
-		if (st->tiers[i]->ops->exists(st->tiers[i], key) != 1)
+		if (st->tiers[i]->ops->put_unprobed ||
+		    st->tiers[i]->ops->exists(st->tiers[i], key) != 1)
 			continue;
 		if (st->cfg.ttl_s && drop_expired(st, i, key))
 			continue;
@@ -1024,6 +1025,16 @@ static int put_chunk(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 
 /* --- images another process writes (the local server, local.c) ------------- */
 
+int store_image_held(kvt_store *st, const kvt_key *key)
+{
+	for (int i = 0; i < st->n_tiers; i++)
+		if (st->tiers[i]->ops->exists(st->tiers[i], key) == 1 &&
+		    !(st->cfg.ttl_s && drop_expired(st, i, key)))
+			return kvt_err(KVT_EEXIST, "key already stored in the %s tier",
+				       st->tiers[i]->ops->name);
+	return 0;
+}
+
 int store_image_begin(kvt_store *st, const kvt_key *key, uint64_t len,
 		      kvt_tier_wbuf **w, int *first)
 {
@@ -1036,11 +1047,8 @@ int store_image_begin(kvt_store *st, const kvt_key *key, uint64_t len,
 	if (len < KVT_OBJ_HEADER_BYTES)
 		return kvt_err(KVT_EINVAL, "an image of %llu bytes has no room for its header",
 			       (unsigned long long)len);
-	for (int i = 0; i < st->n_tiers; i++)
-		if (st->tiers[i]->ops->exists(st->tiers[i], key) == 1 &&
-		    !(st->cfg.ttl_s && drop_expired(st, i, key)))
-			return kvt_err(KVT_EEXIST, "key already stored in the %s tier",
-				       st->tiers[i]->ops->name);
+	if ((rc = store_image_held(st, key)))
+		return rc;
 	*first = mask ? __builtin_ctz(mask) : -1;
 	if (*first != 0)
 		return kvt_err(KVT_ENOTSUP, "the first tier takes no puts");

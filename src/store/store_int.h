@@ -186,6 +186,10 @@ int store_image_begin(kvt_store *st, const kvt_key *key, uint64_t len,
 		      kvt_tier_wbuf **w, int *first);
 int store_image_commit(kvt_store *st, int first, kvt_tier_wbuf *w, int durability,
 		       int acct);
+/* First version wins: KVT_EEXIST if a tier holds `key` (unexpired), else
+ * 0 (begin's check, for a write the local server began under a key of
+ * its own and publishes under the client's). */
+int store_image_held(kvt_store *st, const kvt_key *key);
 /* The account of a tenant name (NULL: the default tenant's, 0), or
  * KVT_ETENANT if the configuration has no such tenant. */
 int store_tenant_acct(const kvt_store *st, const char *tenant);

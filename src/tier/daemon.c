@@ -70,6 +70,9 @@ struct dmn_tier {
 	/* Released borrows of connection `gen` not yet told, under mu. */
 	uint64_t rel[KVT_LP_MAX_REL];
 	uint32_t n_rel;
+	/* The next write, reserved by the daemon at the last commit, of
+	 * connection `gen`, under mu: a put of its size takes it. */
+	struct dmn_buf *ahead;
 	pthread_cond_t cv;  /* wakes the flusher */
 	pthread_t flusher;
 	int flusher_on, flusher_idle, stopping;
@@ -83,6 +86,8 @@ struct dmn_buf {
 	uint64_t id, gen;
 	struct iovec iov[];
 };
+
+static void dmn_drop_ahead(struct dmn_tier *t);
 
 static const struct kvt_tier_ops dmn_ops;
 
@@ -98,6 +103,8 @@ static void dmn_disconnect(struct dmn_tier *t)
 	t->fd = -1;
 	t->arena = NULL;
 	t->n_rel = 0; /* the daemon released them all with the connection */
+	free(t->ahead); /* and aborted that write */
+	t->ahead = NULL;
 }
 
 /* A request, with the released ids held so far after it. */
@@ -279,6 +286,19 @@ static int dmn_buf_new(struct dmn_tier *t, const struct kvt_lp_rep *rep, const v
 	return 0;
 }
 
+/* The write reserved ahead is given back (a put of another size). */
+static void dmn_drop_ahead(struct dmn_tier *t)
+{
+	struct dmn_buf *a = t->ahead;
+
+	if (!a)
+		return;
+	t->ahead = NULL; /* before a send that may fail and disconnect */
+	if (t->fd >= 0 && a->gen == t->gen)
+		(void)dmn_send(t, KVT_LP_PUT_ABORT, a->id, 0, 0, NULL);
+	free(a);
+}
+
 static int dmn_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len, kvt_tier_wbuf **w)
 {
 	struct dmn_tier *t = dmn_of(tt);
@@ -290,6 +310,16 @@ static int dmn_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len, kvt_tie
 
 	*w = NULL;
 	pthread_mutex_lock(&t->mu);
+	/* No round trip when the last commit reserved this write: whether
+	 * the key is held already the commit says (put_unprobed). */
+	if (t->ahead && t->fd >= 0 && t->ahead->gen == t->gen && t->ahead->u.w.len == len) {
+		b = t->ahead;
+		t->ahead = NULL;
+		b->u.w.key = *key;
+		pthread_mutex_unlock(&t->mu);
+		*w = &b->u.w;
+		return 0;
+	}
 	rc = dmn_call(t, KVT_LP_PUT_BEGIN, 0, len, 0, key, &rep, &body, &blen);
 	if (rc == 0 && rep.size != len)
 		rc = kvt_err(-EPROTO, "kvtierd reserved %" PRIu64 " bytes for %" PRIu64,
@@ -312,11 +342,27 @@ static int dmn_put_commit(kvt_tier *tt, kvt_tier_wbuf *w, int durability)
 	int rc;
 
 	pthread_mutex_lock(&t->mu);
+	/* One reserved ahead of another size than this put's is given back:
+	 * the next put is likely of this one's size, asked for now. */
+	if (t->ahead && t->ahead->u.w.len != w->len)
+		dmn_drop_ahead(t);
 	if (t->fd < 0 || t->gen != b->gen)
 		rc = kvt_err(-EPIPE, "kvtierd at %s: the connection this write began on was lost; "
 			     "nothing was stored", t->path);
 	else
-		rc = dmn_call(t, KVT_LP_PUT_COMMIT, b->id, 0, durability, NULL, &rep, &body, &blen);
+		rc = dmn_call(t, KVT_LP_PUT_COMMIT, b->id, t->ahead ? 0 : w->len, durability,
+			      &w->key, &rep, &body, &blen);
+	if (rc == 0 && rep.n) {
+		struct dmn_buf *a = NULL;
+		kvt_key none = { { 0 } };
+		if (rep.size != w->len || dmn_buf_new(t, &rep, body, &none, &a)) {
+			/* not a reservation this put can use: given back */
+			(void)dmn_send(t, KVT_LP_PUT_ABORT, rep.id, 0, 0, NULL);
+			kvt_err_clear();
+		} else {
+			t->ahead = a;
+		}
+	}
 	pthread_mutex_unlock(&t->mu);
 	free(b);
 	return rc;
@@ -541,7 +587,7 @@ static void dmn_close(kvt_tier *tt)
 		pthread_mutex_unlock(&t->mu);
 		pthread_join(t->flusher, NULL);
 	}
-	dmn_disconnect(t);
+	dmn_disconnect(t); /* the write reserved ahead goes with it */
 	for (size_t i = 0; i < t->n_maps; i++)
 		munmap(t->maps[i].p, t->maps[i].len);
 	free(t->maps);
@@ -559,6 +605,7 @@ static const struct kvt_tier_ops dmn_ops = {
 	.get = dmn_get,
 	.release = dmn_release,
 	.exists = dmn_exists,
+	.put_unprobed = 1, /* the daemon's PUT_BEGIN and PUT_COMMIT check */
 	.exists_prefix = dmn_exists_prefix,
 	.del = dmn_del,
 	.iterate = dmn_iterate,

@@ -1030,6 +1030,32 @@ int kvt_dram_arena(const kvt_tier *t, void **base, size_t *len)
 	return 0;
 }
 
+int kvt_dram_rekey(kvt_tier *tt, kvt_tier_wbuf *w, const kvt_key *key)
+{
+	struct dram_entry *e;
+
+	if (!tt || tt->ops != &dram_ops || !w || !key)
+		return kvt_err(KVT_EINVAL, "dram: rekey of no write, or not of a DRAM tier");
+	/* A write is in no index nor list until its commit: its key is only
+	 * where the commit will look (hash, shard) and what it will insert. */
+	e = entry_of_w(w);
+	e->hash = key_hash(key);
+	e->shard = shard_of(dram_of(tt), e->hash);
+	e->r.key = *key;
+	e->w.key = *key;
+	return 0;
+}
+
+uint64_t kvt_dram_free_bytes(const kvt_tier *tt)
+{
+	const struct dram_tier *t = (const struct dram_tier *)tt;
+
+	if (!tt || tt->ops != &dram_ops)
+		return 0;
+	return (uint64_t)(t->n_pages - atomic_load_explicit(&t->pool.used, RELAXED)) *
+	       t->page_size;
+}
+
 int kvt_dram_arena_fd(const kvt_tier *t)
 {
 	if (!t || t->ops != &dram_ops)

@@ -45,4 +45,13 @@ int kvt_dram_arena(const kvt_tier *t, void **base, size_t *len);
  * tier.  Page i of the arena is at offset i * page_size of the file. */
 int kvt_dram_arena_fd(const kvt_tier *t);
 
+/* Give write `w` of this tier (put_begin's, not yet committed) another
+ * key: the one its commit publishes it under.  The local server reserves
+ * a client's next write before the client has named its key. */
+int kvt_dram_rekey(kvt_tier *t, kvt_tier_wbuf *w, const kvt_key *key);
+
+/* Bytes of free pages now (taken by the next put_begin without evicting);
+ * 0 for a tier that is not DRAM. */
+uint64_t kvt_dram_free_bytes(const kvt_tier *t);
+
 #endif

@@ -55,6 +55,7 @@ int kvt_lp_rep_check(const void *buf, size_t n, int op, struct kvt_lp_rep *rep,
 	switch (op) {
 	case KVT_LP_GET:
 	case KVT_LP_PUT_BEGIN:
+	case KVT_LP_PUT_COMMIT: /* with the next write reserved, or none */
 		each = sizeof(struct kvt_lp_seg);
 		break;
 	case KVT_LP_ITER:

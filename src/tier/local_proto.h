@@ -22,6 +22,16 @@
  * request itself.  The client holds released ids back until its next
  * request, or a few milliseconds (daemon.c): a borrow then costs one round
  * trip, not a round trip and a message.
+ *
+ * A put costs one round trip too.  PUT_COMMIT names the key the image is
+ * published under and may ask, in size, for the client's next write to be
+ * reserved now; its reply then carries that write's id and segments, as
+ * PUT_BEGIN's would.  The daemon reserves it under a key of its own and,
+ * at its commit, checks no tier holds the key the commit names (first
+ * version wins) before publishing under it.  The client's next put of
+ * that size writes straight into those pages and commits: no PUT_BEGIN.
+ * The daemon reserves ahead only from free pages (it evicts nothing for
+ * a put that may not come), so PUT_BEGIN remains for the rest.
  */
 #ifndef KVT_LOCAL_PROTO_H
 #define KVT_LOCAL_PROTO_H
@@ -33,7 +43,7 @@
 #include "kvtier.h"
 
 #define KVT_LP_MAGIC 0x314c564bu /* "KVL1" little-endian */
-#define KVT_LP_VERSION 1
+#define KVT_LP_VERSION 2 /* 2: PUT_COMMIT names its key, may reserve the next */
 /* The largest reply; a request is always sizeof(struct kvt_lp_req). */
 #define KVT_LP_MAX_MSG (256u * 1024u)
 #define KVT_LP_MAX_SEGS ((KVT_LP_MAX_MSG - sizeof(struct kvt_lp_rep)) / sizeof(struct kvt_lp_seg))
@@ -47,7 +57,9 @@
 enum kvt_lp_op {
 	KVT_LP_HELLO = 1,     /* -> size: arena bytes, id: page size; the memfd */
 	KVT_LP_PUT_BEGIN = 2, /* key, size -> id, segments */
-	KVT_LP_PUT_COMMIT = 3,/* id, arg: durability -> status */
+	KVT_LP_PUT_COMMIT = 3,/* id, arg: durability, key: published under,
+			       * size: the next write to reserve (0: none)
+			       * -> status; id, size, segments when reserved */
 	KVT_LP_PUT_ABORT = 4, /* id; no reply */
 	KVT_LP_GET = 5,       /* key -> id, size: image bytes, segments */
 	KVT_LP_RELEASE = 6,   /* id (0: none), and the ids after; no reply */

@@ -98,6 +98,10 @@ struct kvt_tier_ops {
 
 	/* 1 present, 0 absent.  Must answer from memory. */
 	int (*exists)(kvt_tier *t, const kvt_key *key);
+	/* Nonzero for a tier whose every exists is a round trip and whose
+	 * put refuses a held key itself (KVT_EEXIST from put_begin or
+	 * put_commit): a put asks it nothing first (the daemon's tier). */
+	int put_unprobed;
 	/* Optional: how many of keys[0..n) are present before the first
 	 * absent one, in one go — for a tier whose every question is a round
 	 * trip (the daemon's), so a lookup of a long prompt is one.  A
