@@ -76,9 +76,12 @@ done
 sleep 0.3
 grep -qv "^\(OK\|1\|0\)$" "$work/replies" && bad "a command failed: $(grep -v '^\(OK\|1\|0\)$' "$work/replies" | head -3)"
 on_disk=$(objects)
+tombs=$(grep -rl KVTDDEL2 "$work/data/disk" | wc -l)
 daemon_stop KILL
 [ "$on_disk" -gt 0 ] && ok "copies reached the disk before kill -9 ($on_disk objects)" ||
 	bad "no copy reached the disk: the race was not run"
+[ "$tombs" -gt 0 ] && ok "deletions left tombstones for the restart ($tombs)" ||
+	bad "no tombstone on disk at the kill: the deletions raced no copy"
 daemon_start --data-dir "$work/data" --durability cached || exit 1
 check "cached, after kill -9" 3 cached
 survived=$(rc dbsize)

@@ -827,16 +827,25 @@ static void delete_unburied(struct vals *v, const struct kvtd_tenant *t, const c
 }
 
 /* The deletion of version (seq, obj) of `key`, whose entry is dead in
- * the map: the tombstone first (so that a crash after it keeps the key
- * deleted however late its copy lands), then the object. */
+ * the map.  If the store has no background copy queued or running once
+ * the object is deleted, none of it can land any more (one that landed
+ * meanwhile is deleted again): the entry goes, nothing else is needed.
+ * Else a tombstone, before the reply: a crash after it keeps the key
+ * deleted however late its copy lands. */
 static void delete_buried(struct vals *v, const struct kvtd_tenant *t, const char *key,
 			  size_t klen, uint64_t seq, const struct gone *g)
 {
-	struct late *l = calloc(1, sizeof(*l) + klen);
-	int rc = l ? put_tomb(v, t, MAGIC_DEL, DOM_DEL, key, klen, seq, &l->tomb, &l->tp)
-		   : KVT_ENOMEM;
+	struct late *l;
+	int rc;
 
 	delete_object(v, t, &g->obj, g->p);
+	if (kvt_store_flush(v->st, 0) == 0) {
+		delete_object(v, t, &g->obj, g->p);
+		bury_entry(v, t->id, key, klen, seq);
+		return;
+	}
+	l = calloc(1, sizeof(*l) + klen);
+	rc = l ? put_tomb(v, t, MAGIC_DEL, DOM_DEL, key, klen, seq, &l->tomb, &l->tp) : KVT_ENOMEM;
 	if (rc) {
 		free(l);
 		delete_unburied(v, t, "DEL", rc, &g->obj, g->p);

@@ -26,8 +26,9 @@
  *
  * Deletions.  With cached SETs over a disk tier a version's background
  * copy may land on the disk after the DEL that deleted it, and a restart
- * would bring it back.  So a DEL (UNLINK, EXPIRE into the past) first
- * writes a crash-safe tombstone, an object of the same shape whose trailer
+ * would bring it back.  So a DEL (UNLINK, EXPIRE into the past) that
+ * finds copies still queued once it has deleted the version writes a
+ * crash-safe tombstone, an object of the same shape whose trailer
  * ends "KVTDDEL2" (FLUSHDB: one per tenant, "KVTDFLS2", klen 0): versions
  * of the key (the tenant's) numbered up to its seq are deleted, and the
  * rebuild hides them.  The key's entry stays in the map, dead (a reader
