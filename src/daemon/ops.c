@@ -178,14 +178,12 @@ int kvtd_ops_serve(struct kvtd *d, const struct kvtd_ops_opts *o)
 	return 0;
 }
 
-void kvtd_ops_reload(struct kvtd *d)
+/* The access list again: any fault keeps the one in force whole. */
+static void reload_acl(struct kvtd *d, struct kvtd_tenants *t)
 {
-	struct kvtd_tenants *t = d->auth == kvtd_tenants_auth ? d->auth_ctx : NULL;
 	char err[512];
 	int admin;
 
-	if (!t)
-		return;
 	if (kvtd_tenants_reload(t, err, sizeof(err))) {
 		kvtd_log(KVTD_LOG_WARN, "SIGHUP: the access list in force stays: %s", err);
 		return;
@@ -197,6 +195,28 @@ void kvtd_ops_reload(struct kvtd *d)
 			 "the next start");
 	kvtd_log(KVTD_LOG_INFO, "SIGHUP: access list reloaded: %zu tenants",
 		 kvtd_tenants_list(t, NULL, 0));
+}
+
+/* The certificate and key again (a rotation on disk): new connections
+ * get them, sessions open now keep theirs; a file that does not load, or
+ * a key that is not the certificate's, keeps the pair in force. */
+static void reload_tls(struct kvtd *d)
+{
+	char err[512], what[384];
+
+	if (kvtd_tls_ctx_reload(d->tls, what, sizeof(what), err, sizeof(err))) {
+		kvtd_log(KVTD_LOG_ERROR, "SIGHUP: the TLS certificate in force stays: %s", err);
+		return;
+	}
+	kvtd_log(KVTD_LOG_INFO, "SIGHUP: TLS certificate reloaded for new connections: %s", what);
+}
+
+void kvtd_ops_reload(struct kvtd *d)
+{
+	if (d->auth == kvtd_tenants_auth && d->auth_ctx)
+		reload_acl(d, d->auth_ctx);
+	if (d->tls)
+		reload_tls(d);
 }
 
 void kvtd_ops_stop(struct kvtd *d)

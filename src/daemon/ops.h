@@ -6,7 +6,8 @@
  * main.c calls, in order: kvtd_ops_check for --check-config, or
  * kvtd_ops_start once the store and the default tenant are open (before
  * the rebuild, which needs every tenant: kvtd_ops_tenants), kvtd_ops_serve
- * once the RESP port listens, kvtd_ops_reload on SIGHUP, and
+ * once the RESP port listens, kvtd_ops_reload on SIGHUP (the access list
+ * and the TLS certificate and key, each kept in force on any fault), and
  * kvtd_ops_stop after the workers stopped and before the store closes.
  */
 #ifndef KVTD_OPS_H

@@ -1,0 +1,116 @@
+#!/bin/bash
+# kvtierd's TLS in operation: SIGHUP reloads a certificate rotated on disk
+# (new redis-cli --tls connections see the new one, by its CA and its
+# fingerprint; a connection opened before keeps its session and serves on);
+# a broken certificate or a key that is not the certificate's, on SIGHUP,
+# leaves the daemon serving the one in force and logs which file was
+# wrong; connections made while SIGHUPs arrive all get one certificate or
+# the other.
+# Usage: daemon_tls.sh path/to/kvtierd
+set -u
+KVTIERD=$1
+work=$(mktemp -d)
+held=
+trap 'exec 3>&- 2>/dev/null; [ -n "$held" ] && kill "$held" 2>/dev/null; daemon_stop KILL; rm -rf "$work"' EXIT
+. "$(dirname "$0")/lib_cli.sh"
+. "$(dirname "$0")/lib_daemon.sh"
+need_tools redis-cli openssl
+
+gen() { # name CN: a self-signed certificate and its key, $work/NAME.{crt,key}
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+		-keyout "$work/$1.key" -out "$work/$1.crt" -days 1 -subj "/CN=$2" \
+		-addext subjectAltName=IP:127.0.0.1 >/dev/null 2>&1
+}
+fpr() { openssl x509 -noout -fingerprint -sha256 "$@" | sed 's/.*=//'; }
+served_fpr() { # the fingerprint of the certificate a new connection gets
+	openssl s_client -connect "127.0.0.1:$daemon_port" </dev/null 2>/dev/null | fpr
+}
+wait_log() { # pattern: the daemon logged it (within 5 s)
+	for _ in $(seq 1 100); do
+		grep -q -- "$1" "$work/daemon.err" && return 0
+		sleep 0.05
+	done
+	return 1
+}
+tls_as() { # CA file, redis-cli arguments...
+	local ca=$1; shift
+	redis-cli --tls --cacert "$ca" -p "$daemon_port" "$@"
+}
+held_says() { # text: the held connection's output has it (within 5 s)
+	for _ in $(seq 1 100); do
+		grep -q -- "$1" "$work/held.out" && return 0
+		sleep 0.05
+	done
+	return 1
+}
+
+gen a certA
+gen b certB
+gen c certC
+cat "$work/a.crt" "$work/b.crt" >"$work/ab.crt"
+cp "$work/a.crt" "$work/cert.pem"
+cp "$work/a.key" "$work/key.pem"
+daemon_start --tls-cert "$work/cert.pem" --tls-key "$work/key.pem" || exit 1
+is "cert A is served" "PONG" tls_as "$work/a.crt" ping
+is "by its fingerprint" "$(fpr -in "$work/a.crt")" served_fpr
+
+# A session opened before the rotation, held open: s_client with -quiet
+# reads its input from a FIFO we keep open.
+mkfifo "$work/in"
+openssl s_client -connect "127.0.0.1:$daemon_port" -CAfile "$work/a.crt" -verify_return_error \
+	-quiet -crlf <"$work/in" >"$work/held.out" 2>"$work/held.err" &
+held=$!
+exec 3>"$work/in"
+echo "SET held before" >&3
+held_says "+OK" && ok "a session on cert A" || bad "the held session: $(cat "$work/held.err")"
+
+# --- rotation ------------------------------------------------------------------
+cp "$work/b.crt" "$work/cert.pem"
+cp "$work/b.key" "$work/key.pem"
+kill -HUP "$daemon_pid"
+wait_log "TLS certificate reloaded for new connections: .*certB" && ok "SIGHUP reloads, naming cert B" \
+	|| bad "no reload in the log: $(tail -3 "$work/daemon.err")"
+is "a new redis-cli --tls connection gets cert B" "PONG" tls_as "$work/b.crt" ping
+out=$(tls_as "$work/a.crt" ping 2>&1)
+[ "$out" != "PONG" ] && ok "and cert A no longer verifies ($out)" || bad "cert A still served"
+is "by its fingerprint" "$(fpr -in "$work/b.crt")" served_fpr
+echo "GET held" >&3
+echo "SET held2 after" >&3
+held_says "+OK.*" && held_says "^before" && ok "the session opened before serves on, on cert A" \
+	|| bad "the held session after SIGHUP: $(cat -A "$work/held.out" | tail -3)"
+is "what it wrote is there" "after" tls_as "$work/b.crt" get held2
+
+# --- a bad rotation keeps the pair in force --------------------------------------
+printf -- '-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n' >"$work/cert.pem"
+kill -HUP "$daemon_pid"
+wait_log "the TLS certificate in force stays: TLS certificate $work/cert.pem" \
+	&& ok "a broken certificate is refused, naming the file" \
+	|| bad "broken certificate: $(tail -2 "$work/daemon.err")"
+is "cert B is still served" "$(fpr -in "$work/b.crt")" served_fpr
+is "and answers" "PONG" tls_as "$work/b.crt" ping
+cp "$work/c.crt" "$work/cert.pem" # cert C with B's key
+kill -HUP "$daemon_pid"
+wait_log "the TLS certificate in force stays: TLS key $work/key.pem: .*key values mismatch" \
+	&& ok "a key that is not the certificate's is refused, naming the key file" \
+	|| bad "mismatched key: $(tail -2 "$work/daemon.err")"
+is "cert B is still served after it" "$(fpr -in "$work/b.crt")" served_fpr
+echo "PING" >&3
+held_says "+PONG" && ok "the session on cert A still serves" || bad "the held session died"
+exec 3>&-
+kill "$held" # -quiet: s_client ignores the end of its input
+wait "$held" 2>/dev/null
+held=
+
+# --- connections made while SIGHUPs swap the certificate --------------------------
+cp "$work/a.crt" "$work/cert.pem"
+cp "$work/a.key" "$work/key.pem"
+(for _ in $(seq 1 20); do tls_as "$work/ab.crt" ping; done) >"$work/pings" 2>&1 &
+pinger=$!
+for _ in 1 2 3 4 5; do kill -HUP "$daemon_pid"; sleep 0.1; done
+wait "$pinger"
+is "20 connections during 5 reloads: all served" "20" grep -c '^PONG$' "$work/pings"
+daemon_stop
+[ "$daemon_rc" -eq 0 ] && ok "a clean stop after the reloads" || bad "exit $daemon_rc: $(tail -3 "$work/daemon.err")"
+
+[ "$fails" -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
+echo "all passed"
