@@ -5,7 +5,11 @@
 # a broken certificate or a key that is not the certificate's, on SIGHUP,
 # leaves the daemon serving the one in force and logs which file was
 # wrong; connections made while SIGHUPs arrive all get one certificate or
-# the other.
+# the other.  A TLS read that must send first (a handshake whose flight
+# outgrows the client's TCP window) waits for the socket to be writable and
+# goes on; a TLS 1.3 KeyUpdate sent in the middle of large GET replies
+# (openssl s_client's K): replies come whole, nothing stalls, nothing spins
+# (daemon_tls_client.py).
 # Usage: daemon_tls.sh path/to/kvtierd
 set -u
 KVTIERD=$1
@@ -14,7 +18,7 @@ held=
 trap 'exec 3>&- 2>/dev/null; [ -n "$held" ] && kill "$held" 2>/dev/null; daemon_stop KILL; rm -rf "$work"' EXIT
 . "$(dirname "$0")/lib_cli.sh"
 . "$(dirname "$0")/lib_daemon.sh"
-need_tools redis-cli openssl
+need_tools redis-cli openssl /usr/bin/python3
 
 gen() { # name CN: a self-signed certificate and its key, $work/NAME.{crt,key}
 	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
@@ -111,6 +115,30 @@ wait "$pinger"
 is "20 connections during 5 reloads: all served" "20" grep -c '^PONG$' "$work/pings"
 daemon_stop
 [ "$daemon_rc" -eq 0 ] && ok "a clean stop after the reloads" || bad "exit $daemon_rc: $(tail -3 "$work/daemon.err")"
+
+# --- reads that must send first ------------------------------------------------------
+# A chain of about 90 KB (cert A and 200 copies of an unrelated one: sent,
+# and ignored by the client's verification) outgrows a tiny TCP window.
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$work/pad.key" \
+	-out "$work/pad.crt" -days 1 -subj /CN=pad >/dev/null 2>&1
+cp "$work/a.crt" "$work/chain.pem"
+for _ in $(seq 1 200); do cat "$work/pad.crt"; done >>"$work/chain.pem"
+daemon_start --tls-cert "$work/chain.pem" --tls-key "$work/a.key" --log-level debug || exit 1
+client() { /usr/bin/python3 "$(dirname "$0")/daemon_tls_client.py" "$@" >"$work/cl" 2>&1
+	cat "$work/cl"
+	fails=$((fails + $(grep -c '^FAIL' "$work/cl")))
+	grep -q '^ok ' "$work/cl" || bad "daemon_tls_client.py $1 ran no check: $(tail -3 "$work/cl")"
+}
+client handshake "$daemon_port" "$work/a.crt" 4
+grep -q 'TLS read waits for the socket to be writable' "$work/daemon.err" \
+	&& ok "the handshake's read waited for the socket to be writable" \
+	|| bad "the handshake never waited to write (the case is not exercised)"
+# A KeyUpdate in the middle of large replies (OpenSSL 3.0 answers it with
+# the next write; a read that must answer first takes the path above).
+head -c $((3 << 20)) /dev/urandom >"$work/v"
+tls_as "$work/a.crt" -x set big <"$work/v" >/dev/null
+client keyupdate "$daemon_port" "$work/a.crt" "$work/v" "$daemon_pid" 1
+daemon_stop
 
 [ "$fails" -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "all passed"

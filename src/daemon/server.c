@@ -341,8 +341,15 @@ static void conn_close(struct kvtd_conn *c)
 
 static void update_events(struct kvtd_conn *c)
 {
-	int want_out = pending(c) > 0;
-	int paused = pending(c) > KVTD_OUT_HIGH || c->closing;
+	/* A TLS call may wait on the other direction than its own (tls.h):
+	 * a read that must send first waits for EPOLLOUT, without EPOLLIN
+	 * (unread input would wake the loop with nothing it can do); a
+	 * write that must receive first waits for EPOLLIN, back-pressure or
+	 * not, and not for EPOLLOUT (always ready: a spin). */
+	int rw = c->tls && kvtd_tls_read_wants_write(c->tls);
+	int wr = c->tls && kvtd_tls_write_wants_read(c->tls);
+	int want_out = (pending(c) > 0 && !wr) || rw;
+	int paused = (pending(c) > KVTD_OUT_HIGH || c->closing || rw) && !wr;
 	struct epoll_event ev = { .data.ptr = c };
 
 	if (want_out == c->want_out && paused == c->paused)
@@ -425,6 +432,10 @@ static void on_readable(struct kvtd_conn *c)
 				continue;
 			if (errno != EAGAIN && errno != EWOULDBLOCK)
 				c->dead = 1;
+			else if (c->tls && kvtd_tls_read_wants_write(c->tls))
+				kvtd_log(KVTD_LOG_DEBUG, "client %llu (%s): TLS read waits for "
+					 "the socket to be writable", (unsigned long long)c->id,
+					 c->addr);
 			break;
 		}
 		if (n == 0) {
@@ -648,7 +659,11 @@ static void *worker_main(void *arg)
 				continue;
 			}
 			struct kvtd_conn *c = p;
-			if (ev[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+			/* A TLS read that waited to send is retried once the
+			 * socket is writable. */
+			if ((ev[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) ||
+			    ((ev[i].events & EPOLLOUT) && c->tls &&
+			     kvtd_tls_read_wants_write(c->tls)))
 				on_readable(c);
 			if (ev[i].events & EPOLLERR)
 				c->dead = 1;

@@ -76,7 +76,8 @@ struct kvtd_conn {
 	int closing;              /* QUIT or EOF: close once output is out */
 	int dead;                 /* close now */
 	int want_out;             /* EPOLLOUT registered */
-	int paused;               /* EPOLLIN dropped for back-pressure */
+	int paused;               /* EPOLLIN dropped (back-pressure, or TLS
+				   * waiting to send before it reads on) */
 	int64_t last_in_ms, last_out_ms;
 	int64_t created_ms;
 	uint64_t commands;
