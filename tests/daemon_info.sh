@@ -4,8 +4,9 @@
 # keys, her share of the DRAM tier against her quota and reservation, her
 # hits and misses); an access list's +admin user sees the node (tier
 # capacity, every tenant's use, the clients and commands); /metrics, the
-# operator's port, stays the node's; without an access list INFO is the
-# node's.
+# operator's port, stays the node's; a nopass default user starts as its
+# tenant, or as the node with +admin (taken at start: SIGHUP says a change
+# waits for a restart); without an access list INFO is the node's.
 # Usage: daemon_info.sh path/to/kvtierd
 set -u
 KVTIERD=$1
@@ -33,6 +34,7 @@ cat >"$work/acl" <<EOF
 user alice tenant a sha256:$(sha alicepw)
 user bob tenant b sha256:$(sha bobpw)
 user root tenant default +admin sha256:$(sha rootpw)
+user default tenant default nopass
 quota a dram 8MiB reserve 1MiB
 EOF
 secrets="a=000102030405060708090a0b0c0d0e0f,b=f0e0d0c0b0a090807060504030201000"
@@ -94,6 +96,19 @@ n=$(field root rootpw clients connected_clients)
 curl -s "http://127.0.0.1:$mport/metrics" >"$work/m"
 is "/metrics counts every tenant's hits" "kvtierd_keyspace_hits_total 4" grep '^kvtierd_keyspace_hits_total ' "$work/m"
 is "and the DRAM tier's chunks" 'kvtier_tier_chunks{tier="dram"} 51' grep '^kvtier_tier_chunks{tier="dram"} ' "$work/m"
+is "a connection as the nopass default user sees its tenant" "tenant" \
+	sh -c "redis-cli -p $daemon_port info kvtier | tr -d '\r' | sed -n 's/^scope://p'"
+sed -i 's/^user default tenant default nopass$/user default tenant default +admin nopass/' "$work/acl"
+kill -HUP "$daemon_pid"
+for _ in $(seq 1 100); do grep -q "or is +admin, changed" "$work/daemon.err" && break; sleep 0.05; done
+grep -q "or is +admin, changed" "$work/daemon.err" && ok "SIGHUP says the default user's +admin waits for a restart" \
+	|| bad "no warning: $(tail -2 "$work/daemon.err")"
+is "AUTH as root after the reload: still the node" "node" field root rootpw kvtier scope
+daemon_stop
+daemon_start --set tenants="$secrets" --acl "$work/acl" || exit 1
+is "after a restart, a +admin nopass default user starts as the node's" "node" \
+	sh -c "redis-cli -p $daemon_port info kvtier | tr -d '\r' | sed -n 's/^scope://p'"
+is "and alice still sees her tenant" "tenant" field alice alicepw kvtier scope
 daemon_stop
 
 # --- no access list: one tenant, the node's INFO -----------------------------------
