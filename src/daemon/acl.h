@@ -17,7 +17,7 @@
  * under a shared prefix lives in that line's tenant's namespace: every
  * tenant reads it, only that tenant's users write it.  `+admin` lets a
  * user see the node as a whole where others see their tenant only (INFO's
- * tier figures, clients and command counts).
+ * tier figures, clients and command counts; the peers' KVTIER commands).
  *
  * The module parses and answers questions; it holds no lock and no store.
  * An access list is immutable once parsed: a reload parses a new one and

@@ -68,7 +68,7 @@ struct kvtd_conn {
 	uint64_t out_bytes;       /* pending, rb included */
 	int proto;                /* 2 or 3 */
 	const struct kvtd_tenant *tenant; /* NULL: not authenticated */
-	int admin;                /* INFO shows it the node, not its tenant alone */
+	int admin;                /* sees the node: INFO's figures, peers' reads */
 	struct kvtd_tls *tls;     /* a TLS session (TCP clients, --tls-cert), or NULL */
 	char name[128];
 	char lib_name[64], lib_ver[32];
