@@ -789,6 +789,20 @@ KVT_API int kvt_pin(kvt_store *st, const kvt_ns *ns, const kvt_key *key, int pin
 KVT_API int kvt_store_set_quota(kvt_store *st, const char *tenant, int tier,
 			uint64_t quota, uint64_t reserve);
 
+/* Put a reloaded configuration's policies in force in a running store (a
+ * daemon's SIGHUP): for every tier, its admission (the counts it kept
+ * start over when it changes), write mode, background bandwidth and
+ * eviction policy (rebuilt over what the tier holds, recency and pins
+ * carried over; chunks it then finds over capacity are evicted), and the
+ * store's ttl.  Every other key — capacities, paths, endpoints, the tier
+ * set, tenants — takes effect at the next open only: their names are
+ * written to `later` (when not NULL; "" when none differs), for the caller
+ * to say so.  0, or KVT_ENOTSUP (an eviction policy added to or removed
+ * from a tier: at the next open only; the rest was applied), KVT_ENOMEM,
+ * KVT_EINVAL. */
+KVT_API int kvt_store_reconfigure(kvt_store *st, const kvt_config *cfg, char *later,
+				  size_t later_len);
+
 typedef struct kvt_tenant_usage {
 	uint64_t bytes;           /* held in the tier, in accounting units */
 	uint64_t chunks;

@@ -13,11 +13,9 @@
 
 static char dir[64];
 
-static kvt_store *open_with(const char *const *sets)
+static kvt_config *config_with(const char *const *sets)
 {
 	kvt_config *c = kvt_config_new();
-	kvt_store *st;
-	int err;
 
 	kvt_config_set(c, "max_local_cpu_size", "2MiB");
 	kvt_config_set(c, "dram_page_size", "16KiB");
@@ -30,6 +28,15 @@ static kvt_store *open_with(const char *const *sets)
 			fprintf(stderr, "set %s: %s\n", sets[i], kvt_errmsg());
 			test_failures++;
 		}
+	return c;
+}
+
+static kvt_store *open_with(const char *const *sets)
+{
+	kvt_config *c = config_with(sets);
+	kvt_store *st;
+	int err;
+
 	st = kvt_store_open(c, &err);
 	kvt_config_free(c);
 	if (!st)
@@ -461,6 +468,54 @@ static void bad_config(void)
 	kvt_config_free(c);
 }
 
+/* A daemon's SIGHUP: policies change under a running store. */
+static void reconfigure(void)
+{
+	const char *none[] = { "nvme_write", "none", NULL };
+	const char *next[] = { "nvme_write", "through", "dram_eviction", "s3fifo",
+			       "max_local_disk_size", "32MiB", NULL };
+	const char *back[] = { "nvme_write", "through", "dram_eviction", "lru",
+			       "max_local_disk_size", "32MiB", "ttl", "1s", NULL };
+	char later[256];
+	kvt_config *c;
+	kvt_store *st;
+	kvt_ns ns;
+	kvt_key k[40];
+
+	fresh_dir();
+	st = open_with(none);
+	ns = ns_of(st);
+	chain(&ns, 7, 40, k);
+	put_all(st, &ns, k, 2, 700);
+	CHECK_EQ(kvt_store_flush(st, 10000), 0);
+	CHECK_EQ(stats(st, 1).chunks, 0); /* write none: not on disk */
+	CHECK_EQ(kvt_pin(st, &ns, &k[0], 1), 0);
+
+	c = config_with(next);
+	CHECK_EQ(kvt_store_reconfigure(st, c, later, sizeof(later)), 0);
+	kvt_config_free(c);
+	CHECK(strcmp(later, "max_local_disk_size") == 0); /* a capacity: at the next open */
+	put_all(st, &ns, k + 2, 1, 702);
+	CHECK_EQ(kvt_store_flush(st, 10000), 0);
+	CHECK_EQ(stats(st, 1).chunks, 1); /* written through now */
+	/* The pin survived the DRAM policy's rebuild (LRU to S3-FIFO): a
+	 * flood of three times DRAM leaves k[0] there. */
+	put_all(st, &ns, k + 3, 37, 703);
+	CHECK_EQ(tier_of(st, &ns, &k[0]), 0);
+	CHECK(get_ok(st, &ns, &k[0], 700));
+	CHECK_EQ(tier_of(st, &ns, &k[3]), 1); /* flooded out of DRAM: on disk now */
+
+	/* Back to LRU, with a TTL: what is older than a second is a miss. */
+	c = config_with(back);
+	CHECK_EQ(kvt_store_reconfigure(st, c, later, sizeof(later)), 0);
+	kvt_config_free(c);
+	CHECK(strcmp(later, "max_local_disk_size") == 0); /* still only at the next open */
+	CHECK_EQ(tier_of(st, &ns, &k[0]), 0);
+	sleep(2);
+	CHECK(!get_ok(st, &ns, &k[0], 700));
+	kvt_store_close(st);
+}
+
 int main(void)
 {
 	snprintf(dir, sizeof(dir), "/tmp/kvt-hier-%d", (int)getpid());
@@ -473,6 +528,7 @@ int main(void)
 	pins_and_ttl();
 	promotion_and_prefetch();
 	ranks_and_cost();
+	reconfigure();
 	fresh_dir();
 	TEST_DONE();
 }

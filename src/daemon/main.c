@@ -46,7 +46,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: kvtierd [options]\n"
-		"  --config FILE        the store's YAML configuration (docs/CONFIG.md)\n"
+		"  --config FILE        the store's YAML configuration (docs/CONFIG.md);\n"
+		"                       SIGHUP puts its tier policies and ttl in force\n"
 		"  --data-dir DIR       keep the local-disk tier under DIR/disk\n"
 		"  --port N             TCP port (default 6379; 0: any free port)\n"
 		"  --bind ADDR          IPv4 address to listen on (default 127.0.0.1)\n"
@@ -150,6 +151,34 @@ static kvt_config *build_config(const char *config, const char *data_dir,
 bad:
 	kvt_config_free(cfg);
 	return NULL;
+}
+
+/* SIGHUP: the configuration is read again as at start (file, environment,
+ * --data-dir, --set) and its policies put in force (kvt_store_reconfigure);
+ * what takes effect at the next start only is logged by name. */
+static void reload_policies(struct kvtd *d, const char *config, const char *data_dir,
+			    const char *const *sets, int n_sets, int local)
+{
+	kvt_config *c = build_config(config, data_dir, sets, n_sets, 0);
+	char later[1024];
+	int rc;
+
+	if (!c || (local && kvt_config_set(c, "dram_shared", "true"))) {
+		kvtd_log(KVTD_LOG_WARN, "SIGHUP: the configuration%s%s is not valid (above): "
+			 "the policies in force stay", config ? " " : "", config ? config : "");
+		kvt_config_free(c);
+		return;
+	}
+	rc = kvt_store_reconfigure(d->st, c, later, sizeof(later));
+	kvt_config_free(c);
+	if (rc)
+		kvtd_log(KVTD_LOG_WARN, "SIGHUP: policies: %s", kvt_errmsg());
+	else
+		kvtd_log(KVTD_LOG_INFO, "SIGHUP: tier policies and ttl reloaded%s", config
+			 ? "" : " (no --config: from the environment and --set)");
+	if (later[0])
+		kvtd_log(KVTD_LOG_WARN, "SIGHUP: changed, in force at the next start only: %s",
+			 later);
 }
 
 enum { O_CONFIG = 256, O_DATA, O_PORT, O_BIND, O_UNIX, O_SET, O_THREADS, O_DUR, O_PASS,
@@ -401,16 +430,7 @@ int main(int argc, char **argv)
 			break;
 		if (sig == SIGHUP) {
 			kvtd_ops_reload(&d);
-			if (config) {
-				kvt_config *c2 = kvt_config_load(config, &err);
-				if (!c2)
-					kvtd_log(KVTD_LOG_WARN, "SIGHUP: %s is not valid, nothing "
-						 "changed: %s", config, kvt_errmsg());
-				else
-					kvtd_log(KVTD_LOG_INFO, "SIGHUP: %s is valid; tier and "
-						 "policy keys take effect at the next start", config);
-				kvt_config_free(c2);
-			}
+			reload_policies(&d, config, data_dir, sets, n_sets, lopt.path != NULL);
 			continue;
 		}
 		vals_sweep(d.vals, 256);

@@ -591,6 +591,55 @@ int kvt_config_set(kvt_config *cfg, const char *key, const char *value)
 	return rc ? kvt_err_prefix(rc, "%s: ", key) : 0;
 }
 
+/* Append `name` to the list in out. */
+static void list_add(char *out, size_t len, const char *name)
+{
+	size_t at = strlen(out);
+	snprintf(out + at, len - at, "%s%s", at ? ", " : "", name);
+}
+
+static int row_differs(const kvt_config_key *k, const kvt_config *a, const kvt_config *b)
+{
+	return k->len && memcmp((const char *)a + k->off, (const char *)b + k->off, k->len);
+}
+
+void kvt_config_changed_later(const kvt_config *cur, const kvt_config *next, char *out,
+			      size_t len)
+{
+	kvt_config *rest = malloc(sizeof(*rest));
+
+	out[0] = '\0';
+	for (size_t i = 0; i < N_KEYS; i++)
+		if (row_differs(&config_keys[i], cur, next))
+			list_add(out, len, config_keys[i].name);
+	for (int c = 0; kvt_tier_classes[c]; c++)
+		for (size_t i = 0; i < kvt_tier_classes[c]->n_keys; i++)
+			if (row_differs(&kvt_tier_classes[c]->keys[i], cur, next))
+				list_add(out, len, kvt_tier_classes[c]->keys[i].name);
+	if (!rest)
+		return;
+	/* Rows with a parser of their own name no field: whatever else
+	 * differs once the live knobs and the rows named are set aside. */
+	*rest = *next;
+	memcpy(rest->tier, cur->tier, sizeof(rest->tier));
+	rest->ttl_s = cur->ttl_s;
+	for (size_t i = 0; i < N_KEYS; i++)
+		if (config_keys[i].len)
+			memcpy((char *)rest + config_keys[i].off,
+			       (const char *)cur + config_keys[i].off, config_keys[i].len);
+	for (int c = 0; kvt_tier_classes[c]; c++)
+		for (size_t i = 0; i < kvt_tier_classes[c]->n_keys; i++) {
+			const kvt_config_key *k = &kvt_tier_classes[c]->keys[i];
+			if (k->len)
+				memcpy((char *)rest + k->off, (const char *)cur + k->off, k->len);
+		}
+	if (memcmp(rest, cur, sizeof(*rest)))
+		list_add(out, len, "keys with a parser of their own (page sizes, URLs, "
+			 "peers, tenants, hash, object_auth_key)");
+	OPENSSL_cleanse(rest, sizeof(*rest));
+	free(rest);
+}
+
 /* KVTIER_<NAME> for the key `name`, if the environment sets it. */
 static int env_one(kvt_config *cfg, const char *name)
 {

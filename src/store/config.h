@@ -137,6 +137,12 @@ typedef struct kvt_config_key {
  * (the caller prefixes the key's name and where it came from). */
 int kvt_config_key_set(const kvt_config_key *k, kvt_config *c, const char *v);
 
+/* The keys whose values differ between `cur` and `next` other than those
+ * a running store takes at once (kvt_store_reconfigure: the tiers' policy
+ * knobs and ttl), as a comma-separated list in out ("" if none). */
+void kvt_config_changed_later(const kvt_config *cur, const kvt_config *next, char *out,
+			      size_t len);
+
 /* kvt_parse_size with a minimum ("is below the minimum of 1.00 MiB"). */
 int kvt_config_size_min(const char *v, uint64_t bare_unit, uint64_t lo, uint64_t *out);
 

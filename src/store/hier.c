@@ -44,6 +44,9 @@ struct idmap_ent {
 	kvt_key key;
 	uint32_t acct;
 	uint64_t tick;      /* the tier's clock at its last insert or hit */
+	uint64_t units;     /* its size in the policy (a reconfiguration
+			     * rebuilds the policy from these) */
+	uint32_t pins;
 	struct idmap_ent *next;
 };
 
@@ -149,6 +152,8 @@ static struct idmap_ent *map_put(struct hier_tier *t, const kvt_key *k, uint32_t
 	e->id = id;
 	e->key = *k;
 	e->acct = acct;
+	e->units = 1;
+	e->pins = 0;
 	e->next = t->map[map_slot(t, id)];
 	t->map[map_slot(t, id)] = e;
 	t->map_n++;
@@ -205,7 +210,7 @@ static void vict_add(struct hier_tier *t, const kvt_key *k)
 static kvt_evict *acct_ev(struct hier_tier *t, uint32_t a)
 {
 	struct kvt_evict_conf ec = {
-		.kind = t->policy,
+		.kind = (int)t->conf.eviction, /* under t->mu: a reload changes it */
 		.capacity = t->units,
 		.on_victim = on_victim,
 		.victim_arg = t,
@@ -353,16 +358,123 @@ void hier_close(kvt_hier *h)
 
 int hier_write_mode(const kvt_hier *h, int tier)
 {
-	return tier < h->n ? (int)h->t[tier].conf.write : KVT_WRITE_NONE;
+	/* atomic: a reconfiguration may change it under a reader */
+	return tier < h->n ? (int)__atomic_load_n(&h->t[tier].conf.write, __ATOMIC_RELAXED)
+			   : KVT_WRITE_NONE;
+}
+
+/* --- reconfiguration ---------------------------------------------------------- */
+
+static void vict_out(struct hier_tier *t, kvt_key **victims, size_t *n);
+
+struct rebuild_ent {
+	uint64_t id, tick, units;
+	uint32_t acct, pins;
+};
+
+static int by_tick(const void *a, const void *b)
+{
+	const struct rebuild_ent *x = a, *y = b;
+	return x->tick < y->tick ? -1 : x->tick > y->tick;
+}
+
+/* Replace every account's policy by one of `kind`, holding what the old
+ * ones held: the chunks are inserted oldest first (by the tier's clock),
+ * so recency carries over, and pinned again.  Under t->mu. */
+static int rebuild_eviction(struct hier_tier *t, int kind)
+{
+	kvt_evict *fresh[HIER_MAX_ACCTS] = { 0 }, *old;
+	struct kvt_evict_conf ec = { .kind = kind, .capacity = t->units,
+				     .on_victim = on_victim, .victim_arg = t };
+	struct rebuild_ent *all = malloc((t->map_n ? t->map_n : 1) * sizeof(*all));
+	size_t n = 0;
+	int rc = 0;
+
+	if (!all)
+		return kvt_err(KVT_ENOMEM, "out of memory");
+	for (int a = 0; a < HIER_MAX_ACCTS && rc == 0; a++)
+		if (t->acct[a].ev)
+			rc = kvt_evict_create(&ec, &fresh[a]);
+	if (rc) {
+		for (int a = 0; a < HIER_MAX_ACCTS; a++)
+			kvt_evict_destroy(fresh[a]);
+		free(all);
+		return rc;
+	}
+	for (size_t s = 0; s <= t->map_mask; s++)
+		for (struct idmap_ent *e = t->map[s]; e; e = e->next)
+			all[n++] = (struct rebuild_ent){ e->id, e->tick, e->units, e->acct, e->pins };
+	qsort(all, n, sizeof(*all), by_tick);
+	for (int a = 0; a < HIER_MAX_ACCTS; a++) {
+		old = t->acct[a].ev;
+		t->acct[a].ev = fresh[a];
+		kvt_evict_destroy(old);
+	}
+	t->conf.eviction = (uint32_t)kind; /* t->policy, "has one", stays */
+	for (size_t i = 0; i < n; i++) {
+		kvt_evict *ev = t->acct[all[i].acct].ev;
+		/* A victim the new policy picks while it fills (its queues
+		 * may count differently) goes out through on_victim. */
+		if (!ev || kvt_evict_insert(ev, all[i].id, all[i].units))
+			continue;
+		for (uint32_t p = 0; p < all[i].pins; p++)
+			(void)kvt_evict_pin(ev, all[i].id);
+	}
+	free(all);
+	return 0;
+}
+
+int hier_reconfigure(kvt_hier *h, int tier, const struct hier_tier_conf *c,
+		     kvt_key **victims, size_t *n)
+{
+	struct hier_tier *t = &h->t[tier];
+	kvt_admit *adm = NULL, *old = NULL;
+	int rc = 0;
+
+	*victims = NULL;
+	*n = 0;
+	if (tier < 0 || tier >= h->n)
+		return kvt_err(KVT_EINVAL, "tier %d", tier);
+	if (c->admit_rules) {
+		struct kvt_admit_conf ac = { .rules = c->admit_rules, .seen_n = c->admit_seen,
+					     .doorkeeper = 1 };
+		if ((rc = kvt_admit_create(&ac, &adm)))
+			return kvt_err_prefix(rc, "tier %d admission: ", tier);
+	}
+	pthread_mutex_lock(&t->mu);
+	if (c->admit_rules != t->conf.admit_rules || c->admit_seen != t->conf.admit_seen) {
+		/* what the old one counted starts over */
+		old = t->adm;
+		__atomic_store_n(&t->adm, adm, __ATOMIC_RELEASE);
+		adm = NULL;
+		t->conf.admit_rules = c->admit_rules;
+		t->conf.admit_seen = c->admit_seen;
+	}
+	__atomic_store_n(&t->conf.write, c->write, __ATOMIC_RELAXED);
+	__atomic_store_n(&t->conf.background_bps, c->background_bps, __ATOMIC_RELAXED);
+	if (c->eviction != t->conf.eviction) {
+		t->n_vict = 0;
+		if (!t->policy || !c->eviction)
+			rc = kvt_err(KVT_ENOTSUP, "tier %d: an eviction policy is added or "
+				     "removed at the next start only", tier);
+		else
+			rc = rebuild_eviction(t, (int)c->eviction);
+		vict_out(t, victims, n);
+	}
+	pthread_mutex_unlock(&t->mu);
+	kvt_admit_destroy(old);
+	kvt_admit_destroy(adm);
+	return rc;
 }
 
 void hier_seen(kvt_hier *h, int tier, const kvt_key *key)
 {
 	struct hier_tier *t = &h->t[tier];
-	if (!t->adm)
+	if (!__atomic_load_n(&t->adm, __ATOMIC_ACQUIRE))
 		return;
 	pthread_mutex_lock(&t->mu);
-	kvt_admit_record(t->adm, key_id(key));
+	if (t->adm) /* a reconfiguration may have taken it since */
+		kvt_admit_record(t->adm, key_id(key));
 	pthread_mutex_unlock(&t->mu);
 }
 
@@ -372,14 +484,14 @@ int hier_admit(kvt_hier *h, int tier, const kvt_key *key)
 	struct kvt_admit_query q = { .id = key_id(key), .pos = UINT32_MAX };
 	int ok;
 
-	if (!t->adm)
+	if (!__atomic_load_n(&t->adm, __ATOMIC_ACQUIRE))
 		return 1;
 	pthread_mutex_lock(&t->mu);
 	/* TinyLFU weighs a newcomer against the default account's next
 	 * victim: the one a store without tenants would lose. */
 	if (t->acct[0].ev)
 		q.has_victim = kvt_evict_peek_victim(t->acct[0].ev, &q.victim) == 0;
-	ok = kvt_admit_check(t->adm, &q);
+	ok = t->adm ? kvt_admit_check(t->adm, &q) : 1;
 	pthread_mutex_unlock(&t->mu);
 	if (!ok)
 		atomic_fetch_add(&t->admit_rejects, 1);
@@ -465,6 +577,7 @@ int hier_insert(kvt_hier *h, int tier, const kvt_key *key, uint64_t bytes,
 		if (rc) {
 			map_take(t, key_id(key), NULL, NULL);
 		} else {
+			e->units = units ? units : 1;
 			e->tick = ++t->clock;
 			acct_enforce(t, a);
 		}
@@ -568,6 +681,8 @@ int hier_pin(kvt_hier *h, int tier, const kvt_key *key, int pin)
 	if ((e = map_find(t, key_id(key))) && t->acct[e->acct].ev) {
 		kvt_evict *ev = t->acct[e->acct].ev;
 		rc = pin ? kvt_evict_pin(ev, e->id) : kvt_evict_unpin(ev, e->id);
+		if (rc == 0)
+			e->pins = pin ? e->pins + 1 : e->pins - 1;
 	}
 	pthread_mutex_unlock(&t->mu);
 	if (rc == 0) {
@@ -582,7 +697,7 @@ int hier_pin(kvt_hier *h, int tier, const kvt_key *key, int pin)
 void hier_throttle(kvt_hier *h, int tier, uint64_t bytes)
 {
 	struct hier_tier *t = &h->t[tier];
-	double rate = (double)t->conf.background_bps, wait_s;
+	double rate = (double)__atomic_load_n(&t->conf.background_bps, __ATOMIC_RELAXED), wait_s;
 	struct timespec now;
 
 	if (rate <= 0)

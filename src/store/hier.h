@@ -38,6 +38,16 @@ void hier_close(kvt_hier *h);
 
 int hier_write_mode(const kvt_hier *h, int tier);
 
+/* A reloaded configuration's policy knobs for `tier`, in force from now:
+ * admission (its counts start over when it changes), write mode,
+ * background bandwidth, and the eviction policy, rebuilt over what the
+ * tier holds (recency and pins carried over).  `c`'s capacity and round
+ * are ignored.  Victims of the rebuild come back as hier_insert's.  0, or
+ * KVT_ENOTSUP for a policy added to or removed from a tier (at the next
+ * start only: the rest of `c` is applied), KVT_ENOMEM. */
+int hier_reconfigure(kvt_hier *h, int tier, const struct hier_tier_conf *c,
+		     kvt_key **victims, size_t *n);
+
 /* A lookup saw `key` (admission counts sightings, hit or miss). */
 void hier_seen(kvt_hier *h, int tier, const kvt_key *key);
 /* May a chunk enter `tier`?  Counts a rejection. */

@@ -423,6 +423,40 @@ int kvt_store_set_quota(kvt_store *st, const char *tenant, int tier,
 	return 0;
 }
 
+int kvt_store_reconfigure(kvt_store *st, const kvt_config *cfg, char *later, size_t later_len)
+{
+	int err = 0;
+
+	kvt_err_clear();
+	if (!st || !cfg)
+		return kvt_err(KVT_EINVAL, "store or configuration missing");
+	if (later && later_len)
+		kvt_config_changed_later(&st->cfg, cfg, later, later_len);
+	for (int i = 0; i < st->n_tiers; i++) {
+		const struct kvt_tier_conf *c = &cfg->tier[st->kind[i]];
+		struct hier_tier_conf hc = { .eviction = c->eviction, .admit_rules = c->admit_rules,
+					     .admit_seen = c->admit_seen, .write = c->write,
+					     .background_bps = c->background_bps };
+		kvt_key *v;
+		size_t n;
+		int rc;
+
+		/* The first tier takes every put: it is never written "none". */
+		if (i == 0)
+			hc.write = hier_write_mode(st->hier, 0);
+		rc = hier_reconfigure(st->hier, i, &hc, &v, &n);
+		if (n)
+			evict_victims(st, i, v, n);
+		free(v);
+		if (rc && !err)
+			err = kvt_err_prefix(rc, "%s tier: ", st->tiers[i]->ops->name);
+		if (rc == 0 || rc == KVT_ENOTSUP)
+			st->cfg.tier[st->kind[i]] = *c;
+	}
+	__atomic_store_n(&st->cfg.ttl_s, cfg->ttl_s, __ATOMIC_RELAXED);
+	return err;
+}
+
 int kvt_store_tenant_usage(kvt_store *st, const char *tenant, int tier,
 			   kvt_tenant_usage *out)
 {
@@ -694,7 +728,7 @@ static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		if (st->tiers[i]->ops->put_unprobed ||
 		    st->tiers[i]->ops->exists(st->tiers[i], key) != 1)
 			continue;
-		if (st->cfg.ttl_s && drop_expired(st, i, key))
+		if (__atomic_load_n(&st->cfg.ttl_s, __ATOMIC_RELAXED) && drop_expired(st, i, key))
 			continue;
 		if (tier_durability(st, i, durability) >= durability)
 			return kvt_err(KVT_EEXIST, "key already stored in the %s tier",
@@ -1029,7 +1063,7 @@ int store_image_held(kvt_store *st, const kvt_key *key)
 {
 	for (int i = 0; i < st->n_tiers; i++)
 		if (st->tiers[i]->ops->exists(st->tiers[i], key) == 1 &&
-		    !(st->cfg.ttl_s && drop_expired(st, i, key)))
+		    !(__atomic_load_n(&st->cfg.ttl_s, __ATOMIC_RELAXED) && drop_expired(st, i, key)))
 			return kvt_err(KVT_EEXIST, "key already stored in the %s tier",
 				       st->tiers[i]->ops->name);
 	return 0;
@@ -1429,10 +1463,12 @@ static int expired(const kvt_store *st, const kvt_obj_hdr *h)
 	struct timespec now;
 	uint64_t born = h->created_ns / 1000000000ull;
 
-	if (!st->cfg.ttl_s || st->cfg.ttl_s > UINT64_MAX - born)
+	uint64_t ttl = __atomic_load_n(&st->cfg.ttl_s, __ATOMIC_RELAXED); /* reloadable */
+
+	if (!ttl || ttl > UINT64_MAX - born)
 		return 0;
 	clock_gettime(CLOCK_REALTIME, &now);
-	return now.tv_sec > 0 && (uint64_t)now.tv_sec > born + st->cfg.ttl_s;
+	return now.tv_sec > 0 && (uint64_t)now.tv_sec > born + ttl;
 }
 
 /* A miss after some tier failed says what failed: an unreachable
