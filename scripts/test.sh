@@ -43,7 +43,7 @@ if [ "${1:-}" != "--quick" ]; then
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVT_TSAN=ON >/dev/null
 	cmake --build build-tsan -j"$jobs"
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-		run_ctest build-tsan tsan 'test_dram|test_store|test_hier|test_fsdir|test_nvme|test_sharedfs|test_plan|test_connector|test_local|daemon_cli|daemon_clients|daemon_tls'
+		run_ctest build-tsan tsan 'test_dram|test_store|test_hier|test_fsdir|test_nvme|test_sharedfs|test_plan|test_connector|test_local|daemon_cli|daemon_clients|daemon_tls|daemon_reload'
 
 	echo "== fuzz smoke"
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVT_FUZZ=ON \
