@@ -4,7 +4,11 @@
  * the same clients with the same settings in interleaved rounds:
  *
  *   resp     redis-benchmark, 4 clients, SET and GET of 1, 4 and 32 MiB
- *            values: ratio_vs_redis of requests per second (target >= 1.2);
+ *            values: ratio_vs_redis of requests per second (target >= 1.2),
+ *            and of the CPU time each server spent per request, its
+ *            threads and the kernel's work in them (/proc/PID/stat):
+ *            ratio_vs_redis_cpu, redis-server's over kvtierd's, which the
+ *            other work of a shared machine moves less than the rates;
  *   lmcache  LMCache's command pattern from 8 redis-py processes, 3 and
  *            14 MiB values: ratio_vs_redis of keys per second (>= 1.0);
  *   idle     4 busy redis-benchmark clients (GET 1 MiB) with 1,000 idle
@@ -91,6 +95,23 @@ static long rss_kib(pid_t pid)
 	return v;
 }
 
+/* CPU seconds a process has spent, user and system, or -1. */
+static double cpu_s(pid_t pid)
+{
+	char p[64], *b, *s;
+	unsigned long long ut, st;
+	double v = -1;
+
+	snprintf(p, sizeof(p), "/proc/%d/stat", (int)pid);
+	b = slurp(p);
+	/* the fields after the command name, which may hold spaces */
+	if (b && (s = strrchr(b, ')')) &&
+	    sscanf(s + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) == 2)
+		v = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+	free(b);
+	return v;
+}
+
 static void stop(struct server *s)
 {
 	if (s->pid > 0) {
@@ -147,7 +168,8 @@ static void usage(FILE *f)
 		"kvtierd (DRAM tier) against redis-server (persistence off), both started\n"
 		"here, same clients and settings, %d interleaved rounds (1 with --quick):\n"
 		"  resp     redis-benchmark -c 4, SET and GET of 1, 4, 32 MiB: ratio_vs_redis\n"
-		"           of requests/s (target >= 1.2)\n"
+		"           of requests/s (target >= 1.2), and ratio_vs_redis_cpu: the\n"
+		"           servers' CPU time per request, redis-server's over kvtierd's\n"
 		"  lmcache  LMCache's SET kv_bytes + SET metadata, EXISTS, GET + GET from 8\n"
 		"           redis-py processes, 3 and 14 MiB: ratio_vs_redis of keys/s (>= 1.0)\n"
 		"  idle     4 busy clients with %d idle connections against 4 alone:\n"
@@ -191,7 +213,7 @@ int bench_daemon(int argc, char **argv)
 	char dir[1024], kvtierd[4200], rs[1024], rb[1024], py[] = "/usr/bin/python3";
 	char script[1200], out[1200], log[1200];
 	struct server srv[2] = { { "redis-server", 0, 0 }, { "kvtierd", 0, 0 } };
-	static struct ratio3 resp[N_RESP][2], lm[N_LM], idle;
+	static struct ratio3 resp[N_RESP][2], cpu[N_RESP][2], lm[N_LM], idle;
 	long rss_before = -1, rss_idle = -1;
 	int rounds, rc = 1, *idle_fd = NULL;
 
@@ -239,11 +261,16 @@ int bench_daemon(int argc, char **argv)
 	for (int r = 0; r < rounds; r++) {
 		for (size_t s = 0; s < N_RESP; s++) {
 			int nreq = o.quick ? resp_sizes[s].n_quick : resp_sizes[s].n;
-			double v[2][2];
+			double v[2][2], c[2][2];
 			for (int k = 0; k < 2; k++) {
 				int w = (r + k) % 2; /* who goes first alternates */
+				double c0 = cpu_s(srv[w].pid), c1, c2;
 				v[w][0] = resp_rps(rb, srv[w].port, "set", resp_sizes[s].mib, nreq, out);
+				c1 = cpu_s(srv[w].pid);
 				v[w][1] = resp_rps(rb, srv[w].port, "get", resp_sizes[s].mib, nreq, out);
+				c2 = cpu_s(srv[w].pid);
+				c[w][0] = (c1 - c0) * 1e3 / nreq; /* ms per request */
+				c[w][1] = (c2 - c1) * 1e3 / nreq;
 				if (v[w][0] < 0 || v[w][1] < 0) {
 					fprintf(stderr, "kvtier-bench daemon: redis-benchmark against "
 							"%s failed\n", srv[w].name);
@@ -252,6 +279,11 @@ int bench_daemon(int argc, char **argv)
 			}
 			put3(&resp[s][0], r, v[1][0], v[0][0]);
 			put3(&resp[s][1], r, v[1][1], v[0][1]);
+			/* the bound over the subject: above 1, kvtierd spends less */
+			put3(&cpu[s][0], r, c[1][0], c[0][0]);
+			put3(&cpu[s][1], r, c[1][1], c[0][1]);
+			for (int op = 0; op < 2; op++)
+				cpu[s][op].r[r] = c[1][op] > 0 ? c[0][op] / c[1][op] : 0;
 		}
 		for (int s = 0; s < N_LM; s++) {
 			double v[2];
@@ -295,6 +327,9 @@ int bench_daemon(int argc, char **argv)
 				printf("%s{\"value_mib\":%d,\"op\":\"%s\",\"clients\":4,", s || op ? "," : "",
 				       resp_sizes[s].mib, op ? "get" : "set");
 				json3(&resp[s][op], rounds, "kvtierd_rps", "redis_rps", "ratio_vs_redis");
+				printf(",");
+				json3(&cpu[s][op], rounds, "kvtierd_cpu_ms_per_req", "redis_cpu_ms_per_req",
+				      "ratio_vs_redis_cpu");
 				printf("}");
 			}
 		printf("],\"lmcache\":[");
@@ -325,6 +360,14 @@ int bench_daemon(int argc, char **argv)
 			snprintf(w, sizeof(w), "%d MiB, 4 clients", resp_sizes[s].mib);
 			row3(w, "set", &resp[s][0], rounds);
 			row3("", "get", &resp[s][1], rounds);
+		}
+		printf("\n%-18s %-5s %-24s %-24s %s\n", "CPU per request", "op", "kvtierd ms",
+		       "redis ms", "ratio_vs_redis_cpu (redis/kvtierd)");
+		for (size_t s = 0; s < N_RESP; s++) {
+			char w[32];
+			snprintf(w, sizeof(w), "%d MiB, 4 clients", resp_sizes[s].mib);
+			row3(w, "set", &cpu[s][0], rounds);
+			row3("", "get", &cpu[s][1], rounds);
 		}
 		printf("\n%-18s %-5s %-24s %-24s %s\n", "LMCache pattern", "", "kvtierd keys/s",
 		       "redis keys/s", "ratio_vs_redis (>= 1.0)");
