@@ -522,13 +522,13 @@ static void *conn_main(void *arg)
 	uint32_t n_rel;
 
 	for (;;) {
+		struct iovec iov = { buf, sizeof(buf) };
+		struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
 		/* MSG_TRUNC: the true length of an oversized message, so it is
 		 * refused rather than read in part. */
-		ssize_t n = recv(c->fd, buf, sizeof(buf), MSG_TRUNC);
-		if (n == 0 || (n < 0 && errno != EINTR))
+		ssize_t n = kvt_lp_recvmsg(c->fd, &m, MSG_TRUNC);
+		if (n <= 0)
 			break;
-		if (n < 0)
-			continue;
 		if (kvt_lp_req_check(buf, (size_t)n, &q, &n_rel) ||
 		    release_ids(c, buf + sizeof(q), n_rel) || serve_one(c, &q) < 0) {
 			if (kvt_errmsg()[0])

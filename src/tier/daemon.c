@@ -149,9 +149,7 @@ static int dmn_recv(struct dmn_tier *t, int op, struct kvt_lp_rep *rep, const vo
 		m.msg_controllen = sizeof(u.b);
 		*fd = -1;
 	}
-	do
-		n = recvmsg(t->fd, &m, MSG_CMSG_CLOEXEC);
-	while (n < 0 && errno == EINTR);
+	n = kvt_lp_recvmsg(t->fd, &m, MSG_CMSG_CLOEXEC);
 	if (fd && n > 0) {
 		struct cmsghdr *c = CMSG_FIRSTHDR(&m);
 		if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&

@@ -1,5 +1,6 @@
 /*
- * local_proto.c — the local protocol's checks (local_proto.h).
+ * local_proto.c — the local protocol's checks and its receive
+ * (local_proto.h).
  *
  * Everything here reads bytes another process wrote: a request from any
  * process allowed on the daemon's socket, a reply that names memory the
@@ -11,6 +12,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/err.h"
 
@@ -98,4 +100,34 @@ int kvt_lp_segs_check(const void *segs, uint32_t n, uint64_t size, uint64_t aren
 		return kvt_err(-EPROTO, "segments hold %" PRIu64 " of the %" PRIu64
 			       "-byte image", sum, size);
 	return 0;
+}
+
+static int64_t lp_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+ssize_t kvt_lp_recvmsg(int fd, struct msghdr *m, int flags)
+{
+	size_t ctl = m->msg_controllen;
+	int64_t until = lp_ns() + KVT_LP_SPIN_NS;
+	ssize_t n;
+
+	do {
+		m->msg_controllen = ctl;
+		n = recvmsg(fd, m, flags | MSG_DONTWAIT);
+		if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+			return n;
+#if defined(__x86_64__) || defined(__i386__)
+		__builtin_ia32_pause();
+#endif
+	} while (lp_ns() < until);
+	do {
+		m->msg_controllen = ctl;
+		n = recvmsg(fd, m, flags);
+	} while (n < 0 && errno == EINTR);
+	return n;
 }

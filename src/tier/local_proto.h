@@ -39,6 +39,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
 
 #include "kvtier.h"
 
@@ -119,6 +121,15 @@ int kvt_lp_rep_check(const void *buf, size_t n, int op, struct kvt_lp_rep *rep,
  * mapped arena: each inside [0, arena_len), none empty, together `size`
  * bytes.  0 or -EPROTO. */
 int kvt_lp_segs_check(const void *segs, uint32_t n, uint64_t size, uint64_t arena_len);
+
+/* recvmsg(2) for either side, polling for up to KVT_LP_SPIN_NS first: a
+ * reply comes microseconds after its request and the next request of a
+ * busy client soon after the reply, and a thread asleep costs a wake-up
+ * on each (tens of microseconds where an idle CPU must be woken, as in a
+ * virtual machine), more than the round trip itself.  A peer quiet for
+ * longer is waited for asleep. */
+#define KVT_LP_SPIN_NS 50000
+ssize_t kvt_lp_recvmsg(int fd, struct msghdr *m, int flags);
 
 /* Segment i of `segs` as received (unaligned), read byte-wise. */
 static inline void kvt_lp_seg_at(const void *segs, uint32_t i, uint64_t *off, uint64_t *len)
