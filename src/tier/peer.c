@@ -14,16 +14,19 @@
  *
  * The tier keeps no index of what the peers hold: exists answers 0 (it
  * must answer from memory), and a lookup asks the peers in one round
- * trip per peer for the whole chain (exists_prefix, KVTIER.PEEK).  A read
- * asks the peer that last had a chunk first, then the others.
+ * trip for the whole chain (exists_prefix, KVTIER.PEEK), every peer at
+ * once.  A read asks the peer that last had a chunk first, then the
+ * others.
  *
  * Connections: a few idle ones per peer are kept for reuse; a request
  * takes one (or connects, with AUTH when a password is configured), and
- * gives it back once its reply is whole.  A peer that cannot be reached
- * or answers with an error fails the read that found out (its error
- * names the peer), then is skipped for a second: reads meanwhile are
- * plain misses here, so a node that is down costs its peers one timeout
- * a second, not one per read.
+ * gives it back once its reply is whole; an idle one the peer closed (it
+ * restarted) is replaced and the request sent again, once.  A peer that
+ * cannot be reached or answers with an error fails the read that found
+ * out (its error names the peer), then is skipped for a second, doubling
+ * with each failure in a row up to 30 s: reads meanwhile are plain misses
+ * here, so a node that is gone costs its peers a timeout now and then,
+ * not one per read.
  */
 #include "tier/peer.h"
 
@@ -49,7 +52,9 @@
 #define PEER_IDLE 8            /* idle connections kept per peer */
 #define PEER_STASH 4096
 #define PEER_LINE_MAX 160      /* a reply's first line */
-#define PEER_DOWN_MS 1000      /* a peer that failed is skipped this long */
+#define PEER_DOWN_MS 1000      /* a peer that failed is skipped this long, */
+#define PEER_DOWN_MAX_MS 30000 /* doubling per failure in a row up to this */
+#define PEER_CONNECT_MS 1000   /* a connect waits at most this (a LAN's) */
 
 struct peer_conn {
 	int fd;
@@ -63,6 +68,7 @@ struct peer_addr {
 	struct peer_conn *idle[PEER_IDLE];
 	int n_idle;
 	int64_t down_until_ms;     /* skipped until then */
+	int fails;                 /* failures in a row */
 };
 
 struct peer_tier {
@@ -396,7 +402,8 @@ static int conn_open(struct peer_tier *t, const struct peer_addr *a, struct peer
 
 	if (!c)
 		return kvt_err(KVT_ENOMEM, "out of memory");
-	if ((rc = connect_timed(a, t->timeout_ms, &c->fd))) {
+	if ((rc = connect_timed(a, t->timeout_ms < PEER_CONNECT_MS ? t->timeout_ms
+							     : PEER_CONNECT_MS, &c->fd))) {
 		free(c);
 		return rc;
 	}
@@ -463,43 +470,118 @@ static int peer_down(struct peer_tier *t, int i)
 	return down;
 }
 
-/* One request to peer i on a connection of its own: the reply in *r. */
-static int request(struct peer_tier *t, int i, struct iovec *iov, int n,
-		   struct kvt_peer_reply *r)
-{
-	struct peer_addr *a = &t->a[i];
-	struct peer_conn *c = NULL;
-	int rc;
+/* One request to one peer, in two steps so that a lookup asks every peer
+ * at once: call_send, then call_recv. */
+struct peer_call {
+	int i;
+	struct peer_conn *c;
+	int reused;               /* c was idle: the peer may have closed it */
+	const struct iovec *iov;
+	int n_iov;
+	struct kvt_peer_reply r;
+};
 
-	pthread_mutex_lock(&t->mu);
-	if (a->n_idle)
-		c = a->idle[--a->n_idle];
-	pthread_mutex_unlock(&t->mu);
-	if (!c && (rc = conn_open(t, a, &c)))
-		goto fail;
-	rc = roundtrip(t, c, a, iov, n, r);
-	if (rc == 0 && r->type == '-') {
-		rc = kvt_err(-EACCES, "peer %s answered: %s", a->name, r->text);
-		/* the connection is sound: an error reply is whole */
-	}
-	if (rc && rc != -EACCES) {
-		conn_close(c);
-		goto fail;
-	}
-	pthread_mutex_lock(&t->mu);
-	if (a->n_idle < PEER_IDLE)
-		a->idle[a->n_idle++] = c, c = NULL;
-	pthread_mutex_unlock(&t->mu);
-	conn_close(c);
-	if (rc)
-		goto fail;
-	return 0;
-fail:
+/* The peer failed: skipped for a second, doubling with each failure in a
+ * row up to half a minute, so a node that is gone costs its peers a
+ * timeout now and then and not one per read. */
+static int call_failed(struct peer_tier *t, struct peer_call *k, int rc)
+{
+	struct peer_addr *a = &t->a[k->i];
+	int shift;
+
+	conn_close(k->c);
+	k->c = NULL;
 	atomic_fetch_add(&t->read_errors, 1);
 	pthread_mutex_lock(&t->mu);
-	a->down_until_ms = now_ms() + PEER_DOWN_MS;
+	shift = a->fails < 5 ? a->fails : 5;
+	a->fails++;
+	a->down_until_ms = now_ms() + (PEER_DOWN_MS << shift < PEER_DOWN_MAX_MS
+				       ? PEER_DOWN_MS << shift : PEER_DOWN_MAX_MS);
 	snprintf(t->state, sizeof(t->state), "%s", kvt_errmsg());
 	pthread_mutex_unlock(&t->mu);
+	return rc;
+}
+
+static int call_write(struct peer_tier *t, struct peer_call *k)
+{
+	struct iovec v[4];
+	int rc;
+
+	memcpy(v, k->iov, (size_t)k->n_iov * sizeof(*v)); /* send_all moves them */
+	if ((rc = send_all(k->c->fd, v, k->n_iov)))
+		return kvt_err(rc, "peer %s: sending: %s", t->a[k->i].name,
+			       rc == -ETIMEDOUT ? "timed out" : strerror(-rc));
+	return 0;
+}
+
+/* Send on an idle connection, or a new one (a new one also when the idle
+ * one turns out closed). */
+static int call_send(struct peer_tier *t, struct peer_call *k)
+{
+	struct peer_addr *a = &t->a[k->i];
+	int rc;
+
+	memset(&k->r, 0, sizeof(k->r));
+	k->c = NULL;
+	pthread_mutex_lock(&t->mu);
+	if (a->n_idle)
+		k->c = a->idle[--a->n_idle];
+	pthread_mutex_unlock(&t->mu);
+	k->reused = k->c != NULL;
+	if (k->c && call_write(t, k) == 0)
+		return 0;
+	conn_close(k->c);
+	k->c = NULL;
+	k->reused = 0;
+	if ((rc = conn_open(t, a, &k->c)) || (rc = call_write(t, k)))
+		return call_failed(t, k, rc);
+	return 0;
+}
+
+/* The reply, into k->r; the connection goes back to the idle ones.  A
+ * connection the peer had closed while idle (it restarted) is found here
+ * as an early end: the request is sent again, once, on a new one. */
+static int call_recv(struct peer_tier *t, struct peer_call *k)
+{
+	struct peer_addr *a = &t->a[k->i];
+	int rc;
+
+	rc = kvt_peer_read_reply(fd_src, k->c, k->c->stash, sizeof(k->c->stash), &k->c->n,
+				 t->max_image, &k->r);
+	if (rc && k->reused && (rc == -EPIPE || rc == -ECONNRESET)) {
+		conn_close(k->c);
+		k->c = NULL;
+		k->reused = 0;
+		if ((rc = conn_open(t, a, &k->c)) == 0 && (rc = call_write(t, k)) == 0)
+			rc = kvt_peer_read_reply(fd_src, k->c, k->c->stash, sizeof(k->c->stash),
+						 &k->c->n, t->max_image, &k->r);
+	}
+	if (rc) {
+		kvt_err_prefix(rc, "peer %s: ", a->name);
+		return call_failed(t, k, rc);
+	}
+	pthread_mutex_lock(&t->mu);
+	a->fails = 0;
+	if (a->n_idle < PEER_IDLE)
+		a->idle[a->n_idle++] = k->c, k->c = NULL;
+	pthread_mutex_unlock(&t->mu);
+	conn_close(k->c);
+	k->c = NULL;
+	if (k->r.type == '-') /* a whole reply: the connection was sound */
+		return call_failed(t, k, kvt_err(-EACCES, "peer %s answered: %s", a->name,
+						 k->r.text));
+	return 0;
+}
+
+static int request(struct peer_tier *t, int i, const struct iovec *iov, int n,
+		   struct kvt_peer_reply *r)
+{
+	struct peer_call k = { .i = i, .iov = iov, .n_iov = n };
+	int rc = call_send(t, &k);
+
+	if (rc == 0)
+		rc = call_recv(t, &k);
+	*r = k.r;
 	return rc;
 }
 
@@ -516,42 +598,62 @@ static int fetch(struct peer_tier *t, int i, const kvt_key *key, struct kvt_peer
 	return request(t, i, iov, 2, r);
 }
 
-/* How many of keys[0..n) peer i holds, from the first. */
+/* KVTIER.PEEK of keys[0..k) into iov[0..2) (head holds 48 bytes); the
+ * body is malloc'd (free iov[1].iov_base), NULL if out of memory. */
+static char *peek_req(const kvt_key *keys, size_t k, char *head, struct iovec *iov)
+{
+	size_t one = 5 + 2 * KVT_KEY_BYTES + 2;
+	char *body = malloc(k * one);
+
+	if (!body)
+		return NULL;
+	for (size_t j = 0; j < k; j++) {
+		char *p = body + j * one;
+		memcpy(p, "$64\r\n", 5);
+		kvt_hex_encode(keys[j].b, KVT_KEY_BYTES, p + 5);
+		memcpy(p + 5 + 2 * KVT_KEY_BYTES, "\r\n", 2);
+	}
+	iov[0] = (struct iovec){ head, (size_t)snprintf(head, 48, "*%zu\r\n$11\r\nKVTIER.PEEK\r\n",
+							   k + 1) };
+	iov[1] = (struct iovec){ body, k * one };
+	return body;
+}
+
+/* The count a PEEK of k keys answered, or KVT_EMALFORMED. */
+static int peek_count(struct peer_tier *t, int i, struct kvt_peer_reply *r, size_t k)
+{
+	free(r->data);
+	r->data = NULL;
+	if (r->type != ':' || r->num < 0 || (uint64_t)r->num > k)
+		return kvt_err(KVT_EMALFORMED, "peer %s: KVTIER.PEEK answered no count",
+			       t->a[i].name);
+	return (int)r->num;
+}
+
+/* How many of keys[0..n) peer i holds, from the first: one PEEK per
+ * KVT_PEER_MAX_PEEK keys. */
 static int peek(struct peer_tier *t, int i, const kvt_key *keys, size_t n)
 {
 	size_t done = 0;
 
 	while (done < n) {
 		size_t k = n - done < KVT_PEER_MAX_PEEK ? n - done : KVT_PEER_MAX_PEEK;
-		size_t one = 5 + 2 * KVT_KEY_BYTES + 2;
 		char head[48];
-		char *body = malloc(k * one);
 		struct iovec iov[2];
 		struct kvt_peer_reply r;
-		int hl, rc;
+		char *body = peek_req(keys + done, k, head, iov);
+		int rc;
 
 		if (!body)
 			return kvt_err(KVT_ENOMEM, "out of memory");
-		hl = snprintf(head, sizeof(head), "*%zu\r\n$11\r\nKVTIER.PEEK\r\n", k + 1);
-		for (size_t j = 0; j < k; j++) {
-			char *p = body + j * one;
-			memcpy(p, "$64\r\n", 5);
-			kvt_hex_encode(keys[done + j].b, KVT_KEY_BYTES, p + 5);
-			memcpy(p + 5 + 2 * KVT_KEY_BYTES, "\r\n", 2);
-		}
-		iov[0] = (struct iovec){ head, (size_t)hl };
-		iov[1] = (struct iovec){ body, k * one };
 		rc = request(t, i, iov, 2, &r);
 		free(body);
-		if (rc)
+		if (rc == 0)
+			rc = peek_count(t, i, &r, k);
+		if (rc < 0)
 			return rc;
-		if (r.type != ':' || r.num < 0 || (uint64_t)r.num > k) {
-			free(r.data);
-			return kvt_err(KVT_EMALFORMED, "peer %s: KVTIER.PEEK answered no count",
-				       t->a[i].name);
-		}
-		done += (size_t)r.num;
-		if ((size_t)r.num < k)
+		done += (size_t)rc;
+		if ((size_t)rc < k)
 			break;
 	}
 	return (int)done;
@@ -636,16 +738,42 @@ static int peer_exists(kvt_tier *tt, const kvt_key *key)
 	return 0; /* not known here without asking: exists_prefix asks */
 }
 
+/* Every peer is asked at once (the requests all go out, then the
+ * replies are read): a lookup waits for the slowest peer, not the sum. */
 static int peer_exists_prefix(kvt_tier *tt, const kvt_key *keys, size_t n)
 {
 	struct peer_tier *t = peer_of(tt);
-	int best = -1, err = 0;
+	struct peer_call calls[KVT_PEER_MAX];
+	size_t k = n < KVT_PEER_MAX_PEEK ? n : KVT_PEER_MAX_PEEK;
+	char head[48];
+	struct iovec iov[2];
+	char *body;
+	int n_calls = 0, best = -1, err = 0;
 
+	if (!n)
+		return 0;
+	if (!(body = peek_req(keys, k, head, iov)))
+		return kvt_err(KVT_ENOMEM, "out of memory");
 	for (int i = 0; i < t->n; i++) {
-		int got;
+		int rc;
 		if (peer_down(t, i))
 			continue;
-		if ((got = peek(t, i, keys, n)) < 0) {
+		calls[n_calls] = (struct peer_call){ .i = i, .iov = iov, .n_iov = 2 };
+		if ((rc = call_send(t, &calls[n_calls])) == 0)
+			n_calls++;
+		else if (!err)
+			err = rc;
+	}
+	for (int j = 0; j < n_calls; j++) {
+		struct peer_call *c = &calls[j];
+		int got = call_recv(t, c);
+		if (got == 0)
+			got = peek_count(t, c->i, &c->r, k);
+		if (got >= 0 && (size_t)got == k && n > k) {
+			int more = peek(t, c->i, keys + k, n - k); /* a chain this long is rare */
+			got += more > 0 ? more : 0;
+		}
+		if (got < 0) {
 			if (!err)
 				err = got;
 			continue;
@@ -653,11 +781,10 @@ static int peer_exists_prefix(kvt_tier *tt, const kvt_key *keys, size_t n)
 		if (got > best) {
 			best = got;
 			if (got > 0)
-				atomic_store(&t->last, i);
+				atomic_store(&t->last, c->i);
 		}
-		if ((size_t)got == n)
-			break;
 	}
+	free(body);
 	if (best < 0)
 		return err ? err : 0;
 	return best;

@@ -197,6 +197,29 @@ class Peers(unittest.TestCase):
         self.decode(url_b, tokens, data)
         self.assertEqual(metrics(m_a)[("kvtierd_peer_fetches_total", None)], 8)
 
+    def test_a_restarted_prefill_node_is_read_again_at_once(self):
+        """The decode node's idle connection to the prefill node dies with
+        that node's restart: the next read reconnects, it does not fail."""
+        port_a = free_port()
+        url_a, _ = self.node("prefill", ["--serve-peers", "--port", str(port_a)])
+        url_b, m_b = self.node("decode", ["--set", "peers=127.0.0.1:%d" % port_a])
+        tokens, data = self.prefill(url_a, 4, 5)
+        with kvtier.Store(daemon=url_b) as q:
+            ns = q.namespace("py/peer", kvtier.Layout(**BIG))
+            keys = ns.key_chain(tokens)
+            out = torch.empty_like(data[0])
+            q.get(ns, keys[0], out)  # leaves a connection idle
+            p = self.procs.pop(0)
+            p.send_signal(signal.SIGTERM)
+            p.wait(20)
+            sock = os.path.join(self.dir, "prefill.sock")
+            self.procs.append(start_daemon(self.bin, os.path.join(self.dir, "prefill"), sock,
+                                           ["--serve-peers", "--port", str(port_a)]))
+            for k, x in zip(keys[1:], data[1:]):  # from the prefill node's disk now
+                q.get(ns, k, out)
+                self.assertTrue(torch.equal(out.view(torch.int16), x.view(torch.int16)))
+        self.assertEqual(metrics(m_b)[("kvtier_tier_read_errors_total", "peer")], 0)
+
     def test_a_prefill_node_without_serve_peers_refuses(self):
         port_a = free_port()
         url_a, _ = self.node("prefill", ["--port", str(port_a)])
