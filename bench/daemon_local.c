@@ -24,6 +24,7 @@
  * program, pre-faulted like a production arena.
  */
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +61,7 @@ static ssize_t recv_polled(int fd, void *b, size_t n)
 	ssize_t r;
 
 	while ((r = recv(fd, b, n, MSG_DONTWAIT)) < 0 && errno == EAGAIN && now_s() < until)
-		;
+		sched_yield();
 	return r >= 0 || errno != EAGAIN ? r : recv(fd, b, n, 0);
 }
 

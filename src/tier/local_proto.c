@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <string.h>
 #include <time.h>
 
@@ -121,9 +122,10 @@ ssize_t kvt_lp_recvmsg(int fd, struct msghdr *m, int flags)
 		n = recvmsg(fd, m, flags | MSG_DONTWAIT);
 		if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
 			return n;
-#if defined(__x86_64__) || defined(__i386__)
-		__builtin_ia32_pause();
-#endif
+		/* Yielding, not spinning on the CPU: where threads wait for
+		 * a CPU (the peer may be one of them), the poll gives its
+		 * turn away; where CPUs are idle it stays awake. */
+		sched_yield();
 	} while (lp_ns() < until);
 	do {
 		m->msg_controllen = ctl;
