@@ -5,19 +5,35 @@
  *
  * The input is a stream of replies.  Its first byte sets how many bytes
  * each read of the source returns (1..64, so replies split anywhere are
- * reached); the reader is called until it fails or the input ends.  Every
- * accepted bulk is at most the cap and its bytes are the input's; an
- * integer or status reply carries no data.
+ * reached) and whether bulks go to a malloc'd buffer or, as the tier's
+ * get_into reads them, into reserved segments (two, of uneven sizes); the
+ * reader is called until it fails or the input ends.  Every accepted bulk
+ * is at most the cap and its bytes are the input's; an integer or status
+ * reply carries no data.
  *
  *   ./fuzz_peer -max_len=4096 fuzz/corpus/peer
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "tier/peer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static uint8_t seg_a[300], seg_b[1024];
+static struct iovec segs[2] = { { seg_a, sizeof(seg_a) }, { seg_b, sizeof(seg_b) } };
+
+static int reserve(void *arg, uint64_t len, const struct iovec **iov, int *n_iov)
+{
+	(void)arg;
+	if (len > sizeof(seg_a) + sizeof(seg_b))
+		abort(); /* the cap was checked before */
+	*iov = segs;
+	*n_iov = 2;
+	return 0;
+}
 
 struct src {
 	const uint8_t *p;
@@ -46,11 +62,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < 1)
 		return 0;
 	s = (struct src){ data + 1, size - 1, (size_t)(data[0] % 64) + 1 };
+	int into = data[0] & 64;
 	for (int i = 0; i < 64; i++) {
 		struct kvt_peer_reply r;
-		if (kvt_peer_read_reply(from_input, &s, stash, sizeof(stash), &n, 1024, &r))
+		if (kvt_peer_read_reply(from_input, &s, stash, sizeof(stash), &n, 1024,
+					into ? reserve : NULL, NULL, &r))
 			break;
-		if (r.type == '$' && r.num >= 0) {
+		if (into) {
+			if (r.data)
+				abort();
+		} else if (r.type == '$' && r.num >= 0) {
 			if (!r.data || r.num > 1024)
 				abort();
 		} else if (r.data) {

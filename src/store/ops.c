@@ -15,6 +15,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "store/store_int.h"
+#include "store/tiers.h"
 
 /* --- async --------------------------------------------------------------------- */
 
@@ -239,8 +240,7 @@ static void drop_bad(kvt_tier *t, const kvt_key *key, int rc)
 	t->ops->release(t, rb);
 }
 
-static int promote_into(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
-			int src)
+int store_promote_into(kvt_store *st, const kvt_ns *ns, const kvt_key *key, int src)
 {
 	kvt_tier *t = st->tiers[src], *dram = st->tiers[0];
 	struct into_ctx c = { .dram = dram, .key = key };
@@ -262,8 +262,10 @@ static int promote_into(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		kvt_tier_rbuf view = { .key = *key, .len = c.len, .iov = c.w->iov,
 				       .n_iov = c.w->n_iov };
 		rc = store_image_header(&view, h);
-		if (rc == 0)
+		if (rc == 0 && ns)
 			rc = kvt_obj_hdr_expect(h, ns, key);
+		else if (rc == 0 && memcmp(h->key.b, key->b, KVT_KEY_BYTES))
+			rc = kvt_err(KVT_EMISMATCH, "the image holds another key");
 		if (rc == 0 && c.len != KVT_OBJ_HEADER_BYTES + h->payload_len)
 			rc = kvt_err(KVT_ETRUNCATED, "image is %llu bytes, header says %llu",
 				     (unsigned long long)c.len,
@@ -275,12 +277,19 @@ static int promote_into(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	if (rc) {
 		char hex[65];
 		dram->ops->put_abort(dram, c.w);
-		if (rc == KVT_EMISMATCH)
+		if (rc == KVT_EMISMATCH && ns)
 			return rc; /* another namespace's chunk: not ours to drop */
 		kvt_key_hex(key, hex);
 		kvt_log(KVT_LOG_WARN, "%s tier: not serving %s: %s (%s)", t->ops->name,
 			hex, kvt_strerror(rc), kvt_errmsg());
-		drop_bad(t, key, rc);
+		if (st->cls[src]->fetches) {
+			/* fetched, and gone with the pages: reading it again to
+			 * report it would fetch it again */
+			kvt_tier_rbuf view = { .key = *key, .len = c.len };
+			t->ops->corrupt(t, &view);
+		} else {
+			drop_bad(t, key, rc);
+		}
 		hier_remove(st->hier, src, key);
 		return rc;
 	}
@@ -317,7 +326,7 @@ static int prefetch_run(kvt_store *st, kvt_op *op)
 				if (st->tiers[t]->ops->exists(st->tiers[t], k) == 1)
 					src = t;
 			if (src > 0 && st->tiers[src]->ops->get_into) {
-				rc = promote_into(st, &op->ns, k, src);
+				rc = store_promote_into(st, &op->ns, k, src);
 				if (rc == 0 || rc == KVT_EEXIST) {
 					op->bytes += kvt_layout_payload_bytes(&op->ns.layout);
 					continue;

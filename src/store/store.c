@@ -1149,6 +1149,15 @@ void store_image_abort(kvt_store *st, int first, kvt_tier_wbuf *w)
 	st->tiers[first]->ops->put_abort(st->tiers[first], w);
 }
 
+/* A tier whose reads fetch from elsewhere (peers) reads into DRAM pages
+ * directly when it can: one copy fewer than into its own buffer and then
+ * up. */
+static int fetch_into(const kvt_store *st, int i)
+{
+	return i > 0 && st->cls[i]->fetches && st->tiers[i]->ops->get_into &&
+	       st->kind[0] == KVT_CT_DRAM;
+}
+
 /* The order a read asks the tiers in: the node's own first, as configured
  * (fastest first), then the remote ones — another node's daemon, the
  * shared file system, S3 — cheapest first by what the cost model expects a
@@ -1211,6 +1220,13 @@ int store_image_get(kvt_store *st, const kvt_key *key, kvt_tier_rbuf **rb)
 		kvt_obj_hdr h;
 		double t_read = store_now_s();
 
+		if (fetch_into(st, i)) {
+			rc = store_promote_into(st, NULL, key, i);
+			if (rc == 0 || rc == KVT_EEXIST)
+				return t0->ops->get(t0, key, rb);
+			if (rc != KVT_EFULL && rc != KVT_ENOMEM && rc != KVT_ETOOBIG)
+				continue; /* a miss there, or a failure it reported */
+		}
 		if (t->ops->get(t, key, &src))
 			continue;
 		if (st->cls[i]->remote)
@@ -1504,6 +1520,29 @@ int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 			i = ord[j];
 		}
 		t = st->tiers[i];
+		if (fetch_into(st, i) && !copied_up) {
+			/* Fetched over the network straight into DRAM pages,
+			 * checked there, and the read served from DRAM. */
+			rc = store_promote_into(st, ns, key, i);
+			if (rc == 0 || rc == KVT_EEXIST) {
+				copied_up = 1;
+				ordered = 0;
+				j = -1;
+				continue;
+			}
+			if (rc == KVT_ENOTFOUND)
+				continue;
+			if (rc == KVT_EFULL || rc == KVT_ENOMEM || rc == KVT_ETOOBIG)
+				goto fetch_plain; /* no room above: the tier's own buffer */
+			kvt_log(KVT_LOG_WARN, "%s tier: read failed: %s (%s)", t->ops->name,
+				kvt_strerror(rc), kvt_errmsg());
+			if (!failed && rc > KVT_ERR_BASE)
+				note_failure(why, sizeof(why), &failed, rc, t->ops->name);
+			else if (!failed && !bad)
+				note_failure(why, sizeof(why), &bad, rc, t->ops->name);
+			continue;
+		}
+fetch_plain:
 		on_dev = dev && t->ops->get_dev;
 		t0 = st->cls[i]->remote ? store_now_s() : 0;
 		rc = on_dev ? t->ops->get_dev(t, key, &rb) : t->ops->get(t, key, &rb);

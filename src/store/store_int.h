@@ -200,6 +200,11 @@ int store_image_exists(kvt_store *st, const kvt_key *key);
  * answer, a peer tier asked once for the chain); tier_out[k] the first
  * tier holding key k, when not NULL. */
 size_t store_chain_held(kvt_store *st, const kvt_key *keys, size_t n, uint8_t *tier_out);
+/* Read `key` from tier `src` straight into new DRAM pages (its get_into),
+ * check it (header, key, namespace when `ns` is not NULL, checksums) and
+ * publish it there.  0, KVT_EEXIST (DRAM had it), or an error (a bad image
+ * is reported to `src`).  ops.c. */
+int store_promote_into(kvt_store *st, const kvt_ns *ns, const kvt_key *key, int src);
 int store_image_del(kvt_store *st, const kvt_key *key);
 
 /* --- ops.c ------------------------------------------------------------------ */

@@ -257,7 +257,8 @@ static int parse_int(const char *s, size_t len, int64_t *out)
 }
 
 int kvt_peer_read_reply(kvt_peer_src src, void *arg, char *stash, size_t stash_cap,
-			size_t *stash_len, uint64_t max_bulk, struct kvt_peer_reply *r)
+			size_t *stash_len, uint64_t max_bulk, kvt_peer_reserve reserve,
+			void *reserve_arg, struct kvt_peer_reply *r)
 {
 	size_t ll = 0;
 	int rc;
@@ -289,9 +290,24 @@ int kvt_peer_read_reply(kvt_peer_src src, void *arg, char *stash, size_t stash_c
 	if ((uint64_t)r->num > max_bulk)
 		return kvt_err(KVT_EMALFORMED, "a reply of %lld bytes, more than the %llu a chunk may be",
 			       (long long)r->num, (unsigned long long)max_bulk);
-	if (!(r->data = malloc(r->num ? (size_t)r->num : 1)))
+	if (reserve) {
+		const struct iovec *iov;
+		int n_iov;
+		uint64_t left = (uint64_t)r->num;
+		if ((rc = reserve(reserve_arg, left, &iov, &n_iov)))
+			return rc;
+		for (int i = 0; rc == 0 && i < n_iov && left; i++) {
+			size_t k = iov[i].iov_len < left ? iov[i].iov_len : (size_t)left;
+			rc = read_exact(src, arg, stash, stash_len, iov[i].iov_base, k);
+			left -= k;
+		}
+		if (rc == 0 && left)
+			rc = kvt_err(KVT_EINVAL, "the space reserved is short of the reply");
+	} else if (!(r->data = malloc(r->num ? (size_t)r->num : 1))) {
 		return kvt_err(KVT_ENOMEM, "out of memory for a %lld-byte reply", (long long)r->num);
-	rc = read_exact(src, arg, stash, stash_len, r->data, (size_t)r->num);
+	} else {
+		rc = read_exact(src, arg, stash, stash_len, r->data, (size_t)r->num);
+	}
 	if (rc == 0)
 		rc = read_exact(src, arg, stash, stash_len, crlf, 2);
 	if (rc == 0 && (crlf[0] != '\r' || crlf[1] != '\n'))
@@ -452,7 +468,8 @@ static int roundtrip(struct peer_tier *t, struct peer_conn *c, const struct peer
 	if ((rc = send_all(c->fd, iov, n)))
 		return kvt_err(rc, "peer %s: sending: %s", a->name,
 			       rc == -ETIMEDOUT ? "timed out" : strerror(-rc));
-	rc = kvt_peer_read_reply(fd_src, c, c->stash, sizeof(c->stash), &c->n, t->max_image, r);
+	rc = kvt_peer_read_reply(fd_src, c, c->stash, sizeof(c->stash), &c->n, t->max_image,
+				 NULL, NULL, r);
 	if (rc)
 		kvt_err_prefix(rc, "peer %s: ", a->name);
 	return rc;
@@ -478,6 +495,11 @@ struct peer_call {
 	int reused;               /* c was idle: the peer may have closed it */
 	const struct iovec *iov;
 	int n_iov;
+	kvt_peer_reserve reserve;  /* a bulk reply into these, or NULL */
+	void *reserve_arg;
+	int reserved;              /* reserve was called: the reply may be
+				    * half in it, and no retry can follow */
+	int reserve_rc;            /* what it returned */
 	struct kvt_peer_reply r;
 };
 
@@ -538,6 +560,21 @@ static int call_send(struct peer_tier *t, struct peer_call *k)
 	return 0;
 }
 
+static int reserve_hook(void *arg, uint64_t len, const struct iovec **iov, int *n_iov)
+{
+	struct peer_call *k = arg;
+
+	k->reserved = 1;
+	k->reserve_rc = k->reserve(k->reserve_arg, len, iov, n_iov);
+	return k->reserve_rc;
+}
+
+static int call_read(struct peer_tier *t, struct peer_call *k)
+{
+	return kvt_peer_read_reply(fd_src, k->c, k->c->stash, sizeof(k->c->stash), &k->c->n,
+				   t->max_image, k->reserve ? reserve_hook : NULL, k, &k->r);
+}
+
 /* The reply, into k->r; the connection goes back to the idle ones.  A
  * connection the peer had closed while idle (it restarted) is found here
  * as an early end: the request is sent again, once, on a new one. */
@@ -546,15 +583,20 @@ static int call_recv(struct peer_tier *t, struct peer_call *k)
 	struct peer_addr *a = &t->a[k->i];
 	int rc;
 
-	rc = kvt_peer_read_reply(fd_src, k->c, k->c->stash, sizeof(k->c->stash), &k->c->n,
-				 t->max_image, &k->r);
-	if (rc && k->reused && (rc == -EPIPE || rc == -ECONNRESET)) {
+	rc = call_read(t, k);
+	if (rc && k->reused && !k->reserved && (rc == -EPIPE || rc == -ECONNRESET)) {
 		conn_close(k->c);
 		k->c = NULL;
 		k->reused = 0;
 		if ((rc = conn_open(t, a, &k->c)) == 0 && (rc = call_write(t, k)) == 0)
-			rc = kvt_peer_read_reply(fd_src, k->c, k->c->stash, sizeof(k->c->stash),
-						 &k->c->n, t->max_image, &k->r);
+			rc = call_read(t, k);
+	}
+	if (rc && k->reserve_rc) {
+		/* no room for it here (reserve's error): the peer is not at
+		 * fault, but the rest of the reply is unread */
+		conn_close(k->c);
+		k->c = NULL;
+		return rc;
 	}
 	if (rc) {
 		kvt_err_prefix(rc, "peer %s: ", a->name);
@@ -585,17 +627,32 @@ static int request(struct peer_tier *t, int i, const struct iovec *iov, int n,
 	return rc;
 }
 
-static int fetch(struct peer_tier *t, int i, const kvt_key *key, struct kvt_peer_reply *r)
+/* KVTIER.FETCH of `key` from peer i: the image in r->data, or with
+ * `reserve` in the segments it gives. */
+static int fetch(struct peer_tier *t, int i, const kvt_key *key, kvt_peer_reserve reserve,
+		 void *reserve_arg, struct kvt_peer_reply *r)
 {
 	static const char cmd[] = "*2\r\n$12\r\nKVTIER.FETCH\r\n$64\r\n";
 	char hex[2 * KVT_KEY_BYTES + 3];
 	struct iovec iov[2];
+	struct peer_call k = { .i = i, .iov = iov, .n_iov = 2, .reserve = reserve,
+			       .reserve_arg = reserve_arg };
+	int rc;
 
 	kvt_hex_encode(key->b, KVT_KEY_BYTES, hex);
 	memcpy(hex + 2 * KVT_KEY_BYTES, "\r\n", 2);
 	iov[0] = (struct iovec){ (void *)cmd, sizeof(cmd) - 1 };
 	iov[1] = (struct iovec){ hex, 2 * KVT_KEY_BYTES + 2 };
-	return request(t, i, iov, 2, r);
+	if ((rc = call_send(t, &k)) == 0)
+		rc = call_recv(t, &k);
+	*r = k.r;
+	if (rc == 0 && r->type != '$') {
+		free(r->data);
+		r->data = NULL;
+		rc = kvt_err(KVT_EMALFORMED, "peer %s: KVTIER.FETCH answered no bulk",
+			     t->a[i].name);
+	}
+	return rc;
 }
 
 /* KVTIER.PEEK of keys[0..k) into iov[0..2) (head holds 48 bytes); the
@@ -691,14 +748,9 @@ static int peer_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 
 		if (peer_down(t, i))
 			continue;
-		if ((rc = fetch(t, i, key, &r))) {
+		if ((rc = fetch(t, i, key, NULL, NULL, &r))) {
 			if (!err)
 				err = rc;
-			continue;
-		}
-		if (r.type != '$') {
-			err = kvt_err(KVT_EMALFORMED, "peer %s: KVTIER.FETCH answered no bulk",
-				      t->a[i].name);
 			continue;
 		}
 		if (r.num < 0)
@@ -721,6 +773,41 @@ static int peer_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 	if (err)
 		return err;
 	return KVT_ENOTFOUND;
+}
+
+/* As peer_get, the image read straight into the caller's memory. */
+static int peer_get_into(kvt_tier *tt, const kvt_key *key,
+			 int (*reserve)(void *arg, uint64_t len, const struct iovec **iov,
+					int *n_iov),
+			 void *arg)
+{
+	struct peer_tier *t = peer_of(tt);
+	int first = atomic_load(&t->last), err = 0;
+
+	for (int j = 0; j < t->n; j++) {
+		int i = (first + j) % t->n;
+		struct kvt_peer_reply r;
+		int rc;
+
+		if (peer_down(t, i))
+			continue;
+		rc = fetch(t, i, key, reserve, arg, &r);
+		if (rc == 0 && r.num >= 0) {
+			atomic_store(&t->last, i);
+			atomic_fetch_add(&t->hits, 1);
+			atomic_fetch_add(&t->bytes_out, (uint64_t)r.num);
+			return 0;
+		}
+		if (rc && !err)
+			err = rc;
+		/* reserve's error (no room) is the caller's: no other peer
+		 * would do better */
+		if (rc && (rc == KVT_EFULL || rc == KVT_ENOMEM || rc == KVT_ETOOBIG ||
+			   rc == KVT_EEXIST))
+			return rc;
+	}
+	atomic_fetch_add(&t->misses, 1);
+	return err ? err : KVT_ENOTFOUND;
 }
 
 static void peer_release(kvt_tier *tt, kvt_tier_rbuf *r)
@@ -849,6 +936,7 @@ static const struct kvt_tier_ops peer_ops = {
 	.put_commit = peer_put_commit,
 	.put_abort = peer_put_abort,
 	.get = peer_get,
+	.get_into = peer_get_into,
 	.release = peer_release,
 	.exists = peer_exists,
 	.exists_prefix = peer_exists_prefix,
