@@ -147,6 +147,17 @@ int bench_which(const char *name, char *out, size_t cap);
 pid_t bench_spawn(char *const argv[], const char *out, const char *err);
 int bench_run(char *const argv[], const char *out, const char *err);
 
+/* kvtierd, from beside this program, serving the node's processes on the
+ * Unix socket `sock` (a 1 GiB DRAM tier of 2 MiB pages alone, two
+ * threads), `extra` (NULL-terminated: its TCP port, ...) after that; its
+ * output in `log`.  Waits until the socket takes a connection (30 s at
+ * most: the arena is pre-faulted).  Its pid, or -1 with a message. */
+pid_t bench_kvtierd_local(const char *cmd, const char *sock, const char *log,
+			  const char *const *extra);
+/* The library opened as the client of the kvtierd on `sock` (the `daemon`
+ * key).  0, or nonzero with a message naming `what`. */
+int bench_kvtierd_store(const char *cmd, const char *what, const char *sock, kvt_store **st);
+
 /* A TCP port on 127.0.0.1 free now (for a server to take), or -1;
  * bench_connect: a socket connected to 127.0.0.1:port, or -1. */
 int bench_free_port(void);

@@ -17,6 +17,9 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <signal.h>
+#include <time.h>
 
 #include <jansson.h>
 #include <linux/fs.h>
@@ -541,6 +544,62 @@ pid_t bench_spawn(char *const argv[], const char *out, const char *err)
 	rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
 	posix_spawn_file_actions_destroy(&fa);
 	return rc ? -1 : pid;
+}
+
+pid_t bench_kvtierd_local(const char *cmd, const char *sock, const char *log,
+			  const char *const *extra)
+{
+	static const char *const own[] = { "--local", NULL, "--threads", "2", "--set",
+					   "max_local_cpu_size=1GiB", "--set",
+					   "dram_page_size=2MiB", "--log-level", "warn" };
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	char bin[4200];
+	char *argv[32];
+	size_t n = 0;
+	pid_t pid;
+
+	if (bench_beside_exe("kvtierd", bin, sizeof(bin)) || access(bin, X_OK)) {
+		fprintf(stderr, "kvtier-bench %s: needs kvtierd beside it (a full build)\n", cmd);
+		return -1;
+	}
+	if (strlen(sock) >= sizeof(a.sun_path))
+		return -1;
+	argv[n++] = bin;
+	for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
+		argv[n++] = (char *)(i == 1 ? sock : own[i]);
+	for (size_t i = 0; extra && extra[i] && n + 1 < sizeof(argv) / sizeof(argv[0]); i++)
+		argv[n++] = (char *)extra[i];
+	argv[n] = NULL;
+	if ((pid = bench_spawn(argv, log, NULL)) < 0) {
+		fprintf(stderr, "kvtier-bench %s: cannot start %s\n", cmd, bin);
+		return -1;
+	}
+	memcpy(a.sun_path, sock, strlen(sock) + 1);
+	for (int i = 0; i < 600; i++) {
+		int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0), ok;
+		ok = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+		close(fd);
+		if (ok)
+			return pid;
+		if (waitpid(pid, NULL, WNOHANG) == pid)
+			break;
+		nanosleep(&(struct timespec){ 0, 50000000 }, NULL);
+	}
+	fprintf(stderr, "kvtier-bench %s: kvtierd did not start (see %s)\n", cmd, log);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	return -1;
+}
+
+int bench_kvtierd_store(const char *cmd, const char *what, const char *sock, kvt_store **st)
+{
+	char url[120];
+	kvt_config *cfg = kvt_config_new();
+	int err;
+
+	snprintf(url, sizeof(url), "unix://%s", sock);
+	err = cfg ? kvt_config_set(cfg, "daemon", url) : KVT_ENOMEM;
+	return bench_store_open(cmd, what, cfg, err, 0, st);
 }
 
 int bench_run(char *const argv[], const char *out, const char *err)

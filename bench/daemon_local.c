@@ -113,36 +113,6 @@ static void usage(FILE *f)
 		"SOCK_SEQPACKET round trip (ratio_vs_roundtrip).\n");
 }
 
-/* kvtierd with --local on `sock`; its pid, or -1. */
-static pid_t start_daemon(const char *bin, const char *sock, const char *log)
-{
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	pid_t pid = fork();
-
-	if (pid == 0) {
-		if (!freopen(log, "w", stdout) || !freopen(log, "a", stderr))
-			_exit(127);
-		execl(bin, bin, "--port", "0", "--local", sock, "--threads", "2", "--set",
-		      "max_local_cpu_size=1GiB", "--set", "dram_page_size=2MiB", "--log-level",
-		      "warn", (char *)NULL);
-		_exit(127);
-	}
-	if (strlen(sock) >= sizeof(a.sun_path))
-		return -1;
-	memcpy(a.sun_path, sock, strlen(sock) + 1);
-	for (int i = 0; i < 600 && pid > 0; i++) { /* 30 s: the arena is pre-faulted */
-		int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0), ok;
-		ok = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
-		close(fd);
-		if (ok)
-			return pid;
-		if (waitpid(pid, NULL, WNOHANG) == pid)
-			return -1;
-		nanosleep(&(struct timespec){ 0, 50000000 }, NULL);
-	}
-	return -1;
-}
-
 struct fig {
 	double bound[BENCH_MAX_ROUNDS], subj[BENCH_MAX_ROUNDS], ratio[BENCH_MAX_ROUNDS];
 };
@@ -185,7 +155,8 @@ static void row(const char *what, const struct fig *f, int rounds, const char *u
 int bench_daemon_local(int argc, char **argv)
 {
 	struct bench_opts o = { 0 };
-	char bin[4200], dir[80], sock[100], log[100], url[120];
+	static const char *const port0[] = { "--port", "0", NULL };
+	char dir[80], sock[100], log[100];
 	static struct fig put, get, bor, small;
 	static double exists_us[BENCH_MAX_ROUNDS];
 	kvt_ns_desc nd = { .model = "bench/daemon-local",
@@ -195,7 +166,6 @@ int bench_daemon_local(int argc, char **argv)
 			   /* 8 KiB: 1 layer, 1 KV head of 128, bf16, 16 tokens */
 			   .layout = { 1, 1, 128, KVT_DTYPE_BF16, 2, 0, 16, 16 } };
 	kvt_store *st = NULL;
-	kvt_config *cfg;
 	kvt_ns sns;
 	pid_t echo_pid = -1;
 	int echo_fd = -1;
@@ -209,24 +179,12 @@ int bench_daemon_local(int argc, char **argv)
 		return rc;
 	rc = 1;
 	rounds = o.quick ? 2 : ROUNDS;
-	if (bench_beside_exe("kvtierd", bin, sizeof(bin)))
-		bin[0] = '\0';
-	if (access(bin, X_OK)) {
-		fprintf(stderr, "kvtier-bench %s: needs %s (a full build)\n", CMD, bin);
-		return 1;
-	}
 	if (bench_scratch_dir(CMD, "/tmp", "daemon-local", dir, sizeof(dir)))
 		return 1;
 	snprintf(sock, sizeof(sock), "%s/kvtierd.sock", dir);
 	snprintf(log, sizeof(log), "%s/kvtierd.out", dir);
-	if ((pid = start_daemon(bin, sock, log)) < 0) {
-		fprintf(stderr, "kvtier-bench %s: kvtierd did not start (see %s)\n", CMD, log);
-		goto out;
-	}
-	cfg = kvt_config_new();
-	snprintf(url, sizeof(url), "unix://%s", sock);
-	err = cfg ? kvt_config_set(cfg, "daemon", url) : KVT_ENOMEM;
-	if (bench_store_open(CMD, "the store on kvtierd", cfg, err, 0, &st))
+	if ((pid = bench_kvtierd_local(CMD, sock, log, port0)) < 0 ||
+	    bench_kvtierd_store(CMD, "the store on kvtierd", sock, &st))
 		goto out;
 	if ((echo_fd = echo_start(&echo_pid)) < 0) {
 		fprintf(stderr, "kvtier-bench %s: no socket pair for the round trip\n", CMD);

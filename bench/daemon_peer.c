@@ -110,39 +110,6 @@ static double tcp_gbps(uint8_t *buf, size_t len, size_t total)
 	return got == total ? (double)total / t0 / 1e9 : -1;
 }
 
-/* kvtierd serving peers on `port` and local clients on `sock`. */
-static pid_t start_prefill(const char *bin, int port, const char *sock, const char *log)
-{
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	char p[16];
-	pid_t pid;
-
-	snprintf(p, sizeof(p), "%d", port);
-	if (strlen(sock) >= sizeof(a.sun_path))
-		return -1;
-	pid = fork();
-	if (pid == 0) {
-		if (!freopen(log, "w", stdout) || !freopen(log, "a", stderr))
-			_exit(127);
-		execl(bin, bin, "--port", p, "--serve-peers", "--local", sock, "--threads", "2",
-		      "--set", "max_local_cpu_size=1GiB", "--set", "dram_page_size=2MiB",
-		      "--log-level", "warn", (char *)NULL);
-		_exit(127);
-	}
-	memcpy(a.sun_path, sock, strlen(sock) + 1);
-	for (int i = 0; i < 600 && pid > 0; i++) {
-		int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0), ok;
-		ok = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
-		close(fd);
-		if (ok)
-			return pid;
-		if (waitpid(pid, NULL, WNOHANG) == pid)
-			return -1;
-		nanosleep(&(struct timespec){ 0, 50000000 }, NULL);
-	}
-	return -1;
-}
-
 /* A cold decode store reading from the prefill node at `port`. */
 static int open_decode(int port, kvt_store **st)
 {
@@ -162,43 +129,33 @@ static int open_decode(int port, kvt_store **st)
 int bench_daemon_peer(int argc, char **argv)
 {
 	struct bench_opts o = { 0 };
-	char bin[4200], dir[80], sock[100], log[100], url[120];
+	char dir[80], sock[100], log[100], port_s[16];
+	const char *const serve[] = { "--port", port_s, "--serve-peers", NULL };
 	double bound[BENCH_MAX_ROUNDS], subj[BENCH_MAX_ROUNDS], ratio[BENCH_MAX_ROUNDS];
 	kvt_ns_desc nd = { .model = "bench/daemon-peer",
 			   /* 8 layers of 1 MiB: 8 KV heads of 128, bf16, 256 tokens */
 			   .layout = { 8, 8, 128, KVT_DTYPE_BF16, 2, 0, 16, 256 } };
 	kvt_store *pre = NULL, *dec = NULL;
-	kvt_config *cfg;
 	kvt_key k[CHUNKS];
 	uint8_t *src = NULL, *dst = NULL;
 	size_t len;
 	kvt_ns ns;
 	pid_t pid = -1;
-	int rounds, rc = 1, err, port, lfd;
+	int rounds, rc = 1, err, port;
 
 	if ((rc = bench_opts_only(CMD, argc, argv, &o, usage)) >= 0)
 		return rc;
 	rc = 1;
 	rounds = o.quick ? 2 : ROUNDS;
-	if (bench_beside_exe("kvtierd", bin, sizeof(bin)) || access(bin, X_OK)) {
-		fprintf(stderr, "kvtier-bench %s: needs kvtierd beside it (a full build)\n", CMD);
-		return 1;
-	}
 	if (bench_scratch_dir(CMD, "/tmp", "daemon-peer", dir, sizeof(dir)))
 		return 1;
 	snprintf(sock, sizeof(sock), "%s/prefill.sock", dir);
 	snprintf(log, sizeof(log), "%s/kvtierd.out", dir);
-	if ((lfd = listen_any(&port)) < 0) /* a free port for the daemon */
+	if ((port = bench_free_port()) < 0)
 		goto out;
-	close(lfd);
-	if ((pid = start_prefill(bin, port, sock, log)) < 0) {
-		fprintf(stderr, "kvtier-bench %s: kvtierd did not start (see %s)\n", CMD, log);
-		goto out;
-	}
-	cfg = kvt_config_new();
-	snprintf(url, sizeof(url), "unix://%s", sock);
-	err = cfg ? kvt_config_set(cfg, "daemon", url) : KVT_ENOMEM;
-	if (bench_store_open(CMD, "the prefill node's store", cfg, err, 0, &pre))
+	snprintf(port_s, sizeof(port_s), "%d", port);
+	if ((pid = bench_kvtierd_local(CMD, sock, log, serve)) < 0 ||
+	    bench_kvtierd_store(CMD, "the prefill node's store", sock, &pre))
 		goto out;
 	if ((err = kvt_ns_init(pre, &nd, &ns))) {
 		rc = bench_fail(CMD, "namespace", err);
