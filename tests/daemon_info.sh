@@ -39,7 +39,7 @@ quota a dram 8MiB reserve 1MiB
 EOF
 secrets="a=000102030405060708090a0b0c0d0e0f,b=f0e0d0c0b0a090807060504030201000"
 daemon_start --metrics-port 0 --set tenants="$secrets" --acl "$work/acl" || exit 1
-mport=$(sed -n 's|^kvtierd: metrics on http://[0-9.]*:\([0-9]*\)/metrics$|\1|p' "$work/daemon.out")
+metrics_port
 
 is "bob's INFO is scoped to his tenant" "tenant" field bob bobpw kvtier scope
 is "and names it" "b" field bob bobpw kvtier tenant
@@ -93,7 +93,7 @@ n=$(field root rootpw clients connected_clients)
 [ "${n:-0}" -ge 1 ] && ok "the node's clients ($n)" || bad "root: no connected_clients"
 
 # --- /metrics is the operator's: the node's ------------------------------------------
-curl -s "http://127.0.0.1:$mport/metrics" >"$work/m"
+scrape
 is "/metrics counts every tenant's hits" "kvtierd_keyspace_hits_total 4" grep '^kvtierd_keyspace_hits_total ' "$work/m"
 is "and the DRAM tier's chunks" 'kvtier_tier_chunks{tier="dram"} 51' grep '^kvtier_tier_chunks{tier="dram"} ' "$work/m"
 is "a connection as the nopass default user sees its tenant" "tenant" \

@@ -14,10 +14,6 @@ trap 'daemon_stop KILL; rm -rf "$work"' EXIT
 . "$(dirname "$0")/lib_daemon.sh"
 need_tools redis-cli curl
 
-scrape() { curl -s "http://127.0.0.1:$mport/metrics" >"$work/m"; }
-val() { # series as written (name{labels}): its value in the last scrape
-	awk -v s="$1" '$1 == s { print $2; f = 1 } END { if (!f) print "absent" }' "$work/m"
-}
 sha() { printf '%s' "$1" | sha256sum | cut -c1-64; }
 
 cat >"$work/acl" <<EOF2
@@ -27,7 +23,7 @@ quota a dram 32MiB reserve 8MiB
 EOF2
 daemon_start --data-dir "$work/data" --metrics-port 0 --acl "$work/acl" \
 	--set tenants=a=000102030405060708090a0b0c0d0e0f || exit 1
-mport=$(sed -n 's|^kvtierd: metrics on http://[0-9.]*:\([0-9]*\)/metrics$|\1|p' "$work/daemon.out")
+metrics_port
 [ -n "$mport" ] && ok "the metrics port is printed" || { bad "no metrics line"; cat "$work/daemon.out"; }
 
 scrape

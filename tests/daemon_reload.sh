@@ -14,8 +14,6 @@ trap 'daemon_stop KILL; rm -rf "$work"' EXIT
 . "$(dirname "$0")/lib_daemon.sh"
 need_tools redis-cli curl
 
-scrape() { curl -s "http://127.0.0.1:$mport/metrics" >"$work/m"; }
-val() { awk -v s="$1" '$1 == s { print $2; f = 1 } END { if (!f) print "absent" }' "$work/m"; }
 nvme_puts() { scrape; val 'kvtier_tier_puts_total{tier="nvme"}'; }
 wait_puts() { # until the disk tier has taken $1 puts (background copies), 10 s at most
 	for _ in $(seq 1 200); do [ "$(nvme_puts)" = "$1" ] && return 0; sleep 0.05; done
@@ -40,7 +38,7 @@ dram_eviction: lru
 EOF2
 daemon_start --config "$work/kvtier.yaml" --data-dir "$work/data" --durability cached \
 	--metrics-port 0 || exit 1
-mport=$(sed -n 's|^kvtierd: metrics on http://[0-9.]*:\([0-9]*\)/metrics$|\1|p' "$work/daemon.out")
+metrics_port
 
 set_values 1 5
 sleep 0.5

@@ -36,3 +36,11 @@ need_tools() { # commands the test runs: a missing one skips it (exit 77)
 		command -v "$t" >/dev/null || { echo "SKIP: $t missing (scripts/install-deps.sh)"; exit 77; }
 	done
 }
+# /metrics of a daemon started with --metrics-port 0: metrics_port reads
+# the port it printed into $mport; scrape fetches the text into $work/m;
+# val prints one series as written (name{labels}) from it, or "absent".
+metrics_port() {
+	mport=$(sed -n 's|^kvtierd: metrics on http://[0-9.]*:\([0-9]*\)/metrics$|\1|p' "$work/daemon.out")
+}
+scrape() { curl -s "http://127.0.0.1:$mport/metrics" >"$work/m"; }
+val() { awk -v s="$1" '$1 == s { print $2; f = 1 } END { if (!f) print "absent" }' "$work/m"; }
