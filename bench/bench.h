@@ -158,6 +158,11 @@ pid_t bench_kvtierd_local(const char *cmd, const char *sock, const char *log,
  * key).  0, or nonzero with a message naming `what`. */
 int bench_kvtierd_store(const char *cmd, const char *what, const char *sock, kvt_store **st);
 
+/* Two buffers of `len` bytes (bench_buffer), filled with random bytes
+ * (seeds 42 and 43): a chunk's payload and where it is read back.  0, or
+ * 1 with a message. */
+int bench_src_dst(const char *cmd, size_t len, uint8_t **src, uint8_t **dst);
+
 /* A TCP port on 127.0.0.1 free now (for a server to take), or -1;
  * bench_connect: a socket connected to 127.0.0.1:port, or -1. */
 int bench_free_port(void);

@@ -591,6 +591,19 @@ pid_t bench_kvtierd_local(const char *cmd, const char *sock, const char *log,
 	return -1;
 }
 
+int bench_src_dst(const char *cmd, size_t len, uint8_t **src, uint8_t **dst)
+{
+	*src = bench_buffer(len);
+	*dst = bench_buffer(len);
+	if (!*src || !*dst) {
+		fprintf(stderr, "kvtier-bench %s: out of memory\n", cmd);
+		return 1;
+	}
+	bench_fill_random(*src, len, 42);
+	bench_fill_random(*dst, len, 43);
+	return 0;
+}
+
 int bench_kvtierd_store(const char *cmd, const char *what, const char *sock, kvt_store **st)
 {
 	char url[120];

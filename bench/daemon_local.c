@@ -195,14 +195,8 @@ int bench_daemon_local(int argc, char **argv)
 		goto out;
 	}
 	len = kvt_layout_payload_bytes(&ns.layout);
-	src = bench_buffer(len);
-	dst = bench_buffer(len);
-	if (!src || !dst) {
-		fprintf(stderr, "kvtier-bench %s: out of memory\n", CMD);
+	if (bench_src_dst(CMD, len, &src, &dst))
 		goto out;
-	}
-	bench_fill_random(src, len, 42);
-	bench_fill_random(dst, len, 43);
 
 	for (int r = 0; r < rounds; r++) {
 		kvt_key k[CHUNKS];

@@ -162,13 +162,8 @@ int bench_daemon_peer(int argc, char **argv)
 		goto out;
 	}
 	len = kvt_layout_payload_bytes(&ns.layout);
-	src = bench_buffer(len);
-	dst = bench_buffer(len);
-	if (!src || !dst) {
-		fprintf(stderr, "kvtier-bench %s: out of memory\n", CMD);
+	if (bench_src_dst(CMD, len, &src, &dst))
 		goto out;
-	}
-	bench_fill_random(src, len, 42);
 	for (int i = 0; i < CHUNKS; i++) {
 		bench_chunk_key(&k[i], 1, 1, (uint64_t)i, magic);
 		if ((err = kvt_put(pre, &ns, &k[i], src, len, KVT_DUR_CACHED))) {

@@ -16,6 +16,7 @@
 #include "format/auth.h"
 #include "format/object.h"
 #include "store/config.h"
+#include "store/store_int.h"
 #include "tier/fsdir.h"
 
 /* Read up to n bytes (fewer only at end of file).  The count, or a
@@ -66,6 +67,17 @@ static int admin_trailer_check(uint64_t image, uint64_t extra, int64_t fsize)
 			 (unsigned long long)(extra > KVT_OBJ_AUTH_TAG_BYTES ? extra - 1 : extra));
 	return kvt_err(KVT_EMALFORMED, "%s; an HMAC trailer is exactly %u bytes", why,
 		       KVT_OBJ_AUTH_TAG_BYTES);
+}
+
+void store_info_from_hdr(kvt_object_info *info, const kvt_obj_hdr *h)
+{
+	info->key = h->key;
+	memcpy(info->ns_digest, h->ns_digest, sizeof(info->ns_digest));
+	info->version = h->version;
+	info->layout = h->layout;
+	info->layout.chunk_tokens = h->token_count;
+	info->n_layers = h->n_layers;
+	info->payload_bytes = h->payload_len;
 }
 
 int kvt_object_inspect_fd(int fd, const kvt_config *cfg, kvt_object_info *info)
@@ -141,13 +153,7 @@ int kvt_object_inspect_fd(int fd, const kvt_config *cfg, kvt_object_info *info)
 	} else {
 		info->signature = extra ? KVT_SIG_UNCHECKED : keyed ? KVT_SIG_MISSING : KVT_SIG_NONE;
 	}
-	info->key = h->key;
-	memcpy(info->ns_digest, h->ns_digest, sizeof(info->ns_digest));
-	info->version = h->version;
-	info->layout = h->layout;
-	info->layout.chunk_tokens = h->token_count;
-	info->n_layers = h->n_layers;
-	info->payload_bytes = h->payload_len;
+	store_info_from_hdr(info, h);
 out:
 	free(buf);
 	free(h);

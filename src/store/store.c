@@ -2295,13 +2295,7 @@ int kvt_store_peek(kvt_store *st, int tier, const kvt_key *key, kvt_object_info 
 		rbuf_copy(rb, h->header_len + off, buf, len);
 	if (rc == 0) {
 		memset(info, 0, sizeof(*info));
-		info->key = h->key;
-		memcpy(info->ns_digest, h->ns_digest, sizeof(info->ns_digest));
-		info->version = h->version;
-		info->layout = h->layout;
-		info->layout.chunk_tokens = h->token_count;
-		info->n_layers = h->n_layers;
-		info->payload_bytes = h->payload_len;
+		store_info_from_hdr(info, h);
 		info->signature = KVT_SIG_UNCHECKED;
 	}
 	if (rb)

@@ -200,6 +200,9 @@ int store_image_exists(kvt_store *st, const kvt_key *key);
  * answer, a peer tier asked once for the chain); tier_out[k] the first
  * tier holding key k, when not NULL. */
 size_t store_chain_held(kvt_store *st, const kvt_key *keys, size_t n, uint8_t *tier_out);
+/* The fields of kvt_object_info a decoded header gives (admin.c). */
+void store_info_from_hdr(kvt_object_info *info, const kvt_obj_hdr *h);
+
 /* Read `key` from tier `src` straight into new DRAM pages (its get_into),
  * check it (header, key, namespace when `ns` is not NULL, checksums) and
  * publish it there.  0, KVT_EEXIST (DRAM had it), or an error (a bad image
