@@ -147,8 +147,8 @@ static int s3b_key_cmp(const void *a, const void *b)
  * around it), else one line.  0 or 1 (said why). */
 static int s3b_index(uint64_t n, double pct, int rounds, int json)
 {
-	double fill[BENCH_MAX_ROUNDS], ev[BENCH_MAX_ROUNDS], qs[BENCH_MAX_ROUNDS];
-	double rev[BENCH_MAX_ROUNDS], rfill[BENCH_MAX_ROUNDS];
+	double fill[BENCH_MAX_ROUNDS] = { 0 }, ev[BENCH_MAX_ROUNDS] = { 0 }, qs[BENCH_MAX_ROUNDS] = { 0 };
+	double rev[BENCH_MAX_ROUNDS] = { 0 }, rfill[BENCH_MAX_ROUNDS] = { 0 };
 	uint64_t victims = 0, i;
 	kvt_key *keys = malloc(n * sizeof(*keys));
 	s3b_pages p = { .cap = S3B_IX_PAGE * 400 + 1024 };
