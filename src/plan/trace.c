@@ -527,6 +527,8 @@ static int json_number(const struct jctx *c, json_t *o, const char *field, doubl
 {
 	json_t *j = json_object_get(o, field);
 
+	*v = 0;
+	*integral = 0;
 	if (!j)
 		return 1;
 	*integral = json_is_integer(j);

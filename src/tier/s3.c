@@ -372,16 +372,20 @@ int kvt_s3_refresh_pages(kvt_tier *tier,
 	return s3_fill_install(t, &f, start, start_s, page);
 }
 
-int kvt_s3_status_get(kvt_tier *tier, kvt_s3_status *out)
+/* The tier's health as one consistent copy. */
+static void s3_health_read(s3_tier *t, kvt_s3_status *out)
 {
-	s3_tier *t = (s3_tier *)tier;
-
-	if (!kvt_s3_is(tier) || !out)
-		return kvt_err(KVT_EINVAL, "kvt_s3_status_get: not an S3 tier");
 	pthread_mutex_lock(&t->ix.mu);
 	*out = t->health;
 	pthread_mutex_unlock(&t->ix.mu);
 	out->reachable = atomic_load(&t->reachable);
+}
+
+int kvt_s3_status_get(kvt_tier *tier, kvt_s3_status *out)
+{
+	if (!kvt_s3_is(tier) || !out)
+		return kvt_err(KVT_EINVAL, "kvt_s3_status_get: not an S3 tier");
+	s3_health_read((s3_tier *)tier, out);
 	return 0;
 }
 
@@ -978,7 +982,7 @@ static void s3_stats(kvt_tier *tier, kvt_tier_stats *out)
 	pthread_mutex_unlock(&t->ix.mu);
 	{
 		kvt_s3_status h;
-		kvt_s3_status_get(tier, &h);
+		s3_health_read(t, &h);
 		out->unreachable = !h.reachable;
 		out->read_errors = h.read_errors;
 		if (h.list_rc)
