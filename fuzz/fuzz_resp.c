@@ -209,6 +209,11 @@ static void pieces(const uint8_t *data, size_t size, struct trace *t)
 		if (in == sizeof(buf) && rc == RESP_NEED)
 			abort(); /* a full buffer must have been refused */
 	}
+	/* A placed argument that completes its command with the input's last
+	 * byte leaves RESP_CMD as the last word; the whole feed's last call
+	 * came after that command, with nothing left: RESP_NEED. */
+	if (rc == RESP_CMD && pos == size && !in)
+		rc = RESP_NEED;
 	t->end = rc;
 	resp_parser_free(&p);
 }
