@@ -17,8 +17,9 @@
  *   load: kvt_conn_load_keys of the request's chunks (held in the DRAM
  *         tier), kvt_conn_wait_layer of every layer, end.
  *
- * The Python side is bench-data/python_bench.py, run by Debian's
- * /usr/bin/python3 (or --python PATH) as a coprocess with the package the
+ * The Python side is bench-data/python_bench.py, run by the project's
+ * venv interpreter (KVT_BENCH_PYTHON, set by the build when .venv exists,
+ * else python3; --python PATH) as a coprocess with the package the
  * build copied into bench-data/python and this build's libkvtier.so: it
  * builds the same engine through the binding (its KV tensors are views of
  * one mapping advised for huge pages, like bench_buffer's pool here: with
@@ -253,7 +254,7 @@ static int py_open(struct pyside *p, const char *python, uint32_t chunks)
 		setenv("KVTIER_LIB", libp, 1);
 		setenv("PYTHONPATH", pkg, 1);
 		setenv("PYTHONDONTWRITEBYTECODE", "1", 1);
-		execl(python, python, script, "32", "8", "128", nchunks, dram, (char *)NULL);
+		execlp(python, python, script, "32", "8", "128", nchunks, dram, (char *)NULL);
 		fprintf(stderr, "kvtier-bench " CMD ": cannot run %s: %s\n", python,
 			strerror(errno));
 		_exit(127);
@@ -265,7 +266,7 @@ static int py_open(struct pyside *p, const char *python, uint32_t chunks)
 	if (!p->in || !p->out || !fgets(line, sizeof(line), p->out) ||
 	    strncmp(line, "READY", 5)) {
 		fprintf(stderr, "kvtier-bench " CMD ": %s %s did not start (needs torch: "
-				"python3-torch for /usr/bin/python3, or --python PATH)\n",
+				"scripts/install-deps.sh makes .venv with it, or --python PATH)\n",
 			python, script);
 		return 1;
 	}
@@ -331,13 +332,13 @@ static void usage(FILE *f)
 		"C connector on the same blocks, rounds interleaved in one run.\n"
 		"  --json         every figure as JSON; ratios in ratio_vs_c_connector\n"
 		"  --quick        3 rounds of >= 50 ms, 2 chunks (default 11, 300 ms, 4)\n"
-		"  --python PATH  the interpreter with torch (default /usr/bin/python3)\n");
+		"  --python PATH  the interpreter with torch (default " KVT_BENCH_PYTHON ")\n");
 }
 
 int bench_python(int argc, char **argv)
 {
 	struct figure fig[N_OPS];
-	const char *python = "/usr/bin/python3";
+	const char *python = KVT_BENCH_PYTHON;
 	int json = 0, quick = 0, rc = 0;
 	struct cside x;
 	struct pyside p;

@@ -106,10 +106,18 @@ extern "C" {
 #define KVT_API
 #endif
 
+/* The project's one version number: CMake, the Python wheel and the
+ * programs all read it from here (CMakeLists.txt checks that the three
+ * numbers spell the string). */
 #define KVT_VERSION_MAJOR 0
-#define KVT_VERSION_MINOR 1
+#define KVT_VERSION_MINOR 2
 #define KVT_VERSION_PATCH 0
-#define KVT_VERSION_STRING "0.1.0"
+#define KVT_VERSION_STRING "0.2.0"
+
+/* The version of the library actually loaded, KVT_VERSION_STRING as it was
+ * built; a program or binding compares it with the header it was built
+ * against.  A static string, never freed. */
+KVT_API const char *kvt_version(void);
 
 /* ------------------------------------------------------------------------ */
 /* Errors                                                                    */

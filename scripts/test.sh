@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it:
-#   1. a release build (-Werror) and every test,
-#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build and every test,
-#   3. a ThreadSanitizer build and the multi-threaded tests,
-#   4. a bounded libFuzzer run of each fuzz target over its committed corpus:
+# The whole test suite, as CI runs it (scripts/install-deps.sh first):
+#   1. a Release build (-Werror) and every test: the C and shell tests
+#      under ctest, the Python tests under pytest in the project's venv;
+#   2. the other build types and compilers, warning-free (-Werror): gcc
+#      Debug, RelWithDebInfo and MinSizeRel, clang Release;
+#   3. an AddressSanitizer + UndefinedBehaviorSanitizer build and every test;
+#   4. a ThreadSanitizer build and the multi-threaded tests;
+#   5. a bounded libFuzzer run of each fuzz target over its committed corpus:
 #      KVT_FUZZ_TOTAL_SECONDS (default 150) shared among the targets, at
 #      least 10 s each, or KVT_FUZZ_SECONDS per target if that is set.
+# The last line counts every test: N passed, N failed, N skipped.
 # Usage: scripts/test.sh [--quick]   (--quick: step 1 only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,45 +17,92 @@ jobs=$(nproc 2>/dev/null || echo 2)
 fuzz_secs=${KVT_FUZZ_SECONDS:-}
 passed=0
 failed=0
+skipped=0
 
-run_ctest() { # build dir, label [, test name regex]
-	local log line total fails
+run_ctest() { # build dir, label, ctest arguments...
+	local dir=$1 label=$2 log line total fails skips
+	shift 2
 	log=$(mktemp)
-	(cd "$1" && ctest --output-on-failure -j"$jobs" -R "${3:-.}") 2>&1 | tee "$log" || true
+	(cd "$dir" && ctest --output-on-failure -j"$jobs" "$@") 2>&1 | tee "$log" || true
 	line=$(grep -E '^[0-9]+% tests passed' "$log" || true)
 	total=$(sed -nE 's/.* out of ([0-9]+).*/\1/p' <<<"$line")
 	fails=$(sed -nE 's/.*, ([0-9]+) tests failed.*/\1/p' <<<"$line")
+	# ctest counts a skipped test (exit 77) as passed; it lists it apart.
+	skips=$(grep -cE '^[[:space:]]+[0-9]+ - .* \(Skipped\)$' "$log" || true)
 	rm -f "$log"
-	[ -n "$total" ] || { echo "$2: ctest did not run"; failed=$((failed + 1)); return; }
-	passed=$((passed + total - fails))
+	[ -n "$total" ] || { echo "$label: ctest did not run"; failed=$((failed + 1)); return; }
+	passed=$((passed + total - fails - skips))
 	failed=$((failed + fails))
+	skipped=$((skipped + skips))
 }
 
-echo "== release build"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j"$jobs"
-run_ctest build release
+run_pytest() { # build dir, label: every Python test, each counted
+	local dir=$1 label=$2 xml counts
+	xml=$(mktemp --suffix=.xml)
+	"$dir/pytest.sh" -q -rfEs --junitxml="$xml" tests/python || true
+	counts=$(python3 - "$xml" <<'PY' || echo "0 1 0"
+import sys
+import xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+suites = [root] if root.tag == "testsuite" else list(root)
+n = sum(int(s.get("tests", 0)) for s in suites)
+bad = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
+skip = sum(int(s.get("skipped", 0)) for s in suites)
+print(n - bad - skip, bad, skip)
+PY
+)
+	rm -f "$xml"
+	read -r p f s <<<"$counts"
+	echo "$label: pytest $p passed, $f failed, $s skipped"
+	passed=$((passed + p))
+	failed=$((failed + f))
+	skipped=$((skipped + s))
+}
+
+build() { # dir, cmake arguments...: configure and build; fails the step on an error
+	local dir=$1
+	shift
+	cmake -S . -B "$dir" -DKVT_WERROR=ON "$@" >/dev/null && cmake --build "$dir" -j"$jobs"
+}
+
+echo "== Release build"
+build build -DCMAKE_BUILD_TYPE=Release
+run_ctest build release -LE python
+run_pytest build release
 
 if [ "${1:-}" != "--quick" ]; then
+	echo "== other build types and compilers, -Werror"
+	# The library, programs and benchmarks (no tests: step 1 built those);
+	# the CUDA backend is compiled by step 1, once.
+	for bt in "gcc Debug" "gcc RelWithDebInfo" "gcc MinSizeRel" "clang Release"; do
+		read -r cc type <<<"$bt"
+		if CC=$cc build "build-$cc-$type" -DCMAKE_BUILD_TYPE="$type" -DBUILD_TESTING=OFF \
+			-DKVT_CUDA=OFF; then
+			echo "build $cc $type: no warning"
+			passed=$((passed + 1))
+		else
+			echo "build $cc $type: FAILED"
+			failed=$((failed + 1))
+		fi
+	done
+
 	echo "== ASan + UBSan build"
 	# -O1: sanitized code at -O0 runs two to three times slower, and the
-	# suite is meant to stay well under 15 minutes on two cores.
-	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" \
-		-DKVT_SANITIZE=ON >/dev/null
-	cmake --build build-asan -j"$jobs"
-	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-		run_ctest build-asan sanitizers
+	# suite is meant to stay well under 30 minutes on two cores.
+	build build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" -DKVT_SANITIZE=ON
+	export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
+	run_ctest build-asan sanitizers -LE python
+	run_pytest build-asan sanitizers
+	unset ASAN_OPTIONS UBSAN_OPTIONS
 
 	echo "== ThreadSanitizer build (the multi-threaded tests)"
-	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVT_TSAN=ON >/dev/null
-	cmake --build build-tsan -j"$jobs"
+	build build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVT_TSAN=ON
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-		run_ctest build-tsan tsan 'test_dram|test_store|test_hier|test_fsdir|test_nvme|test_sharedfs|test_plan|test_connector|test_local|daemon_cli|daemon_clients|daemon_tls|daemon_reload'
+		run_ctest build-tsan tsan -R 'test_dram|test_store|test_hier|test_fsdir|test_nvme|test_sharedfs|test_plan|test_connector|test_local|daemon_cli|daemon_clients|daemon_tls|daemon_reload'
 
 	echo "== fuzz smoke"
-	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVT_FUZZ=ON \
-		-DKVT_SANITIZE=ON -DBUILD_TESTING=OFF >/dev/null
-	cmake --build build-fuzz -j"$jobs"
+	CC=clang build build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVT_FUZZ=ON -DKVT_SANITIZE=ON \
+		-DBUILD_TESTING=OFF
 	# One time budget for the whole step, however many targets there are.
 	if [ -z "$fuzz_secs" ]; then
 		n_fuzz=$(find build-fuzz -maxdepth 1 -name 'fuzz_*' -type f -executable | wc -l)
@@ -77,5 +128,5 @@ if [ "${1:-}" != "--quick" ]; then
 fi
 
 echo
-echo "kvtier: $passed passed, $failed failed"
+echo "kvtier: $passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -23,57 +23,39 @@ done
 export PKG_CONFIG_PATH=$pcdir
 flags=$(pkg-config --cflags --libs kvtier) || fail "pkg-config cannot resolve kvtier"
 
-cat >"$work/embed.c" <<'C'
-#include <kvtier.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-int main(void)
-{
-	int err;
-	kvt_config *cfg = kvt_config_new();
-	kvt_config_set(cfg, "max_local_cpu_size", "16MiB");
-	kvt_config_set(cfg, "dram_lock_memory", "false");
-	kvt_store *st = kvt_store_open(cfg, &err);
-	kvt_config_free(cfg);
-	if (!st) {
-		fprintf(stderr, "open: %s\n", kvt_strerror(err));
-		return 1;
-	}
-	kvt_ns_desc d = { .model = "embed/test",
-			  .layout = { 2, 2, 16, KVT_DTYPE_BF16, 2, 0, 16, 64 } };
-	kvt_ns ns;
-	uint32_t tokens[128];
-	kvt_key keys[2];
-	for (int i = 0; i < 128; i++)
-		tokens[i] = (uint32_t)i;
-	if (kvt_ns_init(st, &d, &ns) || kvt_key_chain(&ns, tokens, 128, NULL, keys, 2) != 2)
-		return 1;
-	size_t len = kvt_layout_payload_bytes(&ns.layout), got;
-	unsigned char *a = malloc(len), *b = malloc(len);
-	memset(a, 0x5a, len);
-	if (kvt_put(st, &ns, &keys[0], a, len, KVT_DUR_CACHED) ||
-	    kvt_lookup(st, &ns, keys, 2, NULL) != 1 ||
-	    kvt_get(st, &ns, &keys[0], b, len, &got) || memcmp(a, b, len))
-		return 1;
-	printf("embedded kvtier %s: stored and loaded %zu bytes\n", KVT_VERSION_STRING, got);
-	kvt_store_close(st);
-	free(a);
-	free(b);
-	return 0;
-}
-C
+# The README's embedding example, as written: the ```c block after
+# "Embedding it", compiled against the install with pkg-config alone,
+# linked to the shared library and, with `pkg-config --static`, to
+# libkvtier.a (whatever the library links privately, the CUDA runtime when
+# it is built in, must be listed there).
+src=${KVT_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
+sed -n '/^Embedding it/,/^```$/p' "$src/README.md" | sed '1,/^```c$/d; /^```$/d' >"$work/embed.c"
+grep -q 'int main' "$work/embed.c" || fail "README.md has no complete embedding example"
+libdir=$(pkg-config --variable=libdir kvtier)
 # shellcheck disable=SC2086
-cc -std=c11 -Wall -Werror $san "$work/embed.c" -o "$work/embed" $flags 2>"$work/cc.log" || fail "compile: $(cat "$work/cc.log")"
-LD_LIBRARY_PATH=$(pkg-config --variable=libdir kvtier) "$work/embed" || fail "the embedded program failed"
+cc -std=c11 -Wall -Wextra -Werror $san "$work/embed.c" -o "$work/embed" $flags 2>"$work/cc.log" ||
+	fail "the README's example does not compile: $(cat "$work/cc.log")"
+LD_LIBRARY_PATH=$libdir "$work/embed" >"$work/embed.out" 2>&1 || fail "the README's example failed: $(cat "$work/embed.out")"
+grep -qE "^kvtier [0-9.]+: 1 of 3 chunks cached, 33554432 bytes loaded, identical$" "$work/embed.out" ||
+	fail "the README's example printed: $(cat "$work/embed.out")"
+static=$(pkg-config --static --libs kvtier) || fail "pkg-config --static cannot resolve kvtier"
+# shellcheck disable=SC2086
+cc -std=c11 -Wall -Werror $san "$work/embed.c" -o "$work/embed-static" $(pkg-config --cflags kvtier) \
+	-Wl,--as-needed -Wl,-Bstatic -lkvtier -Wl,-Bdynamic $static 2>"$work/cc.log" ||
+	fail "static link with pkg-config --static ($static): $(cat "$work/cc.log")"
+ldd "$work/embed-static" | grep -q libkvtier && fail "the static link still needs libkvtier.so"
+"$work/embed-static" >"$work/embed.out" 2>&1 || fail "the statically linked example failed: $(cat "$work/embed.out")"
+grep -q "identical" "$work/embed.out" || fail "static example: $(cat "$work/embed.out")"
 "$work/prefix/bin/kvtier" --version | grep -q "kvtier" || fail "installed kvtier does not run"
+# A missing configuration file is an error that names it, not a silent run.
+"$work/prefix/bin/kvtier" lookup --config "$work/absent.yaml" --tokens /dev/null >"$work/cfg.log" 2>&1 &&
+	fail "a missing configuration file was accepted"
+grep -q "absent.yaml: cannot open" "$work/cfg.log" || fail "missing configuration: $(cat "$work/cfg.log")"
 
 # The command-line tool is a client of the public library like any other:
 # its sources, copied away from the rest of the tree, build against the
 # installed header and library alone (and jansson, which it writes JSON
 # with), and the result runs.  An internal header would not be found.
-src=${KVT_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 mkdir -p "$work/cli/cli"
 cp "$src"/src/cli/*.c "$src"/src/cli/*.h "$work/cli/cli/"
 # shellcheck disable=SC2086

@@ -11,6 +11,12 @@ Every failure of the library is raised as a kvtier.Error (a subclass per
 class of error) whose text is kvt_errmsg()'s.  Handles (Store, Connector,
 Op) close deterministically with `with` or close(), and on garbage
 collection; a call on a closed handle raises kvtier.Closed.
+
+The engines' integrations are subpackages and modules imported only when
+used, so this package imports with no engine installed: kvtier.vllm
+(vLLM's KV connector, registered by name through vLLM's plugin entry
+point), kvtier.sglang (SGLang HiCache's storage backend), kvtier.lmcache
+(LMCache's L2 adapter).
 """
 
 import array
@@ -33,7 +39,8 @@ __all__ = [
     "paged_sglang_layer_first", "paged_sglang_page_first", "paged_sglang_mla_page_first",
 ]
 
-__version__ = "0.1.0"
+# The package's version (the library's is checked equal at import).
+__version__ = _lib.VERSION or _lib.LIB_VERSION
 
 # --- errors ------------------------------------------------------------------
 

@@ -1,11 +1,12 @@
 """The C side of the binding: libkvtier.so loaded with ctypes, its structs
 and the prototypes of every call the package makes.
 
-The library is found, in order, from $KVTIER_LIB (a path to the .so), next
-to the package (a copy installed beside it, or the build tree the package
-sits in: <source>/python/kvtier -> <source>/build/libkvtier.so), and then by
-the system loader (libkvtier.so.0 on the library path).  Nothing is built at
-import time.
+The library is the one the wheel installs beside this file; $KVTIER_LIB (a
+path to a libkvtier.so) overrides it, and in a source checkout the default
+build (<source>/build/libkvtier.so) stands in when none is beside it.  It
+must be the package's own version: a stale or foreign library is refused
+at import with a message naming it, never called into.  Nothing is built
+at import time.
 
 The structs mirror include/kvtier.h field for field; ctypes lays them out
 with the C compiler's rules, and _check_sizes() compares what it can with
@@ -13,8 +14,9 @@ the library's own arithmetic at load time.
 """
 
 import ctypes
-import ctypes.util
 import os
+import re
+import sys
 
 c_u8 = ctypes.c_uint8
 c_u32 = ctypes.c_uint32
@@ -185,44 +187,125 @@ _OPTIONAL = {
 }
 
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def package_dirs():
+    """The folders the kvtier package is made of: one for an installed
+    wheel; an editable install adds the one holding what CMake built."""
+    pkg = sys.modules.get(__package__)
+    dirs = list(getattr(pkg, "__path__", None) or [])
+    return [os.path.abspath(d) for d in dirs] or [_HERE]
+
+
+def _source_header():
+    """include/kvtier.h when this package is a source checkout's python/kvtier."""
+    h = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "include", "kvtier.h")
+    return h if os.path.exists(h) else None
+
+# What the library links against, by soname: the package a system names it
+# by (Debian/Ubuntu, then RHEL/Fedora), for the message when one is missing.
+_SYSTEM_LIBS = {
+    "liburing.so.2": ("liburing2", "liburing"),
+    "libcurl.so.4": ("libcurl4", "libcurl"),
+    "libcrypto.so.3": ("libssl3", "openssl-libs"),
+    "libssl.so.3": ("libssl3", "openssl-libs"),
+    "libxxhash.so.0": ("libxxhash0", "xxhash-libs"),
+    "libyaml-0.so.2": ("libyaml-0-2", "libyaml"),
+    "libjansson.so.4": ("libjansson4", "jansson"),
+    "libexpat.so.1": ("libexpat1", "expat"),
+}
+
+
+def _package_version():
+    """This package's version: in a source checkout the public header's
+    (include/kvtier.h, where CMake and the wheel read it too), else the
+    wheel's generated _version.py."""
+    header = _source_header()
+    if header:
+        with open(header) as f:
+            for line in f:
+                if line.startswith("#define KVT_VERSION_STRING "):
+                    return line.split('"')[1]
+    try:
+        from ._version import __version__ as v
+        return v
+    except ImportError:
+        return None
+
+
+VERSION = _package_version()
+
+
 def _candidates():
+    """[(path, how it was chosen)] to try in order, and whether the first
+    is the user's own choice (then it is the only one)."""
     env = os.environ.get("KVTIER_LIB")
     if env:
-        return [env], True
-    here = os.path.dirname(os.path.abspath(__file__))
-    out = [os.path.join(here, "libkvtier.so")]
-    src = os.path.dirname(os.path.dirname(here))
-    for build in ("build", "build-release", "build-asan"):
-        out.append(os.path.join(src, build, "libkvtier.so"))
-    found = ctypes.util.find_library("kvtier")
-    out.append(found or "libkvtier.so.0")
+        return [(env, "from KVTIER_LIB")], True
+    out = [(os.path.join(d, "libkvtier.so"), "beside the package") for d in package_dirs()]
+    if _source_header():  # a source checkout (python/kvtier beside include/)
+        build = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "build")
+        out.append((os.path.join(build, "libkvtier.so"), "the source checkout's build"))
     return out, False
+
+
+def _load_error(p, how, e):
+    msg = str(e)
+    m = re.search(r"([^\s:]+\.so[.\d]*): cannot open shared object file", msg)
+    if m and os.path.basename(p) != m.group(1):
+        need = m.group(1)
+        hint = ""
+        if need in _SYSTEM_LIBS:
+            hint = " (Debian/Ubuntu: apt-get install %s; RHEL/Fedora: dnf install %s)" % \
+                _SYSTEM_LIBS[need]
+        return ImportError("kvtier: %s (%s) cannot be loaded: it needs %s, which this system "
+                           "lacks%s" % (p, how, need, hint))
+    return ImportError("kvtier: %s (%s) cannot be loaded: %s" % (p, how, msg))
 
 
 def _load():
     paths, forced = _candidates()
-    errors = []
-    for p in paths:
-        if os.path.sep in p and not os.path.exists(p):
+    for p, how in paths:
+        if not os.path.exists(p):
             if forced:
-                raise ImportError("KVTIER_LIB=%s: no such file" % p)
+                raise ImportError("kvtier: KVTIER_LIB=%s: no such file" % p)
             continue
         try:
-            return ctypes.CDLL(p), p
+            return ctypes.CDLL(p), p, how
         except OSError as e:
-            if forced:
-                raise ImportError("KVTIER_LIB=%s cannot be loaded: %s" % (p, e))
-            errors.append("%s: %s" % (p, e))
-    raise ImportError("libkvtier.so not found (set KVTIER_LIB to its path); tried: " +
-                      "; ".join(errors or paths))
+            raise _load_error(p, how, e) from None
+    raise ImportError(
+        "kvtier: libkvtier.so is not beside the package (%s): the installation is incomplete "
+        "(reinstall the kvtier wheel), or this is a source checkout that was not built "
+        "(build it, or set KVTIER_LIB to the library's path)" % ", ".join(package_dirs()))
 
 
-lib, path = _load()
+def _check_version(lib, path, how):
+    fn = getattr(lib, "kvt_version", None)
+    if fn is None:
+        if getattr(lib, "kvt_strerror", None) is None:
+            raise ImportError("kvtier: %s (%s) is not libkvtier: it exports none of its calls"
+                              % (path, how))
+        raise ImportError("kvtier: %s (%s) is a libkvtier older than 0.2.0; this package "
+                          "(%s) needs libkvtier %s" % (path, how, VERSION, VERSION))
+    fn.restype = c_cp
+    fn.argtypes = []
+    have = fn().decode()
+    if VERSION and have != VERSION:
+        raise ImportError("kvtier: %s (%s) is libkvtier %s; this package is %s and needs "
+                          "the library of the same version" % (path, how, have, VERSION))
+    return have
+
+
+lib, path, _how = _load()
+LIB_VERSION = _check_version(lib, path, _how)
 for _name, (_res, _args) in _PROTOS.items():
     try:
         _fn = getattr(lib, _name)
     except AttributeError:
-        raise ImportError("%s lacks %s: an older libkvtier than this package" % (path, _name))
+        raise ImportError("kvtier: %s lacks %s: not the libkvtier this package was built with"
+                          % (path, _name)) from None
     _fn.restype = _res
     _fn.argtypes = _args
 for _name, (_res, _args) in _OPTIONAL.items():

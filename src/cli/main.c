@@ -72,7 +72,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (!strcmp(argv[1], "--version")) {
-		printf("kvtier %s\n", KVT_VERSION_STRING);
+		printf("kvtier %s (libkvtier %s)\n", KVT_VERSION_STRING, kvt_version());
 		return 0;
 	}
 	if (!strcmp(argv[1], "bench"))

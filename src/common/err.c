@@ -1,5 +1,6 @@
 /*
- * err.c — error names and the per-thread detail message.
+ * err.c — error names, the per-thread detail message, and the library's
+ * version (what a caller checks first when a call fails strangely).
  */
 #include "common/err.h"
 
@@ -33,6 +34,11 @@ static const char *const kvt_err_names[] = {
 	[20] = "tenant not configured",
 	[21] = "operation cancelled",
 };
+
+const char *kvt_version(void)
+{
+	return KVT_VERSION_STRING;
+}
 
 const char *kvt_strerror(int err)
 {

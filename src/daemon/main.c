@@ -73,7 +73,8 @@ static void usage(FILE *f)
 		"  --tls-key FILE       and its private key (PEM)\n"
 		"  --serve-peers        other nodes' kvtierd may read this node's chunks\n"
 		"                       (KVTIER.PEEK/FETCH; with --acl, +admin users)\n"
-		"  --check-config       check the configuration and options, then exit\n");
+		"  --check-config       check the configuration and options, then exit\n"
+		"  --version            print the version and exit\n");
 }
 
 static int parse_long(const char *opt, const char *s, long lo, long hi, long *out)
@@ -183,7 +184,7 @@ static void reload_policies(struct kvtd *d, const char *config, const char *data
 
 enum { O_CONFIG = 256, O_DATA, O_PORT, O_BIND, O_UNIX, O_SET, O_THREADS, O_DUR, O_PASS,
        O_MAXCL, O_MAXVAL, O_TIMEOUT, O_LOG, O_CHECK, O_HELP, O_LOCAL, O_LOCAL_UID, O_ACL,
-       O_MPORT, O_MBIND, O_TLS_CERT, O_TLS_KEY, O_SERVE_PEERS };
+       O_MPORT, O_MBIND, O_TLS_CERT, O_TLS_KEY, O_SERVE_PEERS, O_VERSION };
 
 int main(int argc, char **argv)
 {
@@ -199,7 +200,7 @@ int main(int argc, char **argv)
 		{ "local-uid", 1, 0, O_LOCAL_UID }, { "acl", 1, 0, O_ACL },
 		{ "metrics-port", 1, 0, O_MPORT }, { "metrics-bind", 1, 0, O_MBIND },
 		{ "tls-cert", 1, 0, O_TLS_CERT }, { "tls-key", 1, 0, O_TLS_KEY },
-		{ "serve-peers", 0, 0, O_SERVE_PEERS },
+		{ "serve-peers", 0, 0, O_SERVE_PEERS }, { "version", 0, 0, O_VERSION },
 		{ 0, 0, 0, 0 }
 	};
 	struct kvtd d = { .o = { .bind = "127.0.0.1", .port = 6379, .threads = 4,
@@ -298,6 +299,10 @@ int main(int argc, char **argv)
 		case O_TLS_CERT: ops.tls_cert = optarg; break;
 		case O_TLS_KEY: ops.tls_key = optarg; break;
 		case O_HELP: case 'h': usage(stdout); return 0;
+		case O_VERSION:
+			/* The library loaded may not be the one built against. */
+			printf("kvtierd %s (libkvtier %s)\n", KVT_VERSION_STRING, kvt_version());
+			return 0;
 		default: usage(stderr); return 2;
 		}
 	}

@@ -396,7 +396,7 @@ class SGLangContract(unittest.TestCase):
         # is a shard of its own; attention-DP replicas share.
         def digest(mla=False, **ranks):
             r = dict(tp_rank=0, tp_size=4, pp_rank=0, pp_size=2, attn_cp_rank=0,
-                     attn_cp_size=1, dp_rank=0, dp_size=1)
+                     attn_cp_size=1, dp_rank=0)
             r.update(ranks)
             cfg = ksg.HiCacheStorageConfig(
                 is_mla_model=mla, enable_storage_metrics=False, is_page_first_layout=True,
@@ -412,7 +412,7 @@ class SGLangContract(unittest.TestCase):
         self.assertNotEqual(base, digest(pp_rank=1))
         self.assertNotEqual(base, digest(attn_cp_size=2))
         self.assertNotEqual(digest(attn_cp_size=2), digest(attn_cp_size=2, attn_cp_rank=1))
-        self.assertEqual(base, digest(dp_rank=1, dp_size=2))
+        self.assertEqual(base, digest(dp_rank=1))
         mla = digest(mla=True)
         self.assertEqual(mla, digest(mla=True, tp_rank=3))
         self.assertNotEqual(mla, digest(mla=True, pp_rank=1))

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 import kvtier
-from kvtier.vllm import KvtierConnector, KVConnectorRole
+from kvtier.vllm.connector import KvtierConnector, KVConnectorRole
 
 L, H, D, BS, CHUNK, NUM_BLOCKS = 4, 2, 64, 16, 64, 48
 NONE_HASH = kvtier.vllm_none_hash("vllm-none-hash")
@@ -496,7 +496,8 @@ class SecondaryTier(unittest.TestCase):
         self.fail("job %d never finished" % job)
 
     def run_tier(self, extra, restart):
-        from kvtier.vllm import JobMetadata, KvtierSecondaryTier
+        from kvtier.vllm.connector import JobMetadata, KvtierSecondaryTier
+        from vllm.v1.kv_offload.base import LookupResult
         primary = torch.zeros(self.SLOTS, self.SLOT, dtype=torch.uint8)
         view = memoryview(primary.numpy())
         spec = NS(vllm_config=NS(model_config=NS(model="test/tiny-llama")))
@@ -512,8 +513,8 @@ class SecondaryTier(unittest.TestCase):
             tier = KvtierSecondaryTier(vllm_config=spec.vllm_config, primary_kv_view=view,
                                        tier_type="kvtier", **extra)
         primary.zero_()
-        self.assertEqual([bool(tier.lookup(k, None)) for k in keys + [b"x" * 32]],
-                         [True] * 4 + [False])
+        self.assertEqual([tier.lookup(k, None) for k in keys + [b"x" * 32]],
+                         [LookupResult.HIT] * 4 + [LookupResult.MISS])
         tier.submit_load(JobMetadata(2, keys, np.array([11, 10, 9, 8]), True, None))
         self.assertTrue(self.poll(tier, 2))
         self.assertTrue(torch.equal(primary[[11, 10, 9, 8]], data))
@@ -580,7 +581,7 @@ class Contract(unittest.TestCase):
             new.shutdown()
 
     def test_names_and_errors(self):
-        from kvtier import vllm
+        from kvtier.vllm import connector as vllm
         for m in ("get_num_new_matched_tokens", "update_state_after_alloc",
                   "build_connector_meta", "request_finished", "update_connector_output",
                   "take_events", "register_kv_caches", "register_cross_layers_kv_cache",

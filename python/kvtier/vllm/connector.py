@@ -3,8 +3,10 @@
 Enabled with
 
     vllm serve MODEL --kv-transfer-config '{"kv_connector":"KvtierConnector",
-        "kv_connector_module_path":"kvtier.vllm","kv_role":"kv_both",
+        "kv_role":"kv_both",
         "kv_connector_extra_config":{"kvtier_config":"/etc/kvtier.yaml"}}'
+
+(the name is registered by kvtier's vLLM plugin, kvtier.vllm.register).
 
 (docs/PYTHON.md lists the extra_config keys.)  The scheduler-side half
 answers how many prompt tokens the store holds beyond vLLM's own prefix
@@ -21,10 +23,10 @@ last block wrapped in the namespace (model, layout, ranks, tenant), so
 the hashes alone never name stored bytes and another model's or tenant's
 chunks are never served.
 
-vLLM cannot be imported everywhere kvtier is tested; where it is missing,
-the base classes below are stand-ins with vLLM's names and behaviour (the
-worker-side metadata binding), so the same class is exercised by the same
-call sequence.
+Importing this module needs vLLM (>= MIN_VLLM in kvtier/vllm/__init__.py):
+an older one, or none, is an ImportError that says which version is
+needed, raised when vLLM's factory loads the connector at the engine's
+start.
 """
 
 import itertools
@@ -34,58 +36,38 @@ from dataclasses import dataclass, field
 
 import kvtier
 
-try:  # vLLM's real interface when vLLM is installed
-    from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # noqa: F401
-        KVConnectorBase_V1,
-        KVConnectorMetadata,
-        KVConnectorRole,
-    )
-    HAVE_VLLM = True
-except ImportError:
-    import enum
-    HAVE_VLLM = False
-
-    class KVConnectorRole(enum.Enum):
-        SCHEDULER = 0
-        WORKER = 1
-
-    class KVConnectorMetadata:
-        """Scheduler -> worker metadata of one step (vLLM's base)."""
-
-    class KVConnectorBase_V1:
-        """The part of vLLM's KVConnectorBase_V1 a connector inherits."""
-
-        def __init__(self, vllm_config, role, kv_cache_config=None):
-            self._connector_metadata = None
-            self._vllm_config = vllm_config
-            if getattr(vllm_config, "kv_transfer_config", None) is None:
-                raise ValueError("kv_transfer_config must be set for KVConnectorBase_V1")
-            self._kv_transfer_config = vllm_config.kv_transfer_config
-            self._kv_cache_config = kv_cache_config
-            self._role = role
-
-        @property
-        def role(self):
-            return self._role
-
-        @property
-        def prefer_cross_layer_blocks(self):
-            return False
-
-        def bind_connector_metadata(self, connector_metadata):
-            self._connector_metadata = connector_metadata
-
-        def clear_connector_metadata(self):
-            self._connector_metadata = None
-
-        def _get_connector_metadata(self):
-            assert self._connector_metadata is not None
-            return self._connector_metadata
-
-        def has_connector_metadata(self):
-            return self._connector_metadata is not None
+from . import MIN_VLLM, TESTED_VLLM
 
 log = logging.getLogger("kvtier.vllm")
+
+
+def _vllm_version():
+    try:
+        import vllm
+    except ImportError as e:
+        raise ImportError("kvtier.vllm: vLLM is not installed in this Python (%s); the "
+                          "connector runs inside vLLM >= %d.%d" % ((e,) + MIN_VLLM)) from e
+    v = getattr(vllm, "__version__", "0")
+    nums = []
+    for part in v.split("+")[0].split(".")[:2]:
+        digits = "".join(itertools.takewhile(str.isdigit, part))
+        nums.append(int(digits or 0))
+    if tuple(nums) < MIN_VLLM:
+        raise ImportError("kvtier.vllm: vLLM %s is too old for kvtier's connector: it needs "
+                          "vLLM >= %d.%d (tested with %s)" % ((v,) + MIN_VLLM + (TESTED_VLLM,)))
+    if v.split("+")[0] != TESTED_VLLM:
+        log.info("kvtier.vllm: running on vLLM %s; tested with %s", v, TESTED_VLLM)
+    return v
+
+
+VLLM_VERSION = _vllm_version()
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # noqa: E402
+    KVConnectorBase_V1,
+    KVConnectorMetadata,
+    KVConnectorRole,
+)
+
 
 # extra_config keys the adapter reads itself; every other key is a kvtier
 # configuration key (docs/CONFIG.md) set on top of kvtier_config's file.
