@@ -25,7 +25,7 @@ for _ in $(seq 100); do
 done
 port=$(sed -n 's/.*listening on [0-9.]*:\([0-9]*\).*/\1/p' "$log")
 [ -n "$port" ] || { cat "$log" >&2; exit 1; }
-echo "== kvtierd (data under $run/data)"
+echo "== kvtierd: DRAM, and a disk tier under $run/data/disk (removed at the end)"
 grep -E "listening on|tier [0-9]:" "$log" | sed 's/^.*kvtierd /kvtierd /'
 echo
 echo "== an engine-shaped client, through the library's daemon key (daemon: unix://$run/kvtierd.sock)"
@@ -34,9 +34,18 @@ echo
 echo "== redis-cli -p $port"
 echo "> set greeting hello: $(redis-cli -p "$port" set greeting hello)"
 echo "> get greeting: $(redis-cli -p "$port" get greeting)"
-echo "> info kvtier:"
-redis-cli -p "$port" info kvtier | tr -d '\r' | grep -v '^$' | head -12
+echo "> info kvtier: kvtierd's own figures, per tier (the greeting is one more object and hit;"
+echo "  the write kvtierd reserved ahead for the client's next put was freed when it left)"
+redis-cli -p "$port" info kvtier | tr -d '\r' | awk -F'[:,=]' '
+	/^tier[0-9]+:/ {
+		for (i = 2; i < NF; i += 2) v[$i] = $(i + 1)
+		printf "  %s %-4s %3d objects, %7.1f MiB of %.1f MiB; %d hits, %d misses, %d evictions, %d promotions\n",
+			$1, v["name"], v["objects"], v["used_bytes"] / 1048576, v["capacity_bytes"] / 1048576,
+			v["hits"], v["misses"], v["evictions"], v["promotions"]
+	}'
 echo
 kill -TERM "$pid"
 wait "$pid" && echo "== kvtierd stopped cleanly (SIGTERM)"
-trap 'rm -rf "$run"' EXIT
+rm -rf "$run"
+trap - EXIT
+echo "== removed $run (kvtierd's data directory, its disk tier's files and its socket)"

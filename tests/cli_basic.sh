@@ -19,12 +19,16 @@ open(sys.argv[2] + "/tokens.json", "w").write(json.dumps(d["token_ids"]))
 open(sys.argv[2] + "/want.txt", "w").write("\n".join(str(h) for h in d["block_hashes"]) + "\n")
 PY
 expect "hash sha256_cbor runs" "$kvtier" hash --scheme sha256_cbor --block-size 16 --seed 42 --lora Alice "$work/tokens.json"
-awk '{print $3}' "$work/out" >"$work/got.txt"
+grep -q '^# vLLM sha256_cbor block hashes, 16-token blocks, PYTHONHASHSEED "42", LoRA Alice:' "$work/out" &&
+	ok "hash sha256_cbor labels its lines" || bad "hash sha256_cbor header: $(head -1 "$work/out")"
+awk '!/^#/ {print $3}' "$work/out" >"$work/got.txt"
 if cmp -s "$work/got.txt" "$work/want.txt"; then ok "hash sha256_cbor matches vLLM's KV events (25 blocks)"; else bad "hash sha256_cbor differs from vLLM"; fi
-tr ',[]' '   ' <"$work/tokens.json" | "$kvtier" hash --scheme sha256_cbor --seed 42 --lora Alice - | awk '{print $3}' >"$work/got2.txt"
+tr ',[]' '   ' <"$work/tokens.json" | "$kvtier" hash --scheme sha256_cbor --seed 42 --lora Alice - | awk '!/^#/ {print $3}' >"$work/got2.txt"
 cmp -s "$work/got2.txt" "$work/want.txt" && ok "hash reads whitespace-separated stdin" || bad "hash from stdin differs"
 expect "hash sha256 chain" "$kvtier" hash --model tiny --block-size 16 "$work/tokens.json"
-[ "$(wc -l <"$work/out")" -eq 25 ] && ok "25 whole chunks keyed" || bad "expected 25 keys, got $(wc -l <"$work/out")"
+[ "$(grep -vc '^#' "$work/out")" -eq 25 ] && ok "25 whole chunks keyed" || bad "expected 25 keys, got $(wc -l <"$work/out")"
+grep -q '^# kvtier chain keys (sha256) of .*(preset tiny), 16-token chunks, tenant default' "$work/out" &&
+	ok "hash names the model its keys belong to" || bad "hash header: $(head -1 "$work/out")"
 expect_fail "hash rejects a bad scheme" "expected sha256, xxh3 or sha256_cbor" "$kvtier" hash --scheme md5 "$work/tokens.json"
 echo "[1, 2, x]" >"$work/badtok.json"
 expect_fail "hash rejects bad tokens" "unexpected 'x'" "$kvtier" hash "$work/badtok.json"
@@ -40,6 +44,14 @@ PY
 common=(--model tiny --chunk-tokens 64 --dir "$work/store")
 expect "put 4 chunks (power-safe)" "$kvtier" put "${common[@]}" --tokens "$work/prompt.txt" --durability power-safe "$work/kv.bin"
 [ "$(grep -c stored "$work/out")" -eq 4 ] && ok "4 chunks stored" || bad "put output: $(cat "$work/out")"
+grep -q '^# 4 chunk(s) of .*(preset tiny), 64-token chunks of 16.0 KiB' "$work/out" &&
+	ok "put names the model" || bad "put header: $(head -1 "$work/out")"
+# hash, put and lookup agree on which model a key belongs to: the keys
+# hash prints for --model tiny are the ones put stored under.
+grep -v '^#' "$work/out" | cut -d' ' -f1 >"$work/put-keys"
+"$kvtier" hash "${common[@]}" "$work/prompt.txt" | grep -v '^#' | cut -d' ' -f2 >"$work/hash-keys"
+cmp -s "$work/put-keys" "$work/hash-keys" && ok "hash --model gives the keys put stored" ||
+	bad "hash and put disagree: $(paste "$work/put-keys" "$work/hash-keys" | head -2)"
 expect "put again" "$kvtier" put "${common[@]}" --tokens "$work/prompt.txt" "$work/kv.bin"
 [ "$(grep -c exists "$work/out")" -eq 4 ] && ok "second put: first version kept" || bad "second put: $(cat "$work/out")"
 expect "lookup from a new process" "$kvtier" lookup "${common[@]}" --tokens "$work/prompt.txt" --json

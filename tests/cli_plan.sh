@@ -182,5 +182,16 @@ else
 	bad "replay --json with an odd path: $(head -c 300 "$work/oddr.json") $(cat "$work/err")"
 fi
 
+# Default settings: one accelerator for the whole trace, which queues for
+# days; plan says so and names the flags that size the fleet.  A fleet
+# that keeps up is not warned about.
+"$kvtier" plan "$trace" --quiet --policy lru --dram 1000 >"$work/ovl.out" 2>"$work/ovl.err"
+grep -q "warning: 1 node(s) of 1 accelerator(s) are overloaded .* --target-ttft-ms MS .* --nodes N" \
+	"$work/ovl.err" && ok "an overloaded fleet is warned about, with the flags that size it" ||
+	bad "no overload warning: $(cat "$work/ovl.err")"
+"$kvtier" plan "$trace" --quiet --policy lru --dram 1000 --nodes 8 >"$work/ovl.out" 2>"$work/ovl.err"
+grep -q "overloaded" "$work/ovl.err" && bad "8 nodes warned about: $(cat "$work/ovl.err")" ||
+	ok "8 nodes at 24% utilisation: no warning"
+
 [ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "all passed"

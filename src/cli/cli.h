@@ -18,6 +18,7 @@
 typedef kvt_model_preset cli_model;
 
 const cli_model *cli_model_find(const char *name);
+
 void cli_models_print(FILE *f);
 
 /* Print `v` (a JSON value that jansson built, NULL when it could not)
@@ -36,6 +37,10 @@ typedef struct cli_common {
 	char dir_set[1100];   /* --dir PATH as "local_disk=PATH" */
 	int read_only;        /* set by inspection commands: read_only: true */
 } cli_common;
+
+/* Which model a command's keys belong to, for its output: the preset's
+ * model id and name, "Qwen/Qwen2.5-0.5B-Instruct (preset qwen2.5-0.5b)". */
+void cli_model_label(const cli_common *c, char *buf, size_t len);
 
 /* If argv[*i] is a common option, consume it (and its value) and return 1;
  * return -1 on a missing value; 0 if it is not one of ours. */

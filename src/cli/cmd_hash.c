@@ -13,7 +13,10 @@ static void usage(FILE *f)
 		"Print one line per whole block of the token list (a JSON array or\n"
 		"whitespace-separated ids below 2^32; stdin when no file; at most 64 MiB,\n"
 		"read as a stream): block index, key in hex and, for sha256_cbor, the\n"
-		"64-bit integer vLLM publishes in KV events.\n\n"
+		"64-bit integer vLLM publishes in KV events.  A first line, starting\n"
+		"with #, says what the keys are: the scheme and, for kvtier's keys, the\n"
+		"model whose namespace they are in (--model; the same default as put\n"
+		"and lookup).\n\n"
 		"  --scheme S       sha256 (default) | xxh3: kvtier chain keys of the namespace\n"
 		"                   sha256_cbor: vLLM's prefix-cache block hash\n"
 		"  --block-size N   tokens per block, 1..1048576 (default: the config's chunk_size;\n"
@@ -95,6 +98,9 @@ int cmd_hash(int argc, char **argv)
 		if (!bs)
 			bs = 16;
 		kvt_vllm_none_hash(seed, parent);
+		printf("# vLLM sha256_cbor block hashes, %u-token blocks, PYTHONHASHSEED \"%s\"%s%s%s: "
+		       "block, hash, its 64-bit form in vLLM's KV events\n", bs, seed,
+		       x.lora ? ", LoRA " : "", x.lora ? x.lora : "", x.cache_salt ? ", salted" : "");
 		for (size_t b = 0; (b + 1) * bs <= n; b++) {
 			kvt_key k;
 			char hex[65];
@@ -139,6 +145,10 @@ int cmd_hash(int argc, char **argv)
 			rc = cli_fail("hash", "chain", whole);
 			goto out;
 		}
+		char model[160];
+		cli_model_label(&c, model, sizeof(model));
+		printf("# kvtier chain keys (%s) of %s, %u-token chunks, tenant %s: chunk, key\n",
+		       scheme, model, ns.layout.chunk_tokens, c.tenant ? c.tenant : "default");
 		for (int b = 0; b < whole; b++) {
 			char hex[65];
 			kvt_key_hex(&keys[b], hex);

@@ -869,6 +869,24 @@ static int plan_opt(void *arg, int id, const char *v)
 	return 2;
 }
 
+/* A fleet too small for the trace's rate: every configuration's TTFT is
+ * then mostly its queue (millions of ms at default settings), which says
+ * nothing about the tiers.  Said on stderr, with the flags that size it. */
+static void warn_overloaded(const struct plan_ctx *x, const struct cfg_out *o, unsigned nodes)
+{
+	if (o->tm.utilisation < 0.98 || o->tm.wait_p90 < 10 * x->base_ttft_p90)
+		return;
+	fprintf(stderr,
+		"kvtier plan: warning: %u node(s) of %u accelerator(s) are overloaded by this trace at "
+		"%gx its rate: utilisation %.0f%%, TTFT p90 %.0f ms of which %.0f ms waiting in the "
+		"queue, against %.0f ms for a request alone.  The TTFTs are the queue's, not the "
+		"tiers'.  Size the fleet with --target-ttft-ms MS (it searches the fewest nodes "
+		"that meet it), or set --nodes N, --gpus-per-node N or --tp N; or replay slower "
+		"traffic with --rate X (arrivals at the trace's times / X)\n",
+		nodes, x->gpus_per_node, x->rate, 100 * o->tm.utilisation, o->tm.ttft_p90 * 1e3,
+		o->tm.wait_p90 * 1e3, x->base_ttft_p90 * 1e3);
+}
+
 int cmd_plan(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -1255,6 +1273,8 @@ int cmd_plan(int argc, char **argv)
 			       "%gx the trace's rate; DRAM over NVMe exclusive, shared tier inclusive; model %s on %s\n\n",
 			       nodes, x->gpus_per_node, x->rate, x->model->name, x->gpu->name);
 		print_table(x, stdout);
+		if (!fleet && x->ncfg)
+			warn_overloaded(x, &x->cfg[best >= 0 ? best : 0], nodes);
 		if (fleet) {
 			plan_fleet_print(x, best, stdout);
 		} else if (best >= 0) {

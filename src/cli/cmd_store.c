@@ -265,6 +265,12 @@ int cmd_put(int argc, char **argv)
 	 * write-through it started, then say truly where each chunk is. */
 	if (done && (rc = kvt_store_flush(st, -1)))
 		bad = cli_fail("put", "flush", rc);
+	if (done) {
+		char model[160], sz[32];
+		cli_model_label(&a.c, model, sizeof(model));
+		printf("# %zu chunk(s) of %s, %u-token chunks of %s: key, the tiers that hold it\n",
+		       done, model, ns.layout.chunk_tokens, kvt_fmt_size(per, sz, sizeof(sz)));
+	}
 	for (size_t i = 0; i < done; i++)
 		bad |= put_report(st, &ns, &keys[i], outcome[i], a.durability, before);
 	free(outcome);
@@ -400,8 +406,11 @@ int cmd_lookup(int argc, char **argv)
 					 (json_int_t)res.n_hit * ns.layout.chunk_tokens, "tiers", hit));
 		rc = 0;
 	} else {
-		printf("%u of %zu chunk(s) cached (%llu tokens)\n", res.n_hit, n,
-		       (unsigned long long)res.n_hit * ns.layout.chunk_tokens);
+		char model[160];
+		cli_model_label(&a.c, model, sizeof(model));
+		printf("%u of %zu chunk(s) cached (%llu tokens) of %s, %u-token chunks\n", res.n_hit,
+		       n, (unsigned long long)res.n_hit * ns.layout.chunk_tokens, model,
+		       ns.layout.chunk_tokens);
 		for (int t = 0; t < kvt_store_tiers(st); t++) {
 			kvt_tier_stats ts;
 			kvt_store_stats(st, t, &ts);

@@ -221,9 +221,21 @@ int cli_config(const cli_common *c, kvt_config **out)
 	return 0;
 }
 
+#define CLI_DEFAULT_MODEL "qwen2.5-0.5b"
+
+void cli_model_label(const cli_common *c, char *buf, size_t len)
+{
+	const cli_model *m = cli_model_find(c->model ? c->model : CLI_DEFAULT_MODEL);
+
+	if (m)
+		snprintf(buf, len, "%s (preset %s)", m->model_id, m->name);
+	else
+		snprintf(buf, len, "%s", c->model);
+}
+
 int cli_desc(const cli_common *c, kvt_ns_desc *d)
 {
-	const cli_model *m = cli_model_find(c->model ? c->model : "qwen2.5-0.5b");
+	const cli_model *m = cli_model_find(c->model ? c->model : CLI_DEFAULT_MODEL);
 
 	if (!m) {
 		fprintf(stderr, "kvtier: unknown model \"%s\"; known presets:\n", c->model);

@@ -199,9 +199,12 @@ int cmd_demo(int argc, char **argv)
 	}
 	kvt_store_stats(d.st, 0, &s);
 
-	printf("kvtier demo: %s, %u-token chunks of %s each; tier 0 is %s of %s\n",
-	       desc.model, d.ns.layout.chunk_tokens,
-	       kvt_fmt_size(d.per, sz, sizeof(sz)), s.name,
+	/* Through kvtierd the store is one tier, the daemon's (its figures are
+	 * the daemon's DRAM's); in-process, lookup says which tier holds what. */
+	int via_daemon = !strcmp(s.name, "daemon");
+	printf("kvtier demo: %s, %u-token chunks of %s each; %s of %s\n",
+	       desc.model, d.ns.layout.chunk_tokens, kvt_fmt_size(d.per, sz, sizeof(sz)),
+	       via_daemon ? "the store is kvtierd's, its DRAM tier" : "tier 0 is DRAM",
 	       kvt_fmt_size(s.capacity_bytes, (char[32]){ 0 }, 32));
 
 	printf("\n1. request A: %d-token prompt (%d-token system prompt), nothing cached\n",
@@ -224,17 +227,23 @@ int cmd_demo(int argc, char **argv)
 	if (store_chunks(&d, kb, (size_t)hit, nb, &secs))
 		goto out;
 	kvt_store_stats(d.st, 0, &s);
-	printf("   stored its %zu new chunks at %.2f GB/s; %s tier evicted %llu chunks to stay under %s\n",
-	       nb - (size_t)hit, gbps((nb - (size_t)hit) * d.per, secs), s.name,
+	printf("   stored its %zu new chunks at %.2f GB/s; %s evicted %llu chunks to stay under %s\n",
+	       nb - (size_t)hit, gbps((nb - (size_t)hit) * d.per, secs),
+	       via_daemon ? "kvtierd's DRAM" : "the DRAM tier",
 	       (unsigned long long)s.evictions,
 	       kvt_fmt_size(s.capacity_bytes, sz, sizeof(sz)));
 
 	printf("\n3. request A again (the conversation continues)\n");
+	uint64_t evicted = s.evictions;
 	hit = lookup(&d, ka, na, &us);
 	if (d.in_tier0 < hit)
 		printf("   lookup: %d of %zu chunks still cached (%.1f us): %d in DRAM, the %d that\n"
 		       "   B's chunks evicted from DRAM are still in the disk tier\n",
 		       hit, na, us, d.in_tier0, hit - d.in_tier0);
+	else if ((size_t)hit == na && via_daemon && evicted)
+		printf("   lookup: %d of %zu chunks still cached (%.1f us): kvtierd's DRAM evicted %llu\n"
+		       "   chunks for B's, but kvtierd keeps every chunk on its disk tier too\n",
+		       hit, na, us, (unsigned long long)evicted);
 	else if ((size_t)hit == na)
 		printf("   lookup: %d of %zu chunks still cached (%.1f us): nothing of A was lost\n",
 		       hit, na, us);
@@ -242,20 +251,32 @@ int cmd_demo(int argc, char **argv)
 		printf("   lookup: %d of %zu chunks still cached (%.1f us): B's new chunks evicted\n"
 		       "   A's least recently used ones, which ends A's cached prefix there\n",
 		       hit, na, us);
+	uint64_t dram_misses = s.misses;
 	if (load_chunks(&d, ka, (size_t)hit, &secs))
 		goto out;
+	kvt_store_stats(d.st, 0, &s);
 	printf("   reloaded %d chunks (%s) at %.2f GB/s, every byte verified\n", hit,
 	       kvt_fmt_size((size_t)hit * d.per, sz, sizeof(sz)),
 	       gbps((size_t)hit * d.per, secs));
-	printf("   recomputing %zu chunks (%zu tokens) and storing them again\n",
-	       na - (size_t)hit, (na - (size_t)hit) * d.ns.layout.chunk_tokens);
+	if (s.misses > dram_misses)
+		/* Reading A back in order through an LRU DRAM smaller than A and B
+		 * together: each chunk read from disk goes back into DRAM and
+		 * evicts A's chunks not read yet, so the misses can outnumber the
+		 * chunks evicted before. */
+		printf("   %llu of them were no longer in DRAM when read, and came from the disk\n"
+		       "   tier: reading A back in order through a DRAM smaller than A and B\n"
+		       "   together, each chunk brought back evicts one of A's not read yet\n",
+		       (unsigned long long)(s.misses - dram_misses));
+	if ((size_t)hit < na)
+		printf("   recomputing %zu chunks (%zu tokens) and storing them again\n",
+		       na - (size_t)hit, (na - (size_t)hit) * d.ns.layout.chunk_tokens);
 	if (store_chunks(&d, ka, (size_t)hit, na, &secs))
 		goto out;
 	hit = lookup(&d, ka, na, &us);
 	kvt_store_stats(d.st, 0, &s);
 	printf("   lookup now: %d of %zu chunks cached\n", hit, na);
-	printf("\n%s tier: %llu chunks, %s used of %s; %llu hits, %llu misses, %llu evictions\n",
-	       s.name, (unsigned long long)s.chunks, kvt_fmt_size(s.used_bytes, sz, sizeof(sz)),
+	printf("\n%s: %llu chunks, %s used of %s; %llu hits, %llu misses, %llu evictions\n",
+	       via_daemon ? "kvtierd's DRAM tier" : s.name, (unsigned long long)s.chunks, kvt_fmt_size(s.used_bytes, sz, sizeof(sz)),
 	       kvt_fmt_size(s.capacity_bytes, (char[32]){ 0 }, 32),
 	       (unsigned long long)s.hits, (unsigned long long)s.misses,
 	       (unsigned long long)s.evictions);
