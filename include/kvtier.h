@@ -344,6 +344,13 @@ KVT_API int kvt_config_set(kvt_config *cfg, const char *key, const char *value);
  * called while another thread calls setenv. */
 KVT_API int kvt_config_apply_env(kvt_config *cfg);
 
+/* The kvtierd socket the configuration names (the `daemon` key, as a
+ * path), or NULL when a store opened on it keeps its own tiers.  An engine
+ * integration asks before opening a store: a configuration with no daemon
+ * may be served by one the integration starts itself.  Valid while cfg is
+ * and its `daemon` key unchanged. */
+KVT_API const char *kvt_config_daemon(const kvt_config *cfg);
+
 /* Free a configuration, wiping its secrets first; NULL is a no-op. */
 KVT_API void kvt_config_free(kvt_config *cfg);
 
@@ -1489,6 +1496,14 @@ KVT_API int kvt_conn_save(kvt_conn *c, uint64_t req, const uint32_t *tokens,
  * registers every one of the n_keys chunks the store lacks, with
  * n_keys·(chunk_tokens / block_tokens) blocks.  The keys are copied.  The
  * same results, errors and reports as the token forms. */
+/* A load's block id that names no block to write: the engine holds that
+ * block's tokens already (its own prefix cache hit reaching into the
+ * load's first chunk; such blocks may be shared with other requests and
+ * read meanwhile).  The load reads the chunk whole, as it is stored, and
+ * writes only the other blocks; a KVT_CONN_NO_BLOCK entry is never
+ * reported invalid.  Loads only: a save or a gather/scatter refuses it. */
+#define KVT_CONN_NO_BLOCK UINT32_MAX
+
 KVT_API int kvt_conn_load_keys(kvt_conn *c, uint64_t req, const kvt_key *keys,
 			       size_t n_keys, const uint32_t *block_ids, size_t n_blocks,
 			       size_t n_load, int deadline_ms);

@@ -136,6 +136,21 @@ is "redis-cli -a" "1" redis-cli -p "$daemon_port" --no-auth-warning -a s3cret ge
 is "HELLO 3 AUTH" "1" redis-cli -3 -p "$daemon_port" --no-auth-warning --user default --pass s3cret get a
 daemon_stop TERM
 
+# --owner-pid: a daemon an engine starts for itself stops, cleanly, when
+# the engine's process ends (and refuses an owner that is not there).
+sleep 30 &
+owner=$!
+daemon_start --owner-pid "$owner" || exit 1
+kill "$owner"
+wait "$owner" 2>/dev/null
+for _ in $(seq 50); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$daemon_pid" 2>/dev/null && bad "--owner-pid: still running after its owner ended" ||
+	ok "--owner-pid: stopped when its owner ended"
+wait "$daemon_pid"
+daemon_pid=
+is "--owner-pid: a clean stop" "1" grep -c "owner process $owner ended" "$work/daemon.err"
+expect_fail "--owner-pid of no process" "no such process" "$KVTIERD" --port 0 --owner-pid 999999999
+
 # Bad options are named.
 expect_fail "--port out of range" "--port 70000" "$KVTIERD" --port 70000
 expect_fail "--durability unknown" "expected cached" "$KVTIERD" --durability maybe

@@ -97,6 +97,18 @@ static size_t fi_hnd(const struct lay *y, uint32_t l, uint32_t p, uint32_t b, ui
 	return (l * per + IDX5(b, NB, p, 2, h, y->heads, t, BT, e, y->dim)) * y->esz;
 }
 
+/* vLLM's CPU attention backend: one fused tensor per layer, (num_blocks,
+ * kv_heads, block_size, 2 * head_size) as it declares it, which its kernels
+ * read as (num_blocks, kv_heads, 2 * block_size, head_size): per block and
+ * head, block_size rows of K, then block_size rows of V. */
+static size_t vllm_cpu(const struct lay *y, uint32_t l, uint32_t p, uint32_t b, uint32_t t,
+		       uint32_t h, uint32_t e)
+{
+	size_t per = (size_t)NB * y->heads * BT * 2 * y->dim;
+	return (l * per + (((size_t)b * y->heads + h) * 2 * BT + (size_t)p * BT + t) * y->dim + e) *
+	       y->esz;
+}
+
 /* MLA: (num_blocks, block_size, 576), one plane, one head. */
 static size_t mla(const struct lay *y, uint32_t l, uint32_t p, uint32_t b, uint32_t t,
 		  uint32_t h, uint32_t e)
@@ -434,6 +446,8 @@ int main(void)
 	static const struct lay lays[] = {
 		{ "vllm-flash-attn-nhd", 3, 2, 2, 16, KVT_DTYPE_BF16, 0, 2, 0, fa_nhd, per_layer, 0 },
 		{ "vllm-flash-attn-hnd", 3, 2, 2, 16, KVT_DTYPE_BF16, 0, 2, 0, fa_hnd, per_layer, 0 },
+		{ "vllm-cpu-fused-k-then-v", 3, 2, 2, 32, KVT_DTYPE_BF16, 0, 2, 0, vllm_cpu,
+		  per_layer, 0 },
 		{ "flashinfer-nhd", 2, 2, 4, 8, KVT_DTYPE_F16, 0, 2, 0, fi_nhd, per_layer, 0 },
 		{ "flashinfer-hnd", 2, 2, 4, 8, KVT_DTYPE_F16, 0, 2, 0, fi_hnd, per_layer, 0 },
 		{ "vllm-mla-576", 2, 1, 1, 576, KVT_DTYPE_BF16, 0, 2, 0, mla, per_layer, 0 },

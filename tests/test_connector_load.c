@@ -575,6 +575,45 @@ int main(void)
 			for (int i = 0; i < 4 * BPC - 1; i++)
 				CHECK(block_eq(&A, ta[i], &B, tb[i], l));
 		CHECK_EQ(kvt_conn_end(c, 31), 0);
+
+		/* The engine already holds the first BPC + 1 blocks (its own
+		 * prefix cache reaching into the second chunk): a load from
+		 * there names them KVT_CONN_NO_BLOCK, reads the two chunks
+		 * whole and writes only the blocks past them; the engine's own
+		 * are never written, even when the chunk that covers them is
+		 * corrupt, and are never reported invalid. */
+		uint32_t skip[2 * BPC];
+		static const uint16_t mark = 0x7e7e;
+		for (int i = 0; i < 2 * BPC; i++)
+			skip[i] = i <= BPC ? KVT_CONN_NO_BLOCK : tb[i];
+		for (int l = 0; l < LAYERS; l++) {
+			memset(B.kv[l], 0, 2 * plane_elems * 2);
+			for (int i = 0; i <= BPC; i++)
+				for (size_t k = 0; k < (size_t)BT * HEADS * DIM; k++)
+					B.kv[l][tb[i] * (size_t)BT * HEADS * DIM + k] = mark;
+		}
+		CHECK_EQ(kvt_conn_load_keys(c, 32, kh, 2, skip, 2 * BPC, 2 * CT, -1), 0);
+		CHECK_EQ(kvt_conn_wait_layer(c, 32, LAYERS - 1, 10000), 0);
+		CHECK_EQ(kvt_conn_load_errors(c, 32, errs, NB), 0);
+		for (int l = 0; l < LAYERS; l++) {
+			for (int i = BPC + 1; i < 2 * BPC; i++)
+				CHECK(block_eq(&A, ta[i], &B, tb[i], l));
+			CHECK_EQ(B.kv[l][tb[0] * (size_t)BT * HEADS * DIM], mark);
+			CHECK_EQ(B.kv[l][tb[BPC] * (size_t)BT * HEADS * DIM + 5], mark);
+		}
+		CHECK_EQ(kvt_conn_end(c, 32), 0);
+		/* A chunk that fails reports only the blocks it was to write. */
+		CHECK_EQ(kvt_delete(st, &ns, &kh[1]), 0);
+		CHECK_EQ(kvt_conn_load_keys(c, 33, kh, 2, skip, 2 * BPC, 2 * CT, -1), 0);
+		CHECK_EQ(kvt_conn_wait_layer(c, 33, LAYERS - 1, 10000), BPC - 1);
+		CHECK_EQ(kvt_conn_load_errors(c, 33, errs, NB), BPC - 1);
+		for (int i = 0; i < BPC - 1; i++)
+			CHECK_EQ(errs[i], tb[BPC + 1 + i]);
+		CHECK_EQ(B.kv[0][tb[BPC] * (size_t)BT * HEADS * DIM], mark);
+		CHECK_EQ(kvt_conn_end(c, 33), 0);
+		/* Saves have no use for it. */
+		CHECK_EQ(kvt_conn_save_keys(c, 34, kh, 2, skip, 2 * BPC), KVT_EINVAL);
+		CHECK(strstr(kvt_errmsg(), "KVT_CONN_NO_BLOCK, which only a load takes") != NULL);
 		CHECK_EQ(kvt_conn_end(c, 30), 0);
 	}
 	/* A save abandoned before its last layer publishes nothing, and its

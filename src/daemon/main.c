@@ -13,11 +13,13 @@
 #include <getopt.h>
 #include <malloc.h>
 #include <openssl/crypto.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -73,8 +75,35 @@ static void usage(FILE *f)
 		"  --tls-key FILE       and its private key (PEM)\n"
 		"  --serve-peers        other nodes' kvtierd may read this node's chunks\n"
 		"                       (KVTIER.PEEK/FETCH; with --acl, +admin users)\n"
+		"  --owner-pid PID      stop (as on SIGTERM) when process PID ends: a daemon\n"
+		"                       an engine starts for itself\n"
 		"  --check-config       check the configuration and options, then exit\n"
 		"  --version            print the version and exit\n");
+}
+
+/* --owner-pid: a pidfd of the owner where the kernel has them (it becomes
+ * readable when the process ends, zombie or reaped, and a reused pid is
+ * never mistaken for it); -1 to fall back on kill(pid, 0); -2 if there is
+ * no such process. */
+static int owner_open(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+	int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (fd >= 0)
+		return fd;
+	if (errno == ESRCH)
+		return -2;
+#endif
+	return kill(pid, 0) && errno == ESRCH ? -2 : -1;
+}
+
+static int owner_gone(pid_t pid, int fd)
+{
+	if (fd >= 0) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		return poll(&p, 1, 0) > 0;
+	}
+	return kill(pid, 0) && errno == ESRCH;
 }
 
 static int parse_long(const char *opt, const char *s, long lo, long hi, long *out)
@@ -184,7 +213,7 @@ static void reload_policies(struct kvtd *d, const char *config, const char *data
 
 enum { O_CONFIG = 256, O_DATA, O_PORT, O_BIND, O_UNIX, O_SET, O_THREADS, O_DUR, O_PASS,
        O_MAXCL, O_MAXVAL, O_TIMEOUT, O_LOG, O_CHECK, O_HELP, O_LOCAL, O_LOCAL_UID, O_ACL,
-       O_MPORT, O_MBIND, O_TLS_CERT, O_TLS_KEY, O_SERVE_PEERS, O_VERSION };
+       O_MPORT, O_MBIND, O_TLS_CERT, O_TLS_KEY, O_SERVE_PEERS, O_VERSION, O_OWNER };
 
 int main(int argc, char **argv)
 {
@@ -201,6 +230,7 @@ int main(int argc, char **argv)
 		{ "metrics-port", 1, 0, O_MPORT }, { "metrics-bind", 1, 0, O_MBIND },
 		{ "tls-cert", 1, 0, O_TLS_CERT }, { "tls-key", 1, 0, O_TLS_KEY },
 		{ "serve-peers", 0, 0, O_SERVE_PEERS }, { "version", 0, 0, O_VERSION },
+		{ "owner-pid", 1, 0, O_OWNER },
 		{ 0, 0, 0, 0 }
 	};
 	struct kvtd d = { .o = { .bind = "127.0.0.1", .port = 6379, .threads = 4,
@@ -209,7 +239,8 @@ int main(int argc, char **argv)
 			  .durability = -1, .auth = auth_requirepass };
 	struct kvtd_ops_opts ops = { .metrics_port = -1 };
 	const char *config = NULL, *data_dir = NULL, *sets[64];
-	int n_sets = 0, check = 0, err = 0, opt;
+	int n_sets = 0, check = 0, err = 0, opt, owner_fd = -1;
+	pid_t owner = 0;
 	long v;
 	uint32_t local_uids[64];
 	kvt_local_opts lopt = { .uids = local_uids };
@@ -298,6 +329,11 @@ int main(int argc, char **argv)
 		case O_MBIND: ops.metrics_bind = optarg; break;
 		case O_TLS_CERT: ops.tls_cert = optarg; break;
 		case O_TLS_KEY: ops.tls_key = optarg; break;
+		case O_OWNER:
+			if (parse_long("--owner-pid", optarg, 1, INT32_MAX, &v))
+				return 2;
+			owner = (pid_t)v;
+			break;
 		case O_HELP: case 'h': usage(stdout); return 0;
 		case O_VERSION:
 			/* The library loaded may not be the one built against. */
@@ -428,11 +464,19 @@ int main(int argc, char **argv)
 		 : d.durability == KVT_DUR_CRASH_SAFE ? "crash-safe" : "power-safe",
 		 d.auth_required ? ", AUTH required" : "");
 
+	if (owner && (owner_fd = owner_open(owner)) == -2) {
+		kvtd_log(KVTD_LOG_ERROR, "--owner-pid %ld: no such process", (long)owner);
+		return 1;
+	}
 	for (;;) {
 		struct timespec tick = { 0, 100 * 1000 * 1000 };
 		int sig = sigtimedwait(&sigs, NULL, &tick);
 		if (sig == SIGTERM || sig == SIGINT)
 			break;
+		if (owner && owner_gone(owner, owner_fd)) {
+			kvtd_log(KVTD_LOG_INFO, "owner process %ld ended", (long)owner);
+			break;
+		}
 		if (sig == SIGHUP) {
 			kvtd_ops_reload(&d);
 			reload_policies(&d, config, data_dir, sets, n_sets, lopt.path != NULL);

@@ -229,6 +229,18 @@ static uint32_t chunk_blocks_of(const kvt_conn *c, const struct conn_req *r, uin
 	return (chunk_tokens_of(c, r, i) + c->g.block_tokens - 1) / c->g.block_tokens;
 }
 
+/* The blocks of load chunk i the engine asked to be written (not
+ * KVT_CONN_NO_BLOCK): what a failed chunk leaves invalid. */
+static uint32_t chunk_written_blocks(const kvt_conn *c, const struct conn_req *r, uint32_t i)
+{
+	const uint32_t *b = r->lblocks + (size_t)i * c->g.blocks_per_chunk;
+	uint32_t n = 0;
+
+	for (uint32_t k = 0; k < chunk_blocks_of(c, r, i); k++)
+		n += b[k] != KVT_CONN_NO_BLOCK;
+	return n;
+}
+
 /* Chunk i of the load is not loaded whole, for reason `rc`. */
 static void load_bad(kvt_conn *c, struct conn_req *r, uint32_t i, int rc)
 {
@@ -238,7 +250,7 @@ static void load_bad(kvt_conn *c, struct conn_req *r, uint32_t i, int rc)
 	if (!r->lbad[i]) {
 		r->lbad[i] = 1;
 		r->n_bad_chunks++;
-		r->n_bad_blocks += chunk_blocks_of(c, r, i);
+		r->n_bad_blocks += chunk_written_blocks(c, r, i);
 		if (!r->load_rc)
 			r->load_rc = rc;
 	}
@@ -547,7 +559,7 @@ static int copy_args(kvt_conn *c, uint32_t layer, const uint32_t *ids, size_t n_
 		return kvt_err(KVT_ESMALL, "chunk buffer of %zu bytes, a layer is %llu", cap,
 			       (unsigned long long)c->g.layer_bytes);
 	return conn_paged_check_blocks(&c->g, ids,
-				       (n_tokens + c->g.block_tokens - 1) / c->g.block_tokens);
+				       (n_tokens + c->g.block_tokens - 1) / c->g.block_tokens, 0);
 }
 
 static int copy_one(kvt_conn *c, uint32_t layer, const uint32_t *ids, uint32_t n_tokens,
@@ -602,26 +614,27 @@ int kvt_conn_lookup(kvt_conn *c, const uint32_t *tokens, size_t n_tokens,
 	return (int)((uint64_t)hit * c->g.chunk_tokens);
 }
 
-/* The checks load and save share: enough blocks, each inside the pool. */
+/* The checks load and save share: enough blocks, each inside the pool
+ * (a load's may also be KVT_CONN_NO_BLOCK). */
 static int req_blocks_check(kvt_conn *c, const uint32_t *ids, size_t n_blocks,
-			    size_t need_blocks)
+			    size_t need_blocks, int load)
 {
 	if (n_blocks < need_blocks)
 		return kvt_err(KVT_EINVAL, "%zu blocks of %u tokens needed, %zu given",
 			       need_blocks, c->g.block_tokens, n_blocks);
-	return conn_paged_check_blocks(&c->g, ids, need_blocks);
+	return conn_paged_check_blocks(&c->g, ids, need_blocks, load);
 }
 
 /* After those checks, the prompt's keys for n_chunks chunks into a new
  * array. */
 static int req_keys(kvt_conn *c, const uint32_t *tokens, const kvt_extra_keys *extra,
 		    const uint32_t *ids, size_t n_blocks, size_t need_blocks,
-		    uint32_t n_chunks, kvt_key **keys)
+		    uint32_t n_chunks, int load, kvt_key **keys)
 {
 	int rc;
 
 	*keys = NULL;
-	if ((rc = req_blocks_check(c, ids, n_blocks, need_blocks)))
+	if ((rc = req_blocks_check(c, ids, n_blocks, need_blocks, load)))
 		return rc;
 	if (!(*keys = malloc((n_chunks ? n_chunks : 1) * sizeof(kvt_key))))
 		return kvt_err(KVT_ENOMEM, "out of memory");
@@ -637,12 +650,13 @@ static int req_keys(kvt_conn *c, const uint32_t *tokens, const kvt_extra_keys *e
 
 /* The same for chunks the engine names by key: a copy of keys[0 .. n). */
 static int req_keys_copy(kvt_conn *c, const kvt_key *given, const uint32_t *ids,
-			 size_t n_blocks, size_t need_blocks, uint32_t n, kvt_key **keys)
+			 size_t n_blocks, size_t need_blocks, uint32_t n, int load,
+			 kvt_key **keys)
 {
 	int rc;
 
 	*keys = NULL;
-	if ((rc = req_blocks_check(c, ids, n_blocks, need_blocks)))
+	if ((rc = req_blocks_check(c, ids, n_blocks, need_blocks, load)))
 		return rc;
 	if (!(*keys = malloc((n ? n : 1) * sizeof(kvt_key))))
 		return kvt_err(KVT_ENOMEM, "out of memory");
@@ -729,8 +743,7 @@ int kvt_conn_load(kvt_conn *c, uint64_t req, const uint32_t *tokens, size_t n_to
 			       "a load of %zu tokens needs %u whole chunks of %u, the prompt has %zu tokens",
 			       n_load, n_chunks, c->g.chunk_tokens, n_tokens);
 	need = (n_load + c->g.block_tokens - 1) / c->g.block_tokens;
-	if ((rc = req_keys(c, tokens, extra, block_ids, n_blocks, need, n_chunks,
-			   &keys)))
+	if ((rc = req_keys(c, tokens, extra, block_ids, n_blocks, need, n_chunks, 1, &keys)))
 		return rc;
 	return load_register(c, req, keys, n_chunks, block_ids, need, n_load, deadline_ms);
 }
@@ -753,7 +766,7 @@ int kvt_conn_load_keys(kvt_conn *c, uint64_t req, const kvt_key *keys, size_t n_
 			       "a load of %zu tokens needs %u chunks of %u, %zu keys given",
 			       n_load, n_chunks, c->g.chunk_tokens, n_keys);
 	need = (n_load + c->g.block_tokens - 1) / c->g.block_tokens;
-	if ((rc = req_keys_copy(c, keys, block_ids, n_blocks, need, n_chunks, &own)))
+	if ((rc = req_keys_copy(c, keys, block_ids, n_blocks, need, n_chunks, 1, &own)))
 		return rc;
 	return load_register(c, req, own, n_chunks, block_ids, need, n_load, deadline_ms);
 }
@@ -809,9 +822,14 @@ int kvt_conn_load_errors(kvt_conn *c, uint64_t req, uint32_t *blocks, size_t max
 		for (uint32_t i = 0; i < r->n_lchunks; i++) {
 			if (!r->lbad[i])
 				continue;
-			for (uint32_t b = 0; b < chunk_blocks_of(c, r, i); b++, n++)
+			for (uint32_t b = 0; b < chunk_blocks_of(c, r, i); b++) {
+				uint32_t id = r->lblocks[(size_t)i * c->g.blocks_per_chunk + b];
+				if (id == KVT_CONN_NO_BLOCK)
+					continue; /* the engine's own, never written */
 				if (n < max)
-					blocks[n] = r->lblocks[(size_t)i * c->g.blocks_per_chunk + b];
+					blocks[n] = id;
+				n++;
+			}
 		}
 		rc = (int)n;
 	}
@@ -895,7 +913,7 @@ int kvt_conn_save(kvt_conn *c, uint64_t req, const uint32_t *tokens, size_t n_to
 		return kvt_err(KVT_EINVAL, "connector, tokens or block ids missing");
 	n_chunks = (uint32_t)(n_tokens / c->g.chunk_tokens);
 	if ((rc = req_keys(c, tokens, extra, block_ids, n_blocks,
-			   (size_t)n_chunks * c->g.blocks_per_chunk, n_chunks, &keys)))
+			   (size_t)n_chunks * c->g.blocks_per_chunk, n_chunks, 0, &keys)))
 		return rc;
 	return save_register(c, req, keys, n_chunks, block_ids);
 }
@@ -912,7 +930,7 @@ int kvt_conn_save_keys(kvt_conn *c, uint64_t req, const kvt_key *keys, size_t n_
 	if (n_keys > UINT32_MAX / c->g.blocks_per_chunk)
 		return kvt_err(KVT_EINVAL, "%zu keys is too many", n_keys);
 	if ((rc = req_keys_copy(c, keys, block_ids, n_blocks,
-				n_keys * c->g.blocks_per_chunk, (uint32_t)n_keys, &own)))
+				n_keys * c->g.blocks_per_chunk, (uint32_t)n_keys, 0, &own)))
 		return rc;
 	return save_register(c, req, own, (uint32_t)n_keys, block_ids);
 }

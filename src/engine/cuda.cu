@@ -58,7 +58,11 @@ __global__ void k_plane(uint8_t *base, uint64_t bs, uint64_t ts, uint64_t hs, ui
 		uint64_t r = i / units;
 		uint32_t h = (uint32_t)(r % heads);
 		uint32_t t = (uint32_t)(r / heads);
-		U *p = (U *)(base + blocks[t / bt] * bs + (t % bt) * ts + h * hs + u * us);
+		uint32_t b = blocks[t / bt];
+
+		if (b == KVT_CONN_NO_BLOCK)
+			continue; /* a load's block the engine holds already */
+		U *p = (U *)(base + b * bs + (t % bt) * ts + h * hs + u * us);
 
 		if (scatter)
 			*p = chunk[i];

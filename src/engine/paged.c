@@ -159,12 +159,19 @@ int conn_paged_check(const kvt_layout *l, const kvt_conn_desc *d,
 	return 0;
 }
 
-int conn_paged_check_blocks(const struct conn_geom *g, const uint32_t *ids, size_t n)
+int conn_paged_check_blocks(const struct conn_geom *g, const uint32_t *ids, size_t n,
+			    int allow_none)
 {
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
+		if (ids[i] == KVT_CONN_NO_BLOCK && allow_none)
+			continue;
+		if (ids[i] == KVT_CONN_NO_BLOCK)
+			return kvt_err(KVT_EINVAL, "block_ids[%zu] is KVT_CONN_NO_BLOCK, which "
+				       "only a load takes", i);
 		if (ids[i] >= g->num_blocks)
 			return kvt_err(KVT_EINVAL, "block_ids[%zu] is %u, the engine has %u blocks",
 				       i, ids[i], g->num_blocks);
+	}
 	return 0;
 }
 
@@ -340,8 +347,17 @@ static int paged_copy(const struct conn_geom *g, const kvt_paged_layer *L,
 		while (done < ntok) {
 			uint32_t nt = ntok - done, run = 1;
 
-			if (whole) {
+			if (blocks[j] == KVT_CONN_NO_BLOCK) {
+				/* A block the engine holds already: its tokens of
+				 * the chunk pass by (a scatter only; gathers and
+				 * saves refuse the id). */
+				if (nt > g->block_tokens)
+					nt = g->block_tokens;
+				rc = dir == CONN_SCATTER ? skip(c, (uint64_t)nt * g->row_bytes)
+							 : kvt_err(KVT_EINVAL, "no block to gather from");
+			} else if (whole) {
 				while (j + run < (ntok + g->block_tokens - 1) / g->block_tokens &&
+				       blocks[j + run] != KVT_CONN_NO_BLOCK &&
 				       blocks[j + run] == blocks[j] + run)
 					run++;
 				if (nt > run * g->block_tokens)

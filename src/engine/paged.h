@@ -41,10 +41,11 @@ enum { CONN_GATHER = 0, CONN_SCATTER = 1 };
 int conn_paged_check(const kvt_layout *l, const kvt_conn_desc *d,
 		     struct conn_geom *g, kvt_paged_layer *layers);
 
-/* 0 if block_ids[0 .. n) are all below num_blocks, else KVT_EINVAL naming
- * the first that is not. */
+/* 0 if block_ids[0 .. n) are all below num_blocks (or, with allow_none,
+ * KVT_CONN_NO_BLOCK: a load's block left alone), else KVT_EINVAL naming the
+ * first that is not. */
 int conn_paged_check_blocks(const struct conn_geom *g, const uint32_t *ids,
-			    size_t n);
+			    size_t n, int allow_none);
 
 /* Position `c` at byte `pos` of the segments.  KVT_ETRUNCATED if they are
  * shorter. */

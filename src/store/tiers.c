@@ -447,6 +447,11 @@ static int daemon_open_cfg(const kvt_config *c, kvt_io *io, kvt_tier **out)
 	return kvt_daemon_open(c->daemon, out);
 }
 
+const char *kvt_config_daemon(const kvt_config *cfg)
+{
+	return cfg && daemon_configured(cfg) ? cfg->daemon : NULL;
+}
+
 /* unix:///path or /path; "" or null: no daemon. */
 static int daemon_set(kvt_config *c, const char *v)
 {
