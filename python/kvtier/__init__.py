@@ -35,7 +35,7 @@ __all__ = [
     "Config", "Store", "Layout", "Namespace", "ExtraKeys", "Key", "Op", "Connector",
     "PagedDesc", "Plane", "Done",
     "vllm_none_hash", "vllm_block_hash", "vllm_hash_u64", "dtype_size",
-    "paged_flash_attn", "paged_flashinfer", "paged_mla", "paged_cross_layer",
+    "paged_flash_attn", "paged_flashinfer", "paged_vllm_cpu", "paged_mla", "paged_cross_layer",
     "paged_sglang_layer_first", "paged_sglang_page_first", "paged_sglang_mla_page_first",
 ]
 
@@ -664,6 +664,13 @@ class Config(_Handle):
                                   _cstr(str(value), "value")))
         return self
 
+    @property
+    def daemon(self):
+        """The kvtierd socket path this configuration names (the `daemon`
+        key), or None."""
+        p = lib.kvt_config_daemon(self._handle())
+        return p.decode() if p else None
+
     def apply_env(self):
         """Apply KVTIER_<KEY> variables of the environment."""
         _check(lib.kvt_config_apply_env(self._handle()))
@@ -1154,6 +1161,24 @@ def paged_flashinfer(kv_caches, scales=None):
                      owners=ts)
 
 
+def paged_vllm_cpu(kv_caches, scales=None):
+    """vLLM's CPU attention backend: one fused tensor per layer, declared
+    (num_blocks, kv_heads, block_size, 2 * head_size) and read by its kernels
+    as (num_blocks, kv_heads, 2 * block_size, head_size): per block and head,
+    block_size rows of K, then block_size rows of V ("HND")."""
+    ts = _tlist(kv_caches)
+    layers = []
+    for t in ts:
+        if t.dim() != 4 or t.shape[3] % 2:
+            raise _bad("vLLM CPU KV is (num_blocks, kv_heads, block_size, 2 * head_size), "
+                       "not %s" % (tuple(t.shape),))
+        nb, heads, bs, two_hd = t.shape
+        rows = t.view(nb, heads, 2 * bs, two_hd // 2)
+        layers.append((Plane.of(rows[:, :, :bs].permute(0, 2, 1, 3)),
+                       Plane.of(rows[:, :, bs:].permute(0, 2, 1, 3))))
+    return PagedDesc(layers, scales=scales, owners=ts)
+
+
 def paged_mla(kv_caches, scales=None):
     """MLA's per-layer latent cache (num_blocks, block_size, kv_lora_rank +
     rope_dim): one plane, one head."""
@@ -1245,6 +1270,9 @@ def paged_sglang_mla_page_first(kv_buffer, page_size):
 Done = namedtuple("Done", "req what status chunks n_invalid error")
 LOAD, SAVE = 1, 2
 ALL_LAYERS = 0xFFFFFFFF
+# A load's block id for a block the engine holds already (KVT_CONN_NO_BLOCK):
+# the load writes the chunk's other blocks only, and never reports it.
+NO_BLOCK = 0xFFFFFFFF
 
 
 class Connector(_Handle):

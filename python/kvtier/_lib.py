@@ -134,6 +134,7 @@ _PROTOS = {
     "kvt_config_set": (c_int, [c_vp, c_cp, c_cp]),
     "kvt_config_apply_env": (c_int, [c_vp]),
     "kvt_config_free": (None, [c_vp]),
+    "kvt_config_daemon": (c_cp, [c_vp]),
     "kvt_config_ns": (c_int, [c_vp, P(kvt_ns_desc), P(kvt_ns)]),
     "kvt_model_preset_find": (P(kvt_model_preset), [c_cp]),
     "kvt_store_open": (c_vp, [c_vp, P(c_int)]),

@@ -126,7 +126,7 @@ class Engines(unittest.TestCase):
 
     def test_vllm_factory_by_name(self):
         eps = importlib.metadata.entry_points(group="vllm.general_plugins")
-        self.assertIn("kvtier.vllm:register", [e.value for e in eps if e.name == "kvtier"],
+        self.assertIn("kvtier_vllm_plugin:register", [e.value for e in eps if e.name == "kvtier"],
                       "kvtier's vLLM plugin entry point is not installed in this venv "
                       "(scripts/install-deps.sh installs kvtier)")
         rc, out = python(
