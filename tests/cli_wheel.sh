@@ -40,7 +40,7 @@ whl=$(ls "$work"/dist/kvtier-"$version"-py3-none-linux_x86_64.whl 2>/dev/null)
 unzip -l "$whl" >"$work/list"
 for f in kvtier/__init__.py kvtier/_lib.py kvtier/_version.py kvtier/vllm/__init__.py \
 	kvtier/vllm/connector.py kvtier/sglang.py kvtier/lmcache.py kvtier/libkvtier.so \
-	kvtier/bin/kvtier kvtier/bin/kvtierd; do
+	kvtier/bin/kvtier kvtier/bin/kvtierd kvtier_vllm_plugin/__init__.py; do
 	grep -q " $f\$" "$work/list" || bad "the wheel lacks $f"
 done
 
@@ -84,7 +84,7 @@ with kvtier.Store(max_local_cpu_size="16MiB", dram_prefault=False) as st:
     assert bytes(out) == data and st.lookup(ns, keys) == 1
 from importlib.metadata import entry_points
 eps = [e.value for e in entry_points(group="vllm.general_plugins") if e.name == "kvtier"]
-assert eps == ["kvtier.vllm:register"], eps
+assert eps == ["kvtier_vllm_plugin:register"], eps
 print("ok", kvtier._lib.path)
 PY
 grep -q "^ok " "$work/py.out" && ok "import kvtier from / with no environment: a chunk stored and loaded" ||
