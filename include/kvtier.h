@@ -351,6 +351,12 @@ KVT_API int kvt_config_apply_env(kvt_config *cfg);
  * and its `daemon` key unchanged. */
 KVT_API const char *kvt_config_daemon(const kvt_config *cfg);
 
+/* 1 if a tier the configuration names keeps a put across a crash (a disk:
+ * local_disk, shared_fs, remote_url; or a daemon, whose answer it is), so
+ * that a put may ask KVT_DUR_CRASH_SAFE or more; 0 if every tier is memory
+ * (DRAM, a device, peers) and such a put would be refused. */
+KVT_API int kvt_config_durable(const kvt_config *cfg);
+
 /* Free a configuration, wiping its secrets first; NULL is a no-op. */
 KVT_API void kvt_config_free(kvt_config *cfg);
 

@@ -50,11 +50,16 @@ read_b=$(val 'kvtier_tier_read_bytes_total{tier="dram"}')
 [ "$read_b" -gt 0 ] 2>/dev/null && ok "bytes read counted ($read_b)" || bad "bytes read: $read_b"
 written=$(val 'kvtier_tier_written_bytes_total{tier="dram"}')
 [ "$written" -ge 1048576 ] 2>/dev/null && ok "bytes written counted ($written)" || bad "bytes written: $written"
-abytes=$(val 'kvtier_tenant_bytes{tenant="a",tier="dram"}')
+# Tenants are labelled by an id the operator's log maps to a name: whoever
+# scrapes learns no tenant's name.
+la=$(sed -n 's/.*tenant a: \/metrics label \(t[0-9a-f]\{12\}\)$/\1/p' "$work/daemon.err")
+[ -n "$la" ] && ok "the log gives tenant a's label ($la)" || bad "no label for a in the log: $(cat "$work/daemon.err")"
+grep -q 'tenant="a"' "$work/m" && bad "tenant a named in /metrics" || ok "tenant a's name is not in /metrics"
+abytes=$(val "kvtier_tenant_bytes{tenant=\"$la\",tier=\"dram\"}")
 [ "$abytes" -ge 1048576 ] 2>/dev/null && [ "$abytes" -lt 2097152 ] && ok "tenant a holds its 1 MiB value ($abytes)" \
 	|| bad "tenant a bytes: $abytes"
-is "tenant a's quota" "33554432" val 'kvtier_tenant_quota_bytes{tenant="a",tier="dram"}'
-is "tenant a's reservation" "8388608" val 'kvtier_tenant_reserve_bytes{tenant="a",tier="dram"}'
+is "tenant a's quota" "33554432" val "kvtier_tenant_quota_bytes{tenant=\"$la\",tier=\"dram\"}"
+is "tenant a's reservation" "8388608" val "kvtier_tenant_reserve_bytes{tenant=\"$la\",tier=\"dram\"}"
 is "the default tenant's two keys" "2" val 'kvtier_tenant_chunks{tenant="default",tier="dram"}'
 # Every sample's family was declared (TYPE) before it, once.
 bad_lines=$(awk '/^# TYPE /{ if ($3 in t) print "twice: " $3; t[$3] = 1; next } /^#/ { next }
@@ -80,7 +85,7 @@ is "another path" "404" curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1
 "$KVTIER" stat --daemon "127.0.0.1:$mport" >"$work/stat" 2>&1
 grep -q '^dram .* 3 chunks; hits' "$work/stat" && ok "kvtier stat --daemon: the DRAM tier" \
 	|| bad "kvtier stat: $(cat "$work/stat")"
-grep -q '^tenant a  *dram .* of quota 32.0 MiB, reserved 8.0* MiB' "$work/stat" \
+grep -q "^tenant $la  *dram .* of quota 32.0 MiB, reserved 8.00 MiB" "$work/stat" \
 	&& ok "kvtier stat --daemon: tenant a against its quota" || bad "kvtier stat: $(cat "$work/stat")"
 "$KVTIER" stat --daemon "127.0.0.1:$mport" --json >"$work/stat.json"
 is "kvtier stat --daemon --json" "3" /usr/bin/python3 -c \
@@ -99,6 +104,21 @@ expect_fail "a metrics port in use" "cannot serve metrics on 127.0.0.1:$mport" \
 	"$KVTIERD" --port 0 --set max_local_cpu_size=8MiB --set dram_prefault=false --metrics-port "$mport"
 daemon_stop
 [ "$daemon_rc" -eq 0 ] && ok "SIGTERM: a clean exit with the HTTP server running" || bad "exit $daemon_rc"
+
+# The same secret gives the same label after a restart; an operator who
+# wants names asks for them.
+daemon_start --data-dir "$work/data" --metrics-port 0 --acl "$work/acl" \
+	--set tenants=a=000102030405060708090a0b0c0d0e0f || exit 1
+metrics_port
+scrape
+is "tenant a's label after a restart" "33554432" val "kvtier_tenant_quota_bytes{tenant=\"$la\",tier=\"dram\"}"
+daemon_stop
+daemon_start --data-dir "$work/data" --metrics-port 0 --acl "$work/acl" --metrics-tenant-names \
+	--set tenants=a=000102030405060708090a0b0c0d0e0f || exit 1
+metrics_port
+scrape
+is "--metrics-tenant-names: tenant a by name" "33554432" val 'kvtier_tenant_quota_bytes{tenant="a",tier="dram"}'
+daemon_stop
 
 [ "$fails" -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "all passed"

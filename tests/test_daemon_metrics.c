@@ -24,7 +24,7 @@ static void daemon_metrics(void *arg, struct kvtd_text *o)
 
 	kvtd_text_printf(o, "# HELP kvtierd_connections Clients connected now.\n"
 			    "# TYPE kvtierd_connections gauge\nkvtierd_connections 3\n");
-	kvtd_metrics_tenants(st, names, 2, o);
+	kvtd_metrics_tenants(st, names, NULL, 2, o);
 }
 
 static int daemon_health(void *arg, struct kvtd_text *o)

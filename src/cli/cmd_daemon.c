@@ -362,7 +362,7 @@ int cmd_stat_daemon(int argc, char **argv)
 	}
 	for (int i = 0; i < f.n_tenants; i++) {
 		const struct tenant_fig *u = &f.u[i];
-		printf("tenant %-12s %-6s %s of quota %s, reserved %s\n", u->tenant, u->tier,
+		printf("tenant %-13s %-6s %s of quota %s, reserved %s\n", u->tenant, u->tier,
 		       sz(u->bytes, b1), u->quota ? sz(u->quota, b2) : "none", sz(u->reserve, b3));
 	}
 	return 0;

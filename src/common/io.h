@@ -42,6 +42,12 @@
 
 struct statx;
 
+/* What the file tiers create: readable by the daemon's user alone.  A
+ * chunk's bytes and its key name another tenant's prompt; on a shared file
+ * system every node's daemon runs as the same service user. */
+#define KVT_FILE_MODE 0600
+#define KVT_DIR_MODE 0700
+
 typedef struct kvt_io kvt_io;
 
 /* One directory entry handed to a readdir callback. */

@@ -14,6 +14,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "daemon/guard.h"
 #include "daemon/log.h"
 #include "daemon/ops.h"
 #include "daemon/server.h"
@@ -71,6 +72,11 @@ static void not_int(struct kvtd_conn *c)
 	resp_error(&c->rb, "ERR value is not an integer or out of range");
 }
 
+static void bad_expire(struct kvtd_conn *c, const char *cmd)
+{
+	resp_error(&c->rb, "ERR invalid expire time in '%s' command", cmd);
+}
+
 static void store_error(struct kvtd_conn *c, int rc)
 {
 	if (rc == KVT_EFULL || rc == KVT_ETOOBIG)
@@ -114,19 +120,77 @@ static void cmd_quit(struct kvtd_conn *c, struct resp_arg *a, size_t n)
 	c->closing = 1;
 }
 
+/* The source address of a TCP client ("" for a Unix socket's). */
+static void conn_ip(const struct kvtd_conn *c, char *ip, size_t len)
+{
+	const char *colon = strrchr(c->addr, ':');
+	size_t n = colon ? (size_t)(colon - c->addr) : 0;
+
+	if (n >= len)
+		n = len - 1;
+	memcpy(ip, c->addr, n);
+	ip[n] = '\0';
+}
+
+/* A failed AUTH, in the log: the first, then at most one line every
+ * KVTD_AUTH_LOG_MS with how many were not logged (a guesser fills no disk). */
+static void auth_log(struct kvtd *d, const char *what, const struct resp_arg *user,
+		     const char *ip, unsigned n)
+{
+	int64_t now = kvtd_mono_ms(), last = atomic_load(&d->auth_logged_ms);
+	char u[65];
+	size_t k = 0;
+
+	if ((last && now - last < KVTD_AUTH_LOG_MS) ||
+	    !atomic_compare_exchange_strong(&d->auth_logged_ms, &last, now)) {
+		atomic_fetch_add(&d->auth_unlogged, 1);
+		return;
+	}
+	for (size_t i = 0; user && i < user->len && k < sizeof(u) - 1; i++) /* printable only */
+		u[k++] = user->p[i] >= ' ' && user->p[i] <= '~' ? user->p[i] : '?';
+	u[k] = '\0';
+	kvtd_log(KVTD_LOG_WARN, "AUTH %s: user '%s' from %s (%u failed from there in this "
+		 "minute; %llu more not logged since the last line)", what, user ? u : "default",
+		 *ip ? ip : "a Unix socket", n,
+		 (unsigned long long)atomic_exchange(&d->auth_unlogged, 0));
+}
+
+/*
+ * A failed AUTH costs the guesser time: the connection reads nothing more
+ * for a while (doubling with each failure), and a source address that
+ * failed KVTD_GUARD_FAILS times in a minute is refused AUTH unchecked for
+ * the rest of it, however many connections it opens (guard.h).
+ */
 static int do_auth(struct kvtd_conn *c, const struct resp_arg *user, const struct resp_arg *pass)
 {
 	struct kvtd *d = dmn(c);
 	const struct kvtd_tenant *t = NULL;
+	char ip[64];
+	int64_t now = kvtd_mono_ms(), wait;
+
+	conn_ip(c, ip, sizeof(ip));
+	if ((wait = kvtd_guard_refused_ms(d->guard, ip, now))) {
+		atomic_fetch_add(&d->auth_refused, 1);
+		auth_log(d, "refused unchecked", user, ip, KVTD_GUARD_FAILS);
+		resp_error(&c->rb, "WRONGPASS too many failed AUTH attempts from %s: AUTH is refused "
+			   "for %lld s more", ip, (long long)(wait + 999) / 1000);
+		kvtd_conn_hold(c, kvtd_guard_hold_ms(++c->auth_fails));
+		return -1;
+	}
 	int rc = d->auth(d, user ? user->p : "default", user ? user->len : 7, pass->p,
 			 pass->len, &t);
-
 	if (rc < 0) {
+		unsigned n = kvtd_guard_fail(d->guard, ip, now);
+		atomic_fetch_add(&d->auth_failures, 1);
+		auth_log(d, "failed", user, ip, n);
 		resp_error(&c->rb,
 			   "WRONGPASS invalid username-password pair or user is disabled.");
+		kvtd_conn_hold(c, kvtd_guard_hold_ms(++c->auth_fails));
 		return -1;
 	}
 	c->tenant = t;
+	c->parser.max_args = RESP_MAX_ARGS;
+	c->parser.max_bulk = dmn(c)->o.max_value;
 	c->admin = rc == 1;
 	return 0;
 }
@@ -371,15 +435,10 @@ static void cmd_set(struct kvtd_conn *c, struct resp_arg *a, size_t n)
 				not_int(c);
 				return;
 			}
-			if (t <= 0 || (sec && t > (long long)(INT64_MAX / 1000 / 2))) {
-				resp_error(&c->rb, "ERR invalid expire time in 'set' command");
+			if (t <= 0 || (expire_ms = vals_expiry_ms(t, sec, at, vals_now_ms())) == INT64_MIN) {
+				bad_expire(c, "set");
 				return;
 			}
-			if (sec)
-				t *= 1000;
-			if (!at)
-				t += vals_now_ms();
-			expire_ms = t;
 			have_exp = 1;
 			i++;
 		} else {
@@ -433,7 +492,11 @@ static void cmd_del(struct kvtd_conn *c, struct resp_arg *a, size_t n)
 	resp_int(&c->rb, k);
 }
 
-static void do_expire(struct kvtd_conn *c, struct resp_arg *a, size_t n, int ms)
+/* EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT: a time in seconds or milliseconds,
+ * from now or since the epoch; one that overflows is refused as Redis does,
+ * not turned into a time in the past (which deleted the key). */
+static void do_expire(struct kvtd_conn *c, struct resp_arg *a, size_t n, int ms, int at_abs,
+		      const char *cmd)
 {
 	long long t;
 
@@ -442,13 +505,15 @@ static void do_expire(struct kvtd_conn *c, struct resp_arg *a, size_t n, int ms)
 			   (int)(a[3].len > 64 ? 64 : a[3].len), a[3].p);
 		return;
 	}
-	if (arg_ll(&a[2], &t) || (!ms && (t > INT64_MAX / 1000 / 2 || t < INT64_MIN / 1000 / 2))) {
+	if (arg_ll(&a[2], &t)) {
 		not_int(c);
 		return;
 	}
-	if (!ms)
-		t *= 1000;
-	int64_t at = vals_now_ms() + t;
+	int64_t at = vals_expiry_ms(t, !ms, at_abs, vals_now_ms());
+	if (at == INT64_MIN) {
+		bad_expire(c, cmd);
+		return;
+	}
 	if (at <= 0)
 		at = 1; /* in the past: the key goes */
 	int rc = a[1].len <= VALS_MAX_KEY
@@ -461,12 +526,22 @@ static void do_expire(struct kvtd_conn *c, struct resp_arg *a, size_t n, int ms)
 
 static void cmd_expire(struct kvtd_conn *c, struct resp_arg *a, size_t n)
 {
-	do_expire(c, a, n, 0);
+	do_expire(c, a, n, 0, 0, "expire");
 }
 
 static void cmd_pexpire(struct kvtd_conn *c, struct resp_arg *a, size_t n)
 {
-	do_expire(c, a, n, 1);
+	do_expire(c, a, n, 1, 0, "pexpire");
+}
+
+static void cmd_expireat(struct kvtd_conn *c, struct resp_arg *a, size_t n)
+{
+	do_expire(c, a, n, 0, 1, "expireat");
+}
+
+static void cmd_pexpireat(struct kvtd_conn *c, struct resp_arg *a, size_t n)
+{
+	do_expire(c, a, n, 1, 1, "pexpireat");
 }
 
 static void do_ttl(struct kvtd_conn *c, struct resp_arg *a, int ms)
@@ -621,7 +696,14 @@ static void info_tiers_node(struct kvtd *d, struct resp_buf *b)
 		    (unsigned long long)s.promotions, (unsigned long long)s.demotions,
 		    (unsigned long long)s.corrupt, (unsigned long long)s.write_errors,
 		    (unsigned long long)s.read_errors, s.read_gbps,
-		    s.state[0] ? "degraded" : "ok");
+		    s.writes_off ? "no_writes" : s.unreachable ? "unreachable"
+		    : s.state[0] ? "degraded" : "ok");
+		if (s.state[0]) { /* why, in words: one line, no CR or LF in it */
+			for (char *p = s.state; *p; p++)
+				if (*p == '\r' || *p == '\n')
+					*p = ' ';
+			add(b, "tier%d_state:%s\r\n", i, s.state);
+		}
 	}
 }
 
@@ -911,6 +993,10 @@ static const struct cmd cmds[] = {
 	  "Set a key's time to live in seconds" },
 	{ "pexpire", -3, cmd_pexpire, 0, 1, 1, 1, "write fast", "generic",
 	  "Set a key's time to live in milliseconds" },
+	{ "expireat", -3, cmd_expireat, 0, 1, 1, 1, "write fast", "generic",
+	  "Set the expiration for a key as a UNIX timestamp" },
+	{ "pexpireat", -3, cmd_pexpireat, 0, 1, 1, 1, "write fast", "generic",
+	  "Set the expiration for a key as a UNIX timestamp in milliseconds" },
 	{ "ttl", 2, cmd_ttl, 0, 1, 1, 1, "readonly fast", "generic",
 	  "Get the time to live for a key in seconds" },
 	{ "pttl", 2, cmd_pttl, 0, 1, 1, 1, "readonly fast", "generic",

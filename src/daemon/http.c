@@ -16,19 +16,119 @@
 #include <arpa/inet.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include <microhttpd.h>
+
+/*
+ * Idle and slow clients cannot take /health away.  libmicrohttpd's timeout
+ * is one of inactivity, so a client sending a byte every few seconds keeps
+ * its connection, and 64 of them once filled every slot while a liveness
+ * probe was refused (and restarted the daemon, losing its DRAM).  So the
+ * connections are kept in the order of their last sign of use (opened, or
+ * a request answered), and a connection beyond HTTP_SLOTS closes the one
+ * least recently useful: a new client is always served, and a client that
+ * is slow costs only itself.  All of this runs on libmicrohttpd's one
+ * thread (its callbacks), so it needs no lock; the eviction is a
+ * shutdown() of the socket, which libmicrohttpd then sees and closes.
+ */
+#define HTTP_SLOTS 64
+#define HTTP_MAX_CONNS 256 /* libmicrohttpd's own limit, above ours */
+
+struct http_conn {
+	struct http_conn *prev, *next; /* NULL both, and not the head: evicted */
+	int fd;
+};
 
 struct kvtd_http {
 	struct MHD_Daemon *d;
 	struct kvtd_http_conf conf;
 	uint16_t port;
+	struct http_conn *head, *tail; /* least recently useful first */
+	unsigned n;
+	_Atomic unsigned long long evicted;
 };
+
+static void lru_unlink(kvtd_http *h, struct http_conn *c)
+{
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		h->head = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	else
+		h->tail = c->prev;
+	c->prev = c->next = NULL;
+	h->n--;
+}
+
+static void lru_append(kvtd_http *h, struct http_conn *c)
+{
+	c->prev = h->tail;
+	c->next = NULL;
+	if (h->tail)
+		h->tail->next = c;
+	else
+		h->head = c;
+	h->tail = c;
+	h->n++;
+}
+
+static int lru_linked(const kvtd_http *h, const struct http_conn *c)
+{
+	return c->prev || c->next || h->head == c;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *mc, void **ctx,
+			  enum MHD_ConnectionNotificationCode what)
+{
+	kvtd_http *h = cls;
+	struct http_conn *c = *ctx;
+
+	if (what == MHD_CONNECTION_NOTIFY_CLOSED) {
+		if (c && lru_linked(h, c))
+			lru_unlink(h, c);
+		free(c);
+		*ctx = NULL;
+		return;
+	}
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (!ci || !(c = calloc(1, sizeof(*c))))
+		return; /* served, only not tracked */
+	c->fd = ci->connect_fd;
+	*ctx = c;
+	lru_append(h, c);
+	while (h->n > HTTP_SLOTS) {
+		struct http_conn *old = h->head;
+		lru_unlink(h, old);
+		shutdown(old->fd, SHUT_RDWR);
+		atomic_fetch_add(&h->evicted, 1);
+	}
+}
+
+/* A request answered: its connection is the most recently useful. */
+static void on_completed(void *cls, struct MHD_Connection *mc, void **req,
+			 enum MHD_RequestTerminationCode why)
+{
+	kvtd_http *h = cls;
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	struct http_conn *c = ci ? ci->socket_context : NULL;
+
+	(void)req;
+	if (why != MHD_REQUEST_TERMINATED_COMPLETED_OK || !c || !lru_linked(h, c))
+		return;
+	lru_unlink(h, c);
+	lru_append(h, c);
+}
 
 void kvtd_text_printf(struct kvtd_text *t, const char *fmt, ...)
 {
@@ -155,8 +255,8 @@ void kvtd_metrics_store(kvt_store *st, struct kvtd_text *o)
 	}
 }
 
-void kvtd_metrics_tenants(kvt_store *st, const char *const *names, int n,
-			  struct kvtd_text *o)
+void kvtd_metrics_tenants(kvt_store *st, const char *const *names,
+			  const char *const *labels, int n, struct kvtd_text *o)
 {
 	static const struct {
 		const char *name, *type, *help;
@@ -189,12 +289,14 @@ void kvtd_metrics_tenants(kvt_store *st, const char *const *names, int n,
 			for (int k = 0; k < n; k++) {
 				kvt_tenant_usage u;
 				uint64_t v;
+				const char *l = labels && labels[k] ? labels[k]
+						: names[k] ? names[k] : "default";
+
 				if (kvt_store_tenant_usage(st, names[k], t, &u))
 					continue;
 				memcpy(&v, (const char *)&u + fam[f].off, sizeof(v));
 				kvtd_text_printf(o, "%s{tenant=\"%s\",tier=\"%s\"} %llu\n",
-						 fam[f].name, names[k] ? names[k] : "default",
-						 ts.name, (unsigned long long)v);
+						 fam[f].name, l, ts.name, (unsigned long long)v);
 			}
 		}
 	}
@@ -244,6 +346,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		kvtd_metrics_store(h->conf.st, &t);
 		if (h->conf.metrics)
 			h->conf.metrics(h->conf.arg, &t);
+		kvtd_text_printf(&t, "# HELP kvtierd_http_evicted_total HTTP connections closed "
+				 "to make room for a new one (the least recently useful).\n"
+				 "# TYPE kvtierd_http_evicted_total counter\n"
+				 "kvtierd_http_evicted_total %llu\n",
+				 (unsigned long long)atomic_load(&h->evicted));
 		return answer(c, MHD_HTTP_OK, &t, "text/plain; version=0.0.4; charset=utf-8");
 	}
 	if (!strcmp(url, "/health")) {
@@ -292,8 +399,10 @@ int kvtd_http_start(const struct kvtd_http_conf *conf, kvtd_http **out,
 	h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL,
 				conf->port, NULL, NULL, on_request, h,
 				MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-				MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
+				MHD_OPTION_CONNECTION_LIMIT, (unsigned)HTTP_MAX_CONNS,
 				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
+				MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+				MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
 				MHD_OPTION_END);
 	if (!h->d) {
 		snprintf(err, errlen, "cannot serve metrics on %s:%u (in use, or not an address of this host)",

@@ -32,10 +32,12 @@ void kvtd_text_free(struct kvtd_text *t);
 /* The store's per-tier families, in Prometheus text format 0.0.4. */
 void kvtd_metrics_store(kvt_store *st, struct kvtd_text *out);
 /* Tenants' usage against their quotas and reservations, per tier
- * (kvt_store_tenant_usage); a NULL name is the default tenant, shown as
- * "default".  Tiers without a policy (unbounded) are left out. */
-void kvtd_metrics_tenants(kvt_store *st, const char *const *names, int n,
-			  struct kvtd_text *out);
+ * (kvt_store_tenant_usage): names[k] is the store's name of the k-th (NULL:
+ * the default tenant), labels[k] what its samples' `tenant` label shows
+ * (NULL: the name, "default" for the default tenant).  Tiers without a
+ * policy (unbounded) are left out. */
+void kvtd_metrics_tenants(kvt_store *st, const char *const *names,
+			  const char *const *labels, int n, struct kvtd_text *out);
 
 struct kvtd_http_conf {
 	const char *addr;   /* an IPv4 address to bind; NULL: 127.0.0.1 */

@@ -18,11 +18,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "daemon/guard.h"
 #include "daemon/log.h"
 #include "daemon/ops.h"
 #include "daemon/server.h"
@@ -71,6 +73,8 @@ static void usage(FILE *f)
 		"                       SIGHUP rereads it\n"
 		"  --metrics-port N     serve /metrics and /health over HTTP (0: any free port)\n"
 		"  --metrics-bind ADDR  IPv4 address for them (default 127.0.0.1)\n"
+		"  --metrics-tenant-names  label tenants' samples by name, not by the id\n"
+		"                       the log gives each\n"
 		"  --tls-cert FILE      TCP clients speak TLS: the certificate chain (PEM)\n"
 		"  --tls-key FILE       and its private key (PEM)\n"
 		"  --serve-peers        other nodes' kvtierd may read this node's chunks\n"
@@ -106,6 +110,48 @@ static int owner_gone(pid_t pid, int fd)
 	return kill(pid, 0) && errno == ESRCH;
 }
 
+/* Descriptors kept for the store's files, listeners, the metrics server and
+ * peers, beyond one per client. */
+#define FD_RESERVE 128
+
+/*
+ * Every client holds a descriptor: raise the soft limit so that maxclients
+ * of them fit, or, where the hard limit forbids it, lower maxclients and say
+ * so, rather than fail accept() once the node is busy.
+ */
+static int fd_limit(struct kvtd *d)
+{
+	struct rlimit rl;
+	rlim_t want = (rlim_t)d->o.maxclients + FD_RESERVE;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return 0;
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+		struct rlimit up = rl;
+		up.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= want ? want
+										 : rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+			rl = up;
+	}
+	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want)
+		return 0;
+	if (rl.rlim_cur <= FD_RESERVE + 1) {
+		kvtd_log(KVTD_LOG_ERROR,
+			 "open files limit %llu leaves no room for clients (%d kept for the "
+			 "store); raise it (ulimit -n, LimitNOFILE=)",
+			 (unsigned long long)rl.rlim_cur, FD_RESERVE);
+		return -1;
+	}
+	long fit = (long)rl.rlim_cur - FD_RESERVE;
+	kvtd_log(KVTD_LOG_WARN,
+		 "open files limit %llu (hard %llu) fits %ld clients, not --maxclients %ld: "
+		 "maxclients is now %ld; raise the limit (ulimit -n, LimitNOFILE=) for more",
+		 (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max, fit,
+		 d->o.maxclients, fit);
+	d->o.maxclients = fit;
+	return 0;
+}
+
 static int parse_long(const char *opt, const char *s, long lo, long hi, long *out)
 {
 	char *e;
@@ -126,11 +172,11 @@ static int mkdir_p(const char *path)
 	for (char *s = p + 1; *s; s++)
 		if (*s == '/') {
 			*s = 0;
-			if (mkdir(p, 0755) && errno != EEXIST)
+			if (mkdir(p, 0700) && errno != EEXIST)
 				return -1;
 			*s = '/';
 		}
-	return mkdir(p, 0755) && errno != EEXIST ? -1 : 0;
+	return mkdir(p, 0700) && errno != EEXIST ? -1 : 0;
 }
 
 /* The store's configuration: the file (or the embedded default), then
@@ -213,7 +259,7 @@ static void reload_policies(struct kvtd *d, const char *config, const char *data
 
 enum { O_CONFIG = 256, O_DATA, O_PORT, O_BIND, O_UNIX, O_SET, O_THREADS, O_DUR, O_PASS,
        O_MAXCL, O_MAXVAL, O_TIMEOUT, O_LOG, O_CHECK, O_HELP, O_LOCAL, O_LOCAL_UID, O_ACL,
-       O_MPORT, O_MBIND, O_TLS_CERT, O_TLS_KEY, O_SERVE_PEERS, O_VERSION, O_OWNER };
+       O_MPORT, O_MBIND, O_MNAMES, O_TLS_CERT, O_TLS_KEY, O_SERVE_PEERS, O_VERSION, O_OWNER };
 
 int main(int argc, char **argv)
 {
@@ -228,6 +274,7 @@ int main(int argc, char **argv)
 		{ "help", 0, 0, O_HELP },	{ "local", 1, 0, O_LOCAL },
 		{ "local-uid", 1, 0, O_LOCAL_UID }, { "acl", 1, 0, O_ACL },
 		{ "metrics-port", 1, 0, O_MPORT }, { "metrics-bind", 1, 0, O_MBIND },
+		{ "metrics-tenant-names", 0, 0, O_MNAMES },
 		{ "tls-cert", 1, 0, O_TLS_CERT }, { "tls-key", 1, 0, O_TLS_KEY },
 		{ "serve-peers", 0, 0, O_SERVE_PEERS }, { "version", 0, 0, O_VERSION },
 		{ "owner-pid", 1, 0, O_OWNER },
@@ -327,6 +374,7 @@ int main(int argc, char **argv)
 			ops.metrics_port = (int)v;
 			break;
 		case O_MBIND: ops.metrics_bind = optarg; break;
+		case O_MNAMES: ops.metrics_names = 1; break;
 		case O_TLS_CERT: ops.tls_cert = optarg; break;
 		case O_TLS_KEY: ops.tls_key = optarg; break;
 		case O_OWNER:
@@ -356,6 +404,20 @@ int main(int argc, char **argv)
 	/* local clients map the DRAM arena: it must be a memfd */
 	if (lopt.path && kvt_config_set(cfg, "dram_shared", "true")) {
 		fprintf(stderr, "kvtierd: --local: %s\n", kvt_errmsg());
+		kvt_config_free(cfg);
+		return 2;
+	}
+	/* A SET acknowledged is on disk when there is a disk: kill -9 loses
+	 * nothing, and no background copy can outlive a DEL.  Where every tier
+	 * is memory (DRAM, peers) a SET is cached, and asking for more is a
+	 * configuration every SET would fail on: refused here, not per SET. */
+	if (d.durability < 0)
+		d.durability = kvt_config_durable(cfg) ? KVT_DUR_CRASH_SAFE : KVT_DUR_CACHED;
+	else if (d.durability > KVT_DUR_CACHED && !kvt_config_durable(cfg)) {
+		fprintf(stderr, "kvtierd: --durability %s: no tier configured keeps a SET across "
+				"a crash (DRAM and peers are memory); add local_disk, shared_fs or "
+				"remote_url, or use --durability cached\n",
+			d.durability == KVT_DUR_CRASH_SAFE ? "crash-safe" : "power-safe");
 		kvt_config_free(cfg);
 		return 2;
 	}
@@ -404,16 +466,6 @@ int main(int argc, char **argv)
 	d.default_tenant = &default_tenant;
 	if (kvtd_ops_start(&d, &ops, &nd))
 		return 1;
-	if (d.durability < 0) {
-		/* A SET acknowledged is on disk when there is a disk: kill -9
-		 * loses nothing, and no background copy can outlive a DEL. */
-		d.durability = KVT_DUR_CACHED;
-		for (int i = 0; i < kvt_store_tiers(d.st); i++) {
-			kvt_tier_stats s;
-			if (kvt_store_stats(d.st, i, &s) == 0 && strcmp(s.name, "dram"))
-				d.durability = KVT_DUR_CRASH_SAFE;
-		}
-	}
 	/* SETs received in place may hold an eighth of the first tier. */
 	kvt_tier_stats t0;
 	struct vals_opts vo = { .durability = d.durability };
@@ -439,6 +491,12 @@ int main(int argc, char **argv)
 				 (unsigned long long)s.chunks);
 	}
 
+	if (fd_limit(&d))
+		return 1;
+	if (!(d.guard = kvtd_guard_new())) {
+		kvtd_log(KVTD_LOG_ERROR, "out of memory");
+		return 1;
+	}
 	d.nw = d.o.threads;
 	d.start_ms = vals_now_ms();
 	d.config_path = config;
@@ -486,6 +544,7 @@ int main(int argc, char **argv)
 	}
 	kvtd_log(KVTD_LOG_INFO, "shutting down: finishing requests in flight");
 	kvtd_stop(&d, 5000);
+	kvtd_guard_free(d.guard);
 	kvt_local_stop(local);
 	if (kvt_store_flush(d.st, 60000))
 		kvtd_log(KVTD_LOG_WARN, "background copies still running after 60 s");

@@ -45,6 +45,15 @@ void kvtd_metrics_daemon(void *arg, struct kvtd_text *o)
 	family(o, "kvtierd_rejected_connections_total", "counter",
 	       "Clients refused (maxclients reached).",
 	       (unsigned long long)atomic_load(&d->rejected_conns));
+	family(o, "kvtierd_accept_fd_errors_total", "counter",
+	       "Accepts that failed for want of a file descriptor (EMFILE/ENFILE).",
+	       (unsigned long long)atomic_load(&d->accept_fd_errors));
+	family(o, "kvtierd_auth_failures_total", "counter",
+	       "AUTH attempts with a wrong user or password.",
+	       (unsigned long long)atomic_load(&d->auth_failures));
+	family(o, "kvtierd_auth_refused_total", "counter",
+	       "AUTH attempts refused unchecked: their source failed too often this minute.",
+	       (unsigned long long)atomic_load(&d->auth_refused));
 	family(o, "kvtierd_commands_total", "counter", "Commands run since start.",
 	       (unsigned long long)atomic_load(&d->total_cmds));
 	family(o, "kvtierd_keyspace_hits_total", "counter", "Reads of keys that were there.",
@@ -67,9 +76,19 @@ int kvtd_health_daemon(void *arg, struct kvtd_text *o)
 {
 	struct kvtd *d = arg;
 
+	int64_t now = vals_now_ms(), since;
+
 	if (atomic_load(&d->stopping)) {
 		kvtd_text_printf(o, "shutting down\n");
 		return 1;
+	}
+	for (int i = 0; i < d->nw; i++) {
+		since = atomic_load(&d->w[i].busy_since_ms);
+		if (since && now - since > KVTD_STUCK_MS) {
+			kvtd_text_printf(o, "worker %d has run one command for %lld s: stuck\n", i,
+					 (long long)((now - since) / 1000));
+			return 1;
+		}
 	}
 	return 0;
 }
@@ -117,8 +136,8 @@ int kvtd_ops_start(struct kvtd *d, const struct kvtd_ops_opts *o, const kvt_ns_d
 				 "list names the default user's password)");
 			return -1;
 		}
-		if (kvtd_tenants_open(d->st, base, d->default_tenant, o->acl, &t, err,
-				      sizeof(err))) {
+		if (kvtd_tenants_open(d->st, base, d->default_tenant, o->acl, o->metrics_names, &t,
+				      err, sizeof(err))) {
 			kvtd_log(KVTD_LOG_ERROR, "%s", err);
 			return -1;
 		}

@@ -27,6 +27,7 @@ struct kvtd_ops_opts {
 	const char *acl;          /* --acl FILE, or NULL: no tenants but the default */
 	const char *metrics_bind; /* --metrics-bind ADDR (default 127.0.0.1) */
 	int metrics_port;         /* --metrics-port N; -1: no HTTP, 0: any free port */
+	int metrics_names;        /* --metrics-tenant-names: label tenants by name */
 	const char *tls_cert;     /* --tls-cert FILE: the TCP port speaks TLS */
 	const char *tls_key;      /* --tls-key FILE */
 };

@@ -30,6 +30,7 @@ void resp_parser_init(struct resp_parser *p, uint64_t max_bulk, uint64_t max_cmd
 	memset(p, 0, sizeof(*p));
 	p->max_bulk = max_bulk;
 	p->max_cmd = max_cmd;
+	p->max_args = RESP_MAX_ARGS;
 	p->big_slack = big_slack;
 	p->alloc = (struct resp_alloc){ .get = plain_get, .put = plain_put };
 }
@@ -208,8 +209,11 @@ static int begin_bulk(struct resp_parser *p, int64_t n)
 	int rc;
 
 	if (n < 0 || (uint64_t)n > p->max_bulk)
-		return perr(p, "invalid bulk length");
-	p->cmd_bytes += (uint64_t)n;
+		return perr(p, n >= 0 && p->max_args < RESP_MAX_ARGS ? "unauthenticated bulk length"
+								     : "invalid bulk length");
+	/* Every argument costs its bytes and its slot of the table: a
+	 * million empty ones are 48 MiB of table for 6 MiB sent. */
+	p->cmd_bytes += (uint64_t)n + sizeof(struct resp_arg);
 	if (p->cmd_bytes > p->max_cmd)
 		return perr(p, "command too large");
 	if ((rc = arg_slot(p)))
@@ -283,6 +287,10 @@ int resp_feed(struct resp_parser *p, const char *buf, size_t len, size_t *used)
 			}
 			if (parse_ll(s + 1, e, &n) || n > RESP_MAX_ARGS) {
 				rc = perr(p, "invalid multibulk length");
+				break;
+			}
+			if (n > p->max_args) {
+				rc = perr(p, "unauthenticated multibulk length");
 				break;
 			}
 			pos += (size_t)(e - s) + 2;

@@ -25,6 +25,10 @@
 
 #define RESP_MAX_LINE (64 * 1024)
 #define RESP_MAX_ARGS (1024 * 1024)
+/* Before AUTH, as Redis: HELLO 3 AUTH user pass SETNAME name fits, and a
+ * password; a client that has not authenticated allocates no more. */
+#define RESP_UNAUTH_ARGS 10
+#define RESP_UNAUTH_BULK (16 * 1024)
 #define RESP_BIG_ARG (32 * 1024)
 
 struct resp_arg {
@@ -64,7 +68,10 @@ struct resp_alloc {
 struct resp_parser {
 	/* settings */
 	uint64_t max_bulk;     /* the largest bulk accepted */
-	uint64_t max_cmd;      /* the most bytes one command's arguments take */
+	uint64_t max_cmd;      /* the most bytes one command takes: its
+				* arguments and its argument table */
+	int64_t max_args;      /* the most arguments one command has
+				* (RESP_MAX_ARGS; fewer before AUTH) */
 	size_t big_slack;      /* extra bytes allocated after a big argument */
 	struct resp_alloc alloc;
 	/* the command being built, complete when resp_feed says so */

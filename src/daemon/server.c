@@ -41,6 +41,29 @@ static int64_t mono_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t kvtd_mono_ms(void)
+{
+	return mono_ms();
+}
+
+void kvtd_conn_hold(struct kvtd_conn *c, int64_t ms)
+{
+	if (!c->hold_until)
+		c->w->n_held++;
+	c->hold_until = mono_ms() + (ms > 0 ? ms : 1);
+}
+
+/* One parsed command, the worker marked busy while it runs (/health). */
+static void run_command(struct kvtd_conn *c)
+{
+	atomic_store(&c->w->busy_since_ms, vals_now_ms());
+	kvtd_dispatch(c, c->parser.argv, c->parser.argc);
+	atomic_store(&c->w->busy_since_ms, 0);
+	c->last_in_ms = mono_ms(); /* a command done is progress */
+	c->in_since = 0;
+}
+
+
 int kvtd_listen(struct kvtd *d)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)d->o.port) };
@@ -319,6 +342,8 @@ static void conn_close(struct kvtd_conn *c)
 	epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
 	kvtd_tls_free(c->tls);
 	close(c->fd);
+	if (c->hold_until)
+		w->n_held--;
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -349,7 +374,7 @@ static void update_events(struct kvtd_conn *c)
 	int rw = c->tls && kvtd_tls_read_wants_write(c->tls);
 	int wr = c->tls && kvtd_tls_write_wants_read(c->tls);
 	int want_out = (pending(c) > 0 && !wr) || rw;
-	int paused = (pending(c) > KVTD_OUT_HIGH || c->closing || rw) && !wr;
+	int paused = (pending(c) > KVTD_OUT_HIGH || c->closing || rw || c->hold_until) && !wr;
 	struct epoll_event ev = { .data.ptr = c };
 
 	if (want_out == c->want_out && paused == c->paused)
@@ -368,14 +393,15 @@ static void process(struct kvtd_conn *c)
 {
 	size_t pos = 0;
 
-	while (!c->dead && !c->closing && pos < c->in_len && pending(c) <= KVTD_OUT_HIGH) {
+	while (!c->dead && !c->closing && !c->hold_until && pos < c->in_len &&
+	       pending(c) <= KVTD_OUT_HIGH) {
 		size_t used;
 		int rc = resp_feed(&c->parser, c->in + pos, c->in_len - pos, &used);
 		pos += used;
 		if (rc == RESP_CMD) {
 			c->commands++;
 			atomic_fetch_add(&c->w->d->total_cmds, 1);
-			kvtd_dispatch(c, c->parser.argv, c->parser.argc);
+			run_command(c);
 		} else if (rc == RESP_PERR) {
 			resp_error(&c->rb, "ERR %s", c->parser.err);
 			kvtd_log(KVTD_LOG_INFO, "client %llu (%s): %s; closing",
@@ -403,7 +429,7 @@ static void on_readable(struct kvtd_conn *c)
 	size_t burst = 0;
 
 	/* Bytes OpenSSL already decrypted wake no epoll: read them too. */
-	while (!c->dead && !c->closing && pending(c) <= KVTD_OUT_HIGH &&
+	while (!c->dead && !c->closing && !c->hold_until && pending(c) <= KVTD_OUT_HIGH &&
 	       (burst < READ_BURST || (c->tls && kvtd_tls_pending(c->tls)))) {
 		struct iovec dv[RECV_IOV];
 		size_t room;
@@ -411,6 +437,7 @@ static void on_readable(struct kvtd_conn *c)
 				   : resp_direct_iov(&c->parser, dv, c->tls ? 1 : RECV_IOV,
 						     c->tls ? SIZE_MAX : RECV_PLACED, &room);
 		int direct = nd > 0;
+		int fresh = !c->in_len && !resp_busy(&c->parser); /* a new command starts */
 		ssize_t n;
 
 		if (direct && !c->tls) {
@@ -443,7 +470,11 @@ static void on_readable(struct kvtd_conn *c)
 			c->closing = 1;
 			break;
 		}
-		c->last_in_ms = mono_ms();
+		c->in_since += (size_t)n;
+		if (fresh || c->in_since >= KVTD_PROGRESS_BYTES) {
+			c->last_in_ms = mono_ms();
+			c->in_since = 0;
+		}
 		burst += (size_t)n;
 		if (direct) {
 			int rc = resp_direct_done(&c->parser, (size_t)n);
@@ -454,7 +485,7 @@ static void on_readable(struct kvtd_conn *c)
 			if (rc == RESP_CMD) {
 				c->commands++;
 				atomic_fetch_add(&c->w->d->total_cmds, 1);
-				kvtd_dispatch(c, c->parser.argv, c->parser.argc);
+				run_command(c);
 			} else if (rc == RESP_PERR) {
 				resp_error(&c->rb, "ERR %s", c->parser.err);
 				c->closing = 1;
@@ -462,7 +493,7 @@ static void on_readable(struct kvtd_conn *c)
 		} else {
 			c->in_len += (size_t)n;
 			process(c);
-			if (c->in_len == IN_CAP) { /* a line longer than the buffer */
+			if (!c->closing && c->in_len == IN_CAP) { /* a line longer than the buffer */
 				resp_error(&c->rb, "ERR Protocol error: too big request line");
 				c->closing = 1;
 			}
@@ -513,6 +544,11 @@ static void adopt_conn(struct kvtd_worker *w, int fd)
 	c->admin = c->tenant && d->initial_admin;
 	c->created_ms = c->last_in_ms = c->last_out_ms = mono_ms();
 	resp_parser_init(&c->parser, d->o.max_value, d->o.max_cmd, VALS_SLACK);
+	if (!c->tenant) {
+		/* Until AUTH: commands of a few short arguments only. */
+		c->parser.max_args = RESP_UNAUTH_ARGS;
+		c->parser.max_bulk = RESP_UNAUTH_BULK;
+	}
 	c->parser.alloc = (struct resp_alloc){ buf_get, kvtd_buf_put, w, place_value,
 						unplace_value, c };
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP, .data.ptr = c };
@@ -534,14 +570,53 @@ static void adopt_conn(struct kvtd_worker *w, int fd)
 
 /* Accepted sockets go round-robin to the workers: whichever thread epoll
  * woke, the load spreads. */
+/* No descriptor for a new connection: the connection waits in the
+ * listen queue, which stays readable, and a worker that kept polling it
+ * would spin (3 CPU-seconds in 3 s).  Its listeners leave its epoll for a
+ * while instead; the failure is counted (/metrics) and logged once a
+ * minute. */
+#define ACCEPT_BACKOFF_MS 100
+
+static void listeners(struct kvtd_worker *w, int op)
+{
+	struct kvtd *d = w->d;
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLEXCLUSIVE };
+
+	ev.data.ptr = &d->lfd;
+	epoll_ctl(w->ep, op, d->lfd, &ev);
+	if (d->ufd >= 0) {
+		ev.data.ptr = &d->ufd;
+		epoll_ctl(w->ep, op, d->ufd, &ev);
+	}
+}
+
+static void accept_backoff(struct kvtd_worker *w, int err)
+{
+	struct kvtd *d = w->d;
+	int64_t now = mono_ms(), last = atomic_load(&d->accept_fd_logged_ms);
+
+	atomic_fetch_add(&d->accept_fd_errors, 1);
+	if ((!last || now - last >= 60000) &&
+	    atomic_compare_exchange_strong(&d->accept_fd_logged_ms, &last, now))
+		kvtd_log(KVTD_LOG_WARN, "cannot accept a connection: %s (%ld clients; raise the "
+			 "open-file limit, ulimit -n, or lower --maxclients); waiting", strerror(err),
+			 (long)atomic_load(&d->clients));
+	if (!w->accept_paused_until)
+		listeners(w, EPOLL_CTL_DEL);
+	w->accept_paused_until = now + ACCEPT_BACKOFF_MS;
+}
+
 static void accept_all(struct kvtd_worker *w, int lfd)
 {
 	struct kvtd *d = w->d;
 
 	for (;;) {
 		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0)
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE)
+				accept_backoff(w, errno);
 			return;
+		}
 		if (atomic_fetch_add(&d->clients, 1) >= d->o.maxclients) {
 			static const char m[] = "-ERR max number of clients reached\r\n";
 			ssize_t r = write(fd, m, sizeof(m) - 1);
@@ -603,7 +678,7 @@ static void after_event(struct kvtd_conn *c)
 			c->dead = 1;
 			break;
 		}
-		if (c->closing || !c->in_len || pending(c) > KVTD_OUT_HIGH)
+		if (c->closing || c->hold_until || !c->in_len || pending(c) > KVTD_OUT_HIGH)
 			break;
 		size_t before = c->in_len;
 		process(c);
@@ -617,15 +692,45 @@ static void after_event(struct kvtd_conn *c)
 	update_events(c);
 }
 
-/* Clients that stall: output not taken, or a command left half-sent. */
+/* Connections whose hold (a failed AUTH's wait) is over read and run
+ * again: what they sent meanwhile first. */
+static void release_holds(struct kvtd_worker *w, int64_t now)
+{
+	for (struct kvtd_conn *c = w->conns, *n; c && w->n_held; c = n) {
+		n = c->next;
+		if (!c->hold_until || now < c->hold_until)
+			continue;
+		c->hold_until = 0;
+		w->n_held--;
+		after_event(c); /* may close c; EPOLLIN is back (level-triggered) */
+	}
+}
+
+/* Clients that stall (output not taken, or a command left half-sent or
+ * sent a drip at a time), and clients that must AUTH and have not. */
 static void reap(struct kvtd_worker *w, int64_t now)
 {
 	int64_t lim = (int64_t)w->d->o.client_timeout_s * 1000;
 
-	if (lim <= 0)
-		return;
 	for (struct kvtd_conn *c = w->conns, *n; c; c = n) {
 		n = c->next;
+		if (c->tls && !kvtd_tls_established(c->tls) &&
+		    now - c->created_ms > KVTD_HANDSHAKE_DEADLINE_MS) {
+			kvtd_log(KVTD_LOG_INFO, "client %llu (%s): TLS handshake not done within "
+				 "%d s; closing", (unsigned long long)c->id, c->addr,
+				 KVTD_HANDSHAKE_DEADLINE_MS / 1000);
+			conn_close(c);
+			continue;
+		}
+		if (!c->tenant && now - c->created_ms > KVTD_AUTH_DEADLINE_MS) {
+			kvtd_log(KVTD_LOG_INFO, "client %llu (%s): not authenticated within %d s; "
+				 "closing", (unsigned long long)c->id, c->addr,
+				 KVTD_AUTH_DEADLINE_MS / 1000);
+			conn_close(c);
+			continue;
+		}
+		if (lim <= 0)
+			continue;
 		int stalled_out = pending(c) && now - c->last_out_ms > lim;
 		int stalled_in = (c->in_len || resp_busy(&c->parser)) &&
 				 now - c->last_in_ms > lim && !pending(c);
@@ -647,7 +752,8 @@ static void *worker_main(void *arg)
 	int64_t last_reap = mono_ms();
 
 	while (!atomic_load(&d->stopping)) {
-		int n = epoll_wait(w->ep, ev, 128, 500);
+		int n = epoll_wait(w->ep, ev, 128, w->n_held ? 20
+						   : w->accept_paused_until ? ACCEPT_BACKOFF_MS : 500);
 		for (int i = 0; i < n; i++) {
 			void *p = ev[i].data.ptr;
 			if (p == &d->lfd || p == &d->ufd) {
@@ -670,6 +776,12 @@ static void *worker_main(void *arg)
 			after_event(c);
 		}
 		int64_t now = mono_ms();
+		if (w->n_held)
+			release_holds(w, now);
+		if (w->accept_paused_until && now >= w->accept_paused_until) {
+			w->accept_paused_until = 0;
+			listeners(w, EPOLL_CTL_ADD);
+		}
 		if (now - last_reap >= 1000) {
 			reap(w, now);
 			last_reap = now;

@@ -78,9 +78,17 @@ struct kvtd_conn {
 	int want_out;             /* EPOLLOUT registered */
 	int paused;               /* EPOLLIN dropped (back-pressure, or TLS
 				   * waiting to send before it reads on) */
+	/* last_in_ms: when the input last made progress, a command done or
+	 * KVTD_PROGRESS_BYTES more received (a byte a minute is no progress);
+	 * in_since: bytes received since then. */
 	int64_t last_in_ms, last_out_ms;
+	uint64_t in_since;
 	int64_t created_ms;
 	uint64_t commands;
+	/* After a failed AUTH no command is read or run until then (mono
+	 * ms; 0: none), the wait doubling with each failure (guard.h). */
+	int64_t hold_until;
+	unsigned auth_fails;
 };
 
 struct kvtd_worker {
@@ -99,7 +107,29 @@ struct kvtd_worker {
 	void *spare[4];
 	size_t spare_cap[4];
 	size_t spare_bytes;
+	/* When the command this worker runs began (vals_now_ms), 0 between
+	 * commands: /health names a worker held by one command too long. */
+	_Atomic int64_t busy_since_ms;
+	/* Out of file descriptors: the listeners are out of this worker's
+	 * epoll until then (mono ms), 0 when they are in it. */
+	int64_t accept_paused_until;
+	size_t n_held;            /* connections with a hold_until */
 };
+
+/* Input progress that keeps a half-sent command alive (--client-timeout):
+ * a slow upload of a big value moves this much a timeout; a drip does not. */
+#define KVTD_PROGRESS_BYTES (64u * 1024)
+/* A connection that must AUTH and has not, this long after it came, is
+ * closed: unauthenticated clients hold no socket for long. */
+#define KVTD_AUTH_DEADLINE_MS 10000
+/* A TLS client whose handshake is not done this long after it came is
+ * closed, authenticated or not: a stalled handshake is not an idle client. */
+#define KVTD_HANDSHAKE_DEADLINE_MS 10000
+/* Failed AUTH attempts are logged at most this often (with a count). */
+#define KVTD_AUTH_LOG_MS 10000
+
+/* A command held a worker this long: /health says the daemon is stuck. */
+#define KVTD_STUCK_MS 30000
 
 /* Give a big argument's buffer (resp_take_big) back to its worker. */
 void kvtd_buf_put(void *worker, void *p, size_t cap);
@@ -136,6 +166,15 @@ struct kvtd {
 	_Atomic unsigned next_worker; /* round-robin of accepted connections */
 	_Atomic long clients;
 	_Atomic uint64_t total_conns, total_cmds, rejected_conns;
+	/* accept() failing for want of file descriptors (EMFILE, ENFILE), and
+	 * when that was last logged (mono ms; once a minute). */
+	_Atomic uint64_t accept_fd_errors;
+	_Atomic int64_t accept_fd_logged_ms;
+	/* Failed AUTH: per source address (guard.h); counted, and logged at
+	 * most once every KVTD_AUTH_LOG_MS with the number not logged. */
+	struct kvtd_guard *guard;
+	_Atomic uint64_t auth_failures, auth_refused, auth_unlogged;
+	_Atomic int64_t auth_logged_ms;
 	/* Reads of keys there and not, by the reading connection's tenant
 	 * (its id): INFO tells a tenant its own; the node's is their sum. */
 	_Atomic uint64_t keyspace_hits[VALS_MAX_TENANTS], keyspace_misses[VALS_MAX_TENANTS];
@@ -165,6 +204,12 @@ void kvtd_stop(struct kvtd *d, int drain_ms);
 /* For commands: queue reply bytes / a borrowed value (the reference is
  * the connection's from then on; its first vlen bytes are sent). */
 void kvtd_reply_ref(struct kvtd_conn *c, kvt_ref *ref, uint64_t vlen);
+
+/* CLOCK_MONOTONIC in milliseconds. */
+int64_t kvtd_mono_ms(void);
+/* Read and run nothing more of c's for `ms` (a failed AUTH's wait); what
+ * was queued for it is still sent. */
+void kvtd_conn_hold(struct kvtd_conn *c, int64_t ms);
 
 /* The command table (cmd.c). */
 void kvtd_dispatch(struct kvtd_conn *c, struct resp_arg *argv, size_t argc);

@@ -27,6 +27,7 @@ struct kvtd_tenants {
 	pthread_rwlock_t mu;
 	kvtd_acl *acl;                            /* in force */
 	const struct kvtd_tenant *dflt;
+	int metrics_names;                        /* label /metrics by name */
 	struct kvtd_tenant *tab[VALS_MAX_TENANTS]; /* [0] unused: the default's id */
 	size_t n;                                 /* entries of tab in use, 1.. */
 };
@@ -76,6 +77,14 @@ static int resolve(struct kvtd_tenants *t, const kvtd_acl *a, char *err, size_t 
 		}
 		nt->id = (uint32_t)t->n;
 		snprintf(nt->name, sizeof(nt->name), "%s", name);
+		/* The digest is keyed by the tenant's secret: the label names
+		 * no tenant to whoever scrapes, and stays while the secret and
+		 * the model do.  The log, the operator's, maps it back. */
+		snprintf(nt->label, sizeof(nt->label), "t");
+		for (int b = 0; b < 6; b++)
+			snprintf(nt->label + 1 + 2 * b, 3, "%02x", nt->ns.digest[b]);
+		kvtd_log(KVTD_LOG_INFO, "tenant %s: /metrics label %s", name,
+			 t->metrics_names ? name : nt->label);
 		t->tab[t->n++] = nt;
 	}
 	return 0;
@@ -158,7 +167,7 @@ static int load(struct kvtd_tenants *t, char *err, size_t errlen)
 }
 
 int kvtd_tenants_open(kvt_store *st, const kvt_ns_desc *base,
-		      const struct kvtd_tenant *dflt, const char *acl_path,
+		      const struct kvtd_tenant *dflt, const char *acl_path, int metrics_names,
 		      struct kvtd_tenants **out, char *err, size_t errlen)
 {
 	struct kvtd_tenants *t = calloc(1, sizeof(*t));
@@ -173,6 +182,7 @@ int kvtd_tenants_open(kvt_store *st, const kvt_ns_desc *base,
 	t->base = *base;
 	t->base.tenant = NULL;
 	t->dflt = dflt;
+	t->metrics_names = metrics_names;
 	t->n = 1;
 	pthread_rwlock_init(&t->mu, NULL);
 	if (load(t, err, errlen)) {
@@ -276,10 +286,12 @@ size_t kvtd_tenants_list(struct kvtd_tenants *t, const struct kvtd_tenant **out,
 void kvtd_tenants_metrics(struct kvtd_tenants *t, struct kvtd_text *o)
 {
 	const struct kvtd_tenant *l[VALS_MAX_TENANTS];
-	const char *names[VALS_MAX_TENANTS];
+	const char *names[VALS_MAX_TENANTS], *labels[VALS_MAX_TENANTS];
 	size_t n = kvtd_tenants_list(t, l, VALS_MAX_TENANTS);
 
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		names[i] = store_name(l[i]);
-	kvtd_metrics_tenants(t->st, names, (int)n, o);
+		labels[i] = t->metrics_names || !l[i]->label[0] ? NULL : l[i]->label;
+	}
+	kvtd_metrics_tenants(t->st, names, labels, (int)n, o);
 }

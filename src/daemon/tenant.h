@@ -27,9 +27,11 @@ struct kvtd_tenants;
 /* Read `acl_path`, resolve its tenants against `st` in namespaces shaped
  * like `base` (the default tenant's description, tenant left NULL), apply
  * its quotas.  `dflt` is the default tenant (id 0) users of tenant
- * `default` act as.  0 and *out, or -1 with the reason in err. */
+ * `default` act as.  /metrics labels tenants by name if `metrics_names`,
+ * else by struct kvtd_tenant's label (the log says which is whose).  0 and
+ * *out, or -1 with the reason in err. */
 int kvtd_tenants_open(kvt_store *st, const kvt_ns_desc *base,
-		      const struct kvtd_tenant *dflt, const char *acl_path,
+		      const struct kvtd_tenant *dflt, const char *acl_path, int metrics_names,
 		      struct kvtd_tenants **out, char *err, size_t errlen);
 /* Read the file again (SIGHUP): 0, or -1 with the reason and nothing
  * changed. */

@@ -161,6 +161,11 @@ kvtd_tls *kvtd_tls_new(kvtd_tls_ctx *c, int fd)
 	return t;
 }
 
+int kvtd_tls_established(const kvtd_tls *t)
+{
+	return SSL_is_init_finished(t->ssl);
+}
+
 void kvtd_tls_free(kvtd_tls *t)
 {
 	if (!t)

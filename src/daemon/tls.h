@@ -48,6 +48,8 @@ ssize_t kvtd_tls_write(kvtd_tls *t, const void *buf, size_t len);
 /* Writes the iovecs in order as one stream; returns what was written
  * (a short count when the socket filled), or -1 as kvtd_tls_write. */
 ssize_t kvtd_tls_writev(kvtd_tls *t, const struct iovec *iov, int n);
+/* 1 once the handshake is done. */
+int kvtd_tls_established(const kvtd_tls *t);
 /* Bytes already decrypted and waiting to be read. */
 size_t kvtd_tls_pending(const kvtd_tls *t);
 /* After a read's -1/EAGAIN: 1 if it waits for the socket to be writable

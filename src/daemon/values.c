@@ -68,10 +68,19 @@ struct shard {
 	size_t nb, n;
 };
 
+/* A tenant's keys, in a table of its own: a SCAN walks its tenant's keys
+ * alone (its length tells nothing of the others'), a FLUSHDB visits them
+ * alone, and no lock one tenant holds is another's.  Made at the tenant's
+ * first write. */
+struct table {
+	struct shard sh[NSHARDS];
+};
+
 struct vals {
 	kvt_store *st;
 	struct vals_opts o;
-	struct shard sh[NSHARDS];
+	struct table *_Atomic tab[VALS_MAX_TENANTS];
+	pthread_mutex_t tab_mu;   /* making a table */
 	_Atomic uint64_t seq;
 	uint64_t nonce;
 	_Atomic uint64_t count[VALS_MAX_TENANTS];
@@ -80,7 +89,7 @@ struct vals {
 	 * in their owner's namespace. */
 	const struct kvtd_tenant *_Atomic tenant_of[VALS_MAX_TENANTS];
 	pthread_mutex_t sweep_mu;
-	size_t sweep_shard, sweep_bucket;
+	size_t sweep_tenant, sweep_shard, sweep_bucket;
 	_Atomic uint64_t reserved;  /* tier space held by SETs being received */
 	uint64_t reserve_max;
 	/* Deletions write tombstones: SETs are cached and a tier outlives
@@ -210,6 +219,40 @@ static int outlives(kvt_store *st, int i)
 
 static void late_collect(struct vals *v, size_t budget);
 
+static void table_free(struct table *t)
+{
+	if (!t)
+		return;
+	for (int i = 0; i < NSHARDS; i++) {
+		struct shard *s = &t->sh[i];
+		for (size_t j = 0; s->b && j < s->nb; j++)
+			for (struct entry *e = s->b[j], *n; e; e = n) {
+				n = e->next;
+				free(e);
+			}
+		free(s->b);
+		pthread_mutex_destroy(&s->mu);
+	}
+	free(t);
+}
+
+static struct table *table_new(void)
+{
+	struct table *t = calloc(1, sizeof(*t));
+
+	for (int i = 0; t && i < NSHARDS; i++) {
+		pthread_mutex_init(&t->sh[i].mu, NULL);
+		t->sh[i].nb = 4;
+		if (!(t->sh[i].b = calloc(4, sizeof(struct entry *)))) {
+			for (int j = i + 1; j < NSHARDS; j++) /* what table_free meets */
+				pthread_mutex_init(&t->sh[j].mu, NULL);
+			table_free(t);
+			return NULL;
+		}
+	}
+	return t;
+}
+
 int vals_open(kvt_store *st, const struct vals_opts *o, struct vals **out)
 {
 	struct vals *v = calloc(1, sizeof(*v));
@@ -218,15 +261,7 @@ int vals_open(kvt_store *st, const struct vals_opts *o, struct vals **out)
 		return KVT_ENOMEM;
 	v->st = st;
 	v->o = *o;
-	for (int i = 0; i < NSHARDS; i++) {
-		pthread_mutex_init(&v->sh[i].mu, NULL);
-		v->sh[i].nb = 4;
-		v->sh[i].b = calloc(4, sizeof(struct entry *));
-		if (!v->sh[i].b) {
-			vals_close(v);
-			return KVT_ENOMEM;
-		}
-	}
+	pthread_mutex_init(&v->tab_mu, NULL);
 	pthread_mutex_init(&v->sweep_mu, NULL);
 	if (RAND_bytes((unsigned char *)&v->nonce, sizeof(v->nonce)) != 1) {
 		vals_close(v);
@@ -254,23 +289,32 @@ void vals_close(struct vals *v)
 		free(l);
 	}
 	pthread_mutex_destroy(&v->late_mu);
-	for (int i = 0; i < NSHARDS; i++) {
-		struct shard *s = &v->sh[i];
-		for (size_t j = 0; s->b && j < s->nb; j++)
-			for (struct entry *e = s->b[j], *n; e; e = n) {
-				n = e->next;
-				free(e);
-			}
-		free(s->b);
-		pthread_mutex_destroy(&s->mu);
-	}
+	for (int t = 0; t < VALS_MAX_TENANTS; t++)
+		table_free(atomic_load(&v->tab[t]));
+	pthread_mutex_destroy(&v->tab_mu);
 	pthread_mutex_destroy(&v->sweep_mu);
 	free(v);
 }
 
-static struct shard *shard_of(struct vals *v, uint64_t h)
+/* Tenant `tenant`'s table; with `make`, made if it has none (NULL only if
+ * out of memory); without, NULL when it has none (no keys). */
+static struct table *table_of(struct vals *v, uint32_t tenant, int make)
 {
-	return &v->sh[h % NSHARDS];
+	struct table *t = atomic_load_explicit(&v->tab[tenant], memory_order_acquire);
+
+	if (t || !make)
+		return t;
+	pthread_mutex_lock(&v->tab_mu);
+	if (!(t = atomic_load(&v->tab[tenant])) && (t = table_new()))
+		atomic_store_explicit(&v->tab[tenant], t, memory_order_release);
+	pthread_mutex_unlock(&v->tab_mu);
+	return t;
+}
+
+static struct shard *shard_of(struct vals *v, uint32_t tenant, uint64_t h, int make)
+{
+	struct table *t = table_of(v, tenant, make);
+	return t ? &t->sh[h % NSHARDS] : NULL;
 }
 
 static size_t bucket_of(const struct shard *s, uint64_t h)
@@ -454,13 +498,15 @@ static int pre_check(struct vals *v, const struct kvtd_tenant *t, const char *ke
 		     size_t klen, int flags, int64_t *expire_ms)
 {
 	uint64_t h = hash_of(t->id, key, klen);
-	struct shard *s = shard_of(v, h);
+	struct shard *s = shard_of(v, t->id, h, 0);
 	int64_t keep = 0;
 	struct gone g;
 	int here, dropped;
 
 	if (!(flags & (VALS_SET_NX | VALS_SET_XX | VALS_SET_KEEPTTL)))
 		return 0;
+	if (!s) /* the tenant has no keys */
+		return (flags & VALS_SET_XX) ? 1 : 0;
 	pthread_mutex_lock(&s->mu);
 	here = live(v, s, h, t, key, klen, &g, &dropped);
 	if (here && (flags & VALS_SET_KEEPTTL))
@@ -483,11 +529,15 @@ static int install(struct vals *v, const struct kvtd_tenant *t, const char *key,
 		   int64_t expire_ms, int flags)
 {
 	uint64_t h = hash_of(t->id, key, klen);
-	struct shard *s = shard_of(v, h);
+	struct shard *s = shard_of(v, t->id, h, 1);
 	struct entry **pp, *e;
 	struct gone g;
 	int dropped, here, replaced = 0;
 
+	if (!s) {
+		drop_object(v, t, obj, vals_payload_bytes(klen, vlen));
+		return KVT_ENOMEM;
+	}
 	pthread_mutex_lock(&s->mu);
 	here = live(v, s, h, t, key, klen, &g, &dropped);
 	pp = find(s, h, t->id, key, klen);
@@ -686,10 +736,12 @@ static int current(struct vals *v, const struct kvtd_tenant *t, const char *key,
 		   size_t klen, kvt_key *obj, uint64_t *vlen, uint64_t *seq)
 {
 	uint64_t h = hash_of(t->id, key, klen);
-	struct shard *s = shard_of(v, h);
+	struct shard *s = shard_of(v, t->id, h, 0);
 	struct gone g;
 	int here, dropped;
 
+	if (!s)
+		return 0;
 	pthread_mutex_lock(&s->mu);
 	here = live(v, s, h, t, key, klen, &g, &dropped);
 	if (here) {
@@ -710,10 +762,12 @@ static void forget(struct vals *v, const struct kvtd_tenant *t, const char *key,
 		   size_t klen, uint64_t seq)
 {
 	uint64_t h = hash_of(t->id, key, klen);
-	struct shard *s = shard_of(v, h);
+	struct shard *s = shard_of(v, t->id, h, 0);
 	struct entry **pp;
 	struct gone g;
 
+	if (!s)
+		return;
 	pthread_mutex_lock(&s->mu);
 	pp = find(s, h, t->id, key, klen);
 	if (*pp && !(*pp)->dead && (*pp)->seq == seq)
@@ -798,9 +852,11 @@ static void bury_entry(struct vals *v, uint32_t tenant, const char *key, size_t 
 		       uint64_t seq)
 {
 	uint64_t h = hash_of(tenant, key, klen);
-	struct shard *s = shard_of(v, h);
+	struct shard *s = shard_of(v, tenant, h, 0);
 	struct entry **pp, *e;
 
+	if (!s)
+		return;
 	pthread_mutex_lock(&s->mu);
 	pp = find(s, h, tenant, key, klen);
 	if ((e = *pp) && e->dead && e->seq == seq) {
@@ -865,11 +921,13 @@ static void delete_buried(struct vals *v, const struct kvtd_tenant *t, const cha
 int vals_del(struct vals *v, const struct kvtd_tenant *t, const char *key, size_t klen)
 {
 	uint64_t h = hash_of(t->id, key, klen), seq = 0;
-	struct shard *s = shard_of(v, h);
+	struct shard *s = shard_of(v, t->id, h, 0);
 	struct entry **pp, *e;
 	struct gone g;
 	int was = 0, expired = 0, tomb = 0;
 
+	if (!s)
+		return 0;
 	pthread_mutex_lock(&s->mu);
 	pp = find(s, h, t->id, key, klen);
 	if ((e = *pp) && !e->dead) {
@@ -904,7 +962,7 @@ static int rewrite_expiry(struct vals *v, const struct kvtd_tenant *t, const cha
 			  size_t klen, int64_t expire_ms)
 {
 	uint64_t vlen, seq, p, h = hash_of(t->id, key, klen);
-	struct shard *s = shard_of(v, h);
+	struct shard *s;
 	kvt_key old, obj;
 	kvt_ns ns;
 	kvt_ref *ref;
@@ -913,6 +971,7 @@ static int rewrite_expiry(struct vals *v, const struct kvtd_tenant *t, const cha
 
 	if (!current(v, t, key, klen, &old, &vlen, &seq))
 		return 0;
+	s = shard_of(v, t->id, h, 0); /* there: the key is */
 	p = vals_payload_bytes(klen, vlen);
 	if (ns_of(t, p, &ns))
 		return 0;
@@ -977,11 +1036,13 @@ int vals_expire(struct vals *v, const struct kvtd_tenant *t, const char *key, si
 int64_t vals_pttl(struct vals *v, const struct kvtd_tenant *t, const char *key, size_t klen)
 {
 	uint64_t h = hash_of(t->id, key, klen);
-	struct shard *s = shard_of(v, h);
+	struct shard *s = shard_of(v, t->id, h, 0);
 	struct gone g;
 	int64_t r = -2;
 	int dropped;
 
+	if (!s)
+		return -2;
 	pthread_mutex_lock(&s->mu);
 	if (live(v, s, h, t, key, klen, &g, &dropped)) {
 		struct entry *e = *find(s, h, t->id, key, klen);
@@ -995,41 +1056,94 @@ int64_t vals_pttl(struct vals *v, const struct kvtd_tenant *t, const char *key, 
 	return r;
 }
 
+/* The keys one SCAN step collected under a shard's lock, matched after
+ * it is let go: a pattern is the client's, and no other tenant waits on
+ * the lock while it runs. */
+struct scan_keys {
+	char *buf;
+	size_t len, cap;
+	size_t *ends; /* ends[i]: where key i ends in buf */
+	size_t n, ncap;
+};
+
+static int scan_keep(struct scan_keys *k, const char *key, size_t klen)
+{
+	if (k->len + klen > k->cap) {
+		size_t cap = k->cap ? k->cap * 2 : 4096;
+		while (cap < k->len + klen)
+			cap *= 2;
+		char *b = realloc(k->buf, cap);
+		if (!b)
+			return -1;
+		k->buf = b;
+		k->cap = cap;
+	}
+	if (k->n == k->ncap) {
+		size_t ncap = k->ncap ? k->ncap * 2 : 64;
+		size_t *e = realloc(k->ends, ncap * sizeof(*e));
+		if (!e)
+			return -1;
+		k->ends = e;
+		k->ncap = ncap;
+	}
+	memcpy(k->buf + k->len, key, klen);
+	k->len += klen;
+	k->ends[k->n++] = k->len;
+	return 0;
+}
+
 /* Cursor: shard in the low 6 bits, bucket index above.  Buckets are
  * visited in increasing order and tables only double, so an entry never
- * moves below the cursor (see grow). */
+ * moves below the cursor (see grow).  As Redis: a step collects about
+ * `count` of the tenant's keys (or visits ten times as many buckets: a
+ * sparse table does not make one call long), and MATCH filters what was
+ * collected, with the shard's lock let go. */
 uint64_t vals_scan(struct vals *v, const struct kvtd_tenant *t, uint64_t cursor,
 		   size_t count, const char *match, size_t mlen,
 		   void (*fn)(void *arg, const char *key, size_t klen), void *arg)
 {
 	size_t si = (size_t)(cursor % NSHARDS), bi = (size_t)(cursor / NSHARDS);
-	size_t visited = 0, found = 0;
+	size_t visited = 0, collected = 0;
 	int64_t now = vals_now_ms();
+	struct scan_keys k = { 0 };
+	uint64_t next = 0;
+	struct table *tab = table_of(v, t->id, 0);
 
 	if (count == 0)
 		count = 10;
-	/* As Redis: stop once `count` keys are out, or after ten times as
-	 * many buckets (a sparse table does not make one call long). */
-	while (si < NSHARDS) {
-		struct shard *s = &v->sh[si];
+	while (tab && si < NSHARDS) {
+		struct shard *s = &tab->sh[si];
+		int done;
+
+		k.len = k.n = 0;
 		pthread_mutex_lock(&s->mu);
-		for (; bi < s->nb && found < count && visited < count * 10; bi++, visited++)
+		for (; bi < s->nb && collected + k.n < count && visited < count * 10;
+		     bi++, visited++)
 			for (struct entry *e = s->b[bi]; e; e = e->next)
-				if (e->tenant == t->id && !e->dead && !is_expired(e, now) &&
-				    (!match || vals_glob(match, mlen, e->key, e->klen))) {
-					fn(arg, e->key, e->klen);
-					found++;
-				}
-		int done = bi >= s->nb;
+				if (e->tenant == t->id && !e->dead && !is_expired(e, now))
+					(void)scan_keep(&k, e->key, e->klen); /* OOM: fewer */
+		done = bi >= s->nb;
 		pthread_mutex_unlock(&s->mu);
-		if (!done)
-			return (uint64_t)bi * NSHARDS + si;
+		for (size_t i = 0; i < k.n; i++) {
+			size_t start = i ? k.ends[i - 1] : 0;
+			if (!match || vals_glob(match, mlen, k.buf + start, k.ends[i] - start))
+				fn(arg, k.buf + start, k.ends[i] - start);
+		}
+		collected += k.n;
+		if (!done) {
+			next = (uint64_t)bi * NSHARDS + si;
+			break;
+		}
 		si++;
 		bi = 0;
-		if (found >= count || visited >= count * 10)
-			return si < NSHARDS ? si : 0;
+		if (collected >= count || visited >= count * 10) {
+			next = si < NSHARDS ? si : 0;
+			break;
+		}
 	}
-	return 0;
+	free(k.buf);
+	free(k.ends);
+	return next;
 }
 
 uint64_t vals_count(struct vals *v, const struct kvtd_tenant *t)
@@ -1083,6 +1197,23 @@ static uint64_t purge_bucket(struct vals *v, const struct kvtd_tenant *t, struct
 	return gone;
 }
 
+/* Tenant t's entries numbered up to `upto` leave the map and the tiers. */
+static uint64_t purge_table(struct vals *v, const struct kvtd_tenant *t, uint64_t upto)
+{
+	struct table *tab = table_of(v, t->id, 0);
+	uint64_t gone = 0;
+
+	for (int si = 0; tab && si < NSHARDS; si++) {
+		struct shard *s = &tab->sh[si];
+		pthread_mutex_lock(&s->mu);
+		size_t nb = s->nb;
+		pthread_mutex_unlock(&s->mu);
+		for (size_t bi = 0; bi < nb; bi++)
+			gone += purge_bucket(v, t, s, bi, upto);
+	}
+	return gone;
+}
+
 uint64_t vals_flush(struct vals *v, const struct kvtd_tenant *t)
 {
 	uint64_t gone = 0, upto = UINT64_MAX;
@@ -1107,14 +1238,7 @@ uint64_t vals_flush(struct vals *v, const struct kvtd_tenant *t)
 		}
 	}
 
-	for (int si = 0; si < NSHARDS; si++) {
-		struct shard *s = &v->sh[si];
-		pthread_mutex_lock(&s->mu);
-		size_t nb = s->nb;
-		pthread_mutex_unlock(&s->mu);
-		for (size_t bi = 0; bi < nb; bi++)
-			gone += purge_bucket(v, t, s, bi, upto);
-	}
+	gone = purge_table(v, t, upto);
 	if (l)
 		late_add(v, l);
 	else if (rc)
@@ -1190,98 +1314,121 @@ void vals_sweep(struct vals *v, size_t budget)
 {
 	late_collect(v, 4096);
 	pthread_mutex_lock(&v->sweep_mu);
+	/* A bucket a step, tenant by tenant; tenants without a table cost
+	 * a step each, so a pass over an idle node is quick either way. */
 	for (size_t i = 0; i < budget; i++) {
-		struct shard *s = &v->sh[v->sweep_shard];
-		purge_bucket(v, NULL, s, v->sweep_bucket, 0);
-		pthread_mutex_lock(&s->mu);
-		size_t nb = s->nb;
-		pthread_mutex_unlock(&s->mu);
+		struct table *tab = table_of(v, (uint32_t)v->sweep_tenant, 0);
+		size_t nb = 0;
+		if (tab) {
+			struct shard *s = &tab->sh[v->sweep_shard];
+			purge_bucket(v, NULL, s, v->sweep_bucket, 0);
+			pthread_mutex_lock(&s->mu);
+			nb = s->nb;
+			pthread_mutex_unlock(&s->mu);
+		}
 		if (++v->sweep_bucket >= nb) {
 			v->sweep_bucket = 0;
-			v->sweep_shard = (v->sweep_shard + 1) % NSHARDS;
+			if (!tab || ++v->sweep_shard == NSHARDS) {
+				v->sweep_shard = 0;
+				v->sweep_tenant = (v->sweep_tenant + 1) % VALS_MAX_TENANTS;
+			}
 		}
 	}
 	pthread_mutex_unlock(&v->sweep_mu);
 }
 
+int64_t vals_expiry_ms(long long t, int sec, int at, int64_t now)
+{
+	int64_t ms, sum;
+
+	if (__builtin_mul_overflow((int64_t)t, sec ? 1000 : 1, &ms))
+		return INT64_MIN;
+	if (at)
+		return ms;
+	if (__builtin_add_overflow(ms, now, &sum))
+		return INT64_MIN;
+	return sum;
+}
+
+/* Whether the one pattern token at p (a literal, an escaped byte, '?' or a
+ * [class]) takes byte c; *len gets the token's length in the pattern. */
+static int glob_token(const char *p, size_t pl, unsigned char c, size_t *len)
+{
+	size_t i = 1;
+	int neg, hit = 0;
+
+	switch (*p) {
+	case '?':
+		*len = 1;
+		return 1;
+	case '\\':
+		if (pl >= 2) {
+			*len = 2;
+			return (unsigned char)p[1] == c;
+		}
+		*len = 1;
+		return c == '\\';
+	case '[':
+		neg = i < pl && p[i] == '^';
+		i += neg;
+		while (i < pl && p[i] != ']') {
+			if (p[i] == '\\' && i + 1 < pl) {
+				hit |= (unsigned char)p[i + 1] == c;
+				i += 2;
+			} else if (i + 2 < pl && p[i + 1] == '-') {
+				unsigned char a = (unsigned char)p[i], b = (unsigned char)p[i + 2];
+				if (a > b) {
+					unsigned char x = a;
+					a = b;
+					b = x;
+				}
+				hit |= c >= a && c <= b;
+				i += 3;
+			} else {
+				hit |= (unsigned char)p[i] == c;
+				i++;
+			}
+		}
+		*len = i < pl ? i + 1 : i; /* an unclosed class runs to the end */
+		return hit != neg;
+	default:
+		*len = 1;
+		return (unsigned char)*p == c;
+	}
+}
+
+/* Redis's glob over bytes.  Every token but '*' takes exactly one byte, so
+ * the match needs no recursion: on a mismatch go back to the last '*' and
+ * let it take one more byte.  At most |p|·|s| steps, never exponential (a
+ * pattern of many stars over a long key once took seconds, CVE-2022-36021
+ * in Redis). */
 int vals_glob(const char *p, size_t pl, const char *s, size_t sl)
 {
-	while (pl) {
-		switch (*p) {
-		case '*':
-			while (pl > 1 && p[1] == '*') {
-				p++;
-				pl--;
-			}
-			if (pl == 1)
+	size_t pi = 0, si = 0, star = SIZE_MAX, mark = 0, len;
+
+	while (si < sl) {
+		if (pi < pl && p[pi] == '*') {
+			while (pi < pl && p[pi] == '*')
+				pi++;
+			if (pi == pl)
 				return 1;
-			for (size_t i = 0; i <= sl; i++)
-				if (vals_glob(p + 1, pl - 1, s + i, sl - i))
-					return 1;
+			star = pi;
+			mark = si;
+			continue;
+		}
+		if (pi < pl && glob_token(p + pi, pl - pi, (unsigned char)s[si], &len)) {
+			pi += len;
+			si++;
+			continue;
+		}
+		if (star == SIZE_MAX)
 			return 0;
-		case '?':
-			if (!sl)
-				return 0;
-			s++;
-			sl--;
-			break;
-		case '[': {
-			int neg, hit = 0;
-			p++;
-			pl--;
-			neg = pl && *p == '^';
-			if (neg) {
-				p++;
-				pl--;
-			}
-			while (pl && *p != ']') {
-				if (*p == '\\' && pl >= 2) {
-					p++;
-					pl--;
-					if (sl && *p == *s)
-						hit = 1;
-				} else if (pl >= 3 && p[1] == '-') {
-					unsigned char a = (unsigned char)p[0], b = (unsigned char)p[2];
-					if (a > b) {
-						unsigned char x = a;
-						a = b;
-						b = x;
-					}
-					if (sl && (unsigned char)*s >= a && (unsigned char)*s <= b)
-						hit = 1;
-					p += 2;
-					pl -= 2;
-				} else if (sl && *p == *s) {
-					hit = 1;
-				}
-				p++;
-				pl--;
-			}
-			if (!sl || hit == neg)
-				return 0;
-			s++;
-			sl--;
-			if (!pl)
-				return sl == 0; /* an unclosed class ends the pattern */
-			break;
-		}
-		case '\\':
-			if (pl >= 2) {
-				p++;
-				pl--;
-			}
-			/* fall through */
-		default:
-			if (!sl || *p != *s)
-				return 0;
-			s++;
-			sl--;
-			break;
-		}
-		p++;
-		pl--;
+		pi = star;
+		si = ++mark;
 	}
-	return sl == 0;
+	while (pi < pl && p[pi] == '*')
+		pi++;
+	return pi == pl;
 }
 
 /* --- rebuild ---------------------------------------------------------------- */
@@ -1437,7 +1584,7 @@ static int adopt(struct vals *v, const struct kvtd_tenant *t, const struct found
 		 const struct trailer *tr, int64_t now)
 {
 	uint64_t h = hash_of(t->id, tr->key, tr->klen);
-	struct shard *s = shard_of(v, h);
+	struct shard *s = shard_of(v, t->id, h, 1);
 	struct entry **pp, *e;
 	struct gone g = { 0 };
 	int older = 0, replaced = 0;
@@ -1446,6 +1593,8 @@ static int adopt(struct vals *v, const struct kvtd_tenant *t, const struct found
 		delete_object(v, t, &f->key, f->len);
 		return 0;
 	}
+	if (!s)
+		return KVT_ENOMEM;
 	pthread_mutex_lock(&s->mu);
 	pp = find(s, h, t->id, tr->key, tr->klen);
 	if (*pp && (*pp)->seq > tr->seq) {
@@ -1497,17 +1646,17 @@ struct tomb {
 static void tomb_apply(struct vals *v, const struct tomb *tb)
 {
 	if (tb->kind == OBJ_FLS) {
-		for (int si = 0; si < NSHARDS; si++)
-			for (size_t bi = 0; bi < v->sh[si].nb; bi++)
-				purge_bucket(v, tb->t, &v->sh[si], bi, tb->seq);
+		purge_table(v, tb->t, tb->seq);
 		return;
 	}
 	uint64_t h = hash_of(tb->t->id, tb->key, tb->klen);
-	struct shard *s = shard_of(v, h);
+	struct shard *s = shard_of(v, tb->t->id, h, 0);
 	struct entry **pp;
 	struct gone g;
 	int hide;
 
+	if (!s)
+		return;
 	pthread_mutex_lock(&s->mu);
 	pp = find(s, h, tb->t->id, tb->key, tb->klen);
 	if ((hide = *pp && (*pp)->seq <= tb->seq))

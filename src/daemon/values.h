@@ -63,6 +63,8 @@
 struct kvtd_tenant {
 	uint32_t id;      /* index in the daemon's table, < VALS_MAX_TENANTS */
 	char name[64];    /* "" for the default tenant */
+	char label[16];   /* its /metrics label unless names are shown: "t" and
+			   * 12 hex digits of ns.digest ("" for the default) */
 	kvt_ns ns;
 };
 
@@ -154,5 +156,12 @@ void vals_sweep(struct vals *v, size_t budget);
 int vals_glob(const char *pat, size_t plen, const char *s, size_t slen);
 
 int64_t vals_now_ms(void);
+
+/* The absolute expiry, in ms, of a command's expiry argument t: seconds
+ * when sec, an absolute time when at, else relative to `now`.  INT64_MIN
+ * when it does not fit in 64 bits of milliseconds, which Redis answers
+ * "invalid expire time" (a wrapped sum would delete the key, or never
+ * store it). */
+int64_t vals_expiry_ms(long long t, int sec, int at, int64_t now);
 
 #endif

@@ -504,6 +504,31 @@ static int writes_off(kvt_store *st, int i)
 	return until && store_mono_ns() < until;
 }
 
+/* The error of a write refused while tier i's writes are off: the code and
+ * the words of the failure that turned them off (a full disk stays
+ * "No space left on device", not a vaguer I/O error), and for how long. */
+static int writes_off_text(kvt_store *st, int i, char *buf, size_t len)
+{
+	struct tier_health *hl = &st->health[i];
+	long long left = (atomic_load(&hl->off_until) - store_mono_ns()) / 1000000000ll + 1;
+	int rc = atomic_load(&hl->last_rc);
+
+	pthread_mutex_lock(&st->err_mu);
+	snprintf(buf, len, "%s tier takes no writes for %lld s after %d failed in a row; the "
+		 "last: %s", st->tiers[i]->ops->name, left > 0 ? left : 1, TIER_FAIL_STREAK,
+		 hl->last);
+	pthread_mutex_unlock(&st->err_mu);
+	return rc < 0 ? rc : -EIO;
+}
+
+static int writes_off_err(kvt_store *st, int i)
+{
+	char why[320];
+	int rc = writes_off_text(st, i, why, sizeof(why));
+
+	return kvt_err(rc, "%s", why);
+}
+
 /* Count a put's outcome in tier i's health: an I/O error (a negated errno) or a timeout
  * lengthens the streak; anything else that reached the medium ends it. */
 static void tier_note_write(kvt_store *st, int i, int rc)
@@ -515,6 +540,7 @@ static void tier_note_write(kvt_store *st, int i, int rc)
 		snprintf(hl->last, sizeof(hl->last), "%s (%s)", kvt_strerror(rc),
 			 kvt_errmsg());
 		pthread_mutex_unlock(&st->err_mu);
+		atomic_store(&hl->last_rc, rc);
 	}
 	if ((rc < 0 && rc > KVT_ERR_BASE) || rc == KVT_ETIMEDOUT) {
 		/* A medium or an endpoint that failed, or did not answer in
@@ -561,8 +587,7 @@ static int store_harden(kvt_store *st, const kvt_key *key, int holder,
 			continue;
 		if (writes_off(st, i)) {
 			if (!err)
-				err = kvt_err(-EIO, "%s tier admits no writes after repeated errors",
-					      t->ops->name);
+				err = writes_off_err(st, i);
 			continue;
 		}
 		rc = t->ops->put_begin(t, key, rb->len, &w);
@@ -751,8 +776,7 @@ static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		if (!(mask & (1u << i)))
 			continue;
 		if (writes_off(st, i)) {
-			rc[i] = kvt_err(-EIO, "%s tier admits no writes after repeated errors",
-					t->ops->name);
+			rc[i] = writes_off_err(st, i);
 			if (!err)
 				err = rc[i];
 			continue;
@@ -1087,8 +1111,7 @@ int store_image_begin(kvt_store *st, const kvt_key *key, uint64_t len,
 	if (*first != 0)
 		return kvt_err(KVT_ENOTSUP, "the first tier takes no puts");
 	if (writes_off(st, 0))
-		return kvt_err(-EIO, "%s tier admits no writes after repeated errors",
-			       st->tiers[0]->ops->name);
+		return writes_off_err(st, 0);
 	rc = st->tiers[0]->ops->put_begin(st->tiers[0], key, len, w);
 	if (rc)
 		tier_note_write(st, 0, rc);
@@ -1124,8 +1147,7 @@ int store_image_commit(kvt_store *st, int first, kvt_tier_wbuf *w0, int durabili
 			continue;
 		if (writes_off(st, i)) {
 			if (!err)
-				err = kvt_err(-EIO, "%s tier admits no writes after repeated errors",
-					      st->tiers[i]->ops->name);
+				err = writes_off_err(st, i);
 			continue;
 		}
 		rc[i] = st->tiers[i]->ops->put_begin(st->tiers[i], &key, len, &w[i]);
@@ -2196,6 +2218,8 @@ int kvt_store_stats(kvt_store *st, int tier, kvt_tier_stats *out)
 	for (int b = 0; b < 24; b++)
 		out->get_latency_log2_us[b] = atomic_load(&st->perf[tier].hist[b]);
 	out->writes_off = (uint32_t)writes_off(st, tier);
+	if (out->writes_off && !out->state[0])
+		writes_off_text(st, tier, out->state, sizeof(out->state));
 	return 0;
 }
 

@@ -35,6 +35,7 @@ struct tier_health {
 	atomic_ullong errors;        /* total write I/O errors */
 	char last[160];              /* the last failed write's message, under
 				      * err_mu */
+	atomic_int last_rc;          /* and its code (a negated errno, say) */
 };
 
 /* Work for the pool, in three classes served in order: what a caller is

@@ -452,6 +452,14 @@ const char *kvt_config_daemon(const kvt_config *cfg)
 	return cfg && daemon_configured(cfg) ? cfg->daemon : NULL;
 }
 
+int kvt_config_durable(const kvt_config *cfg)
+{
+	for (int i = 0; cfg && kvt_tier_classes[i]; i++)
+		if (kvt_tier_classes[i]->persistent && kvt_tier_classes[i]->configured(cfg))
+			return 1;
+	return 0;
+}
+
 /* unix:///path or /path; "" or null: no daemon. */
 static int daemon_set(kvt_config *c, const char *v)
 {

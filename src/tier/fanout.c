@@ -122,7 +122,7 @@ int kvt_fanout_mktmp(kvt_io *io, const char *root, const char *tier)
 	int rc;
 
 	snprintf(dir, sizeof(dir), "%s/tmp", root);
-	rc = io->mkdir(io, dir, 0755);
+	rc = io->mkdir(io, dir, KVT_DIR_MODE);
 	if (rc == -ENOENT)
 		return kvt_err(rc, "%s: directory %s has disappeared "
 			       "(unmounted?); not recreating it", tier, root);
@@ -170,7 +170,7 @@ int kvt_fanout_clean_tmp(kvt_io *io, const char *root, int64_t grace_s)
 static int fanout_mkdir_level(kvt_io *io, const char *dir, int durability,
 			      const char *tier)
 {
-	int rc = io->mkdir(io, dir, 0755);
+	int rc = io->mkdir(io, dir, KVT_DIR_MODE);
 
 	if (rc == -EEXIST)
 		return 0;

@@ -318,7 +318,7 @@ int kvt_findex_tmp_open(kvt_io *io, const char *root, const kvt_key *key,
 	for (i = 0; i < FINDEX_TMP_TRIES; i++) {
 		kvt_fanout_tmp_path(root, hex, tmp);
 		fd = io->open(io, tmp, O_WRONLY | O_CREAT | O_EXCL |
-			      (*direct ? O_DIRECT : 0), 0644);
+			      (*direct ? O_DIRECT : 0), KVT_FILE_MODE);
 		if (fd == -EINVAL && *direct) {
 			/* Some file systems create the file and then refuse
 			 * O_DIRECT: drop it, write this one buffered. */
@@ -593,7 +593,7 @@ int kvt_findex_quarantine(kvt_io *io, const char *root, const char *fin,
 	if (b->ino && !kvt_findex_bad_same(b, &st))
 		return 0; /* replaced since: not the file found bad */
 	snprintf(dir, sizeof(dir), "%s/quarantine", root);
-	rc = io->mkdir(io, dir, 0755);
+	rc = io->mkdir(io, dir, KVT_DIR_MODE);
 	if (rc && rc != -EEXIST)
 		return kvt_err(rc, "%s: mkdir %s: %s", tier, dir, kvt_strerror(rc));
 	kvt_fanout_hex(&b->key, hex);
@@ -607,7 +607,7 @@ int kvt_findex_quarantine(kvt_io *io, const char *root, const char *fin,
 	snprintf(why, sizeof(why), "%s.why", to);
 	len = snprintf(note, sizeof(note), "%s\nwas %s\nmoved %lld\n", b->why,
 		       fin, (long long)now);
-	fd = io->open(io, why, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	fd = io->open(io, why, O_WRONLY | O_CREAT | O_TRUNC, KVT_FILE_MODE);
 	if (fd >= 0) {
 		if (io->pwrite(io, fd, note, (size_t)len, 0) != len)
 			kvt_log(KVT_LOG_WARN, "%s: cannot write %s", tier, why);

@@ -815,7 +815,7 @@ static void fsdir_probe_direct(fsdir *t)
 
 	kvt_fanout_tmp_path(t->root, "direct-probe", path);
 	fd = t->io->open(t->io, path, O_WRONLY | O_CREAT | O_EXCL | O_DIRECT,
-			 0644);
+			 KVT_FILE_MODE);
 	if (fd >= 0)
 		t->io->close(t->io, fd);
 	t->io->unlink(t->io, path);
@@ -894,7 +894,7 @@ int kvt_fsdir_open(const kvt_fsdir_opts *o, kvt_tier **out)
 			goto fail;
 		}
 	} else {
-		rc = kvt_io_mkdirs(t->io, tmpdir, 0755);
+		rc = kvt_io_mkdirs(t->io, tmpdir, KVT_DIR_MODE);
 		if (rc) {
 			rc = kvt_err(rc, "fsdir: mkdir -p %s: %s", tmpdir,
 				     kvt_strerror(rc));

@@ -850,7 +850,7 @@ static int nv_probe(nvme *t)
 
 	kvt_fanout_tmp_path(t->root, "probe", path);
 	fd = t->io->open(t->io, path, O_WRONLY | O_CREAT | O_EXCL | O_DIRECT,
-			 0644);
+			 KVT_FILE_MODE);
 	if (fd == -EINVAL) {
 		kvt_log(KVT_LOG_WARN,
 			"nvme: %s refuses O_DIRECT; using buffered I/O", t->root);
@@ -1060,7 +1060,7 @@ int kvt_nvme_open(const kvt_nvme_opts *o, kvt_tier **out)
 	t->read_only = o->read_only;
 
 	snprintf(tmpdir, sizeof(tmpdir), "%s/tmp", t->root);
-	rc = t->read_only ? nv_check_root(t) : kvt_io_mkdirs(t->io, tmpdir, 0755);
+	rc = t->read_only ? nv_check_root(t) : kvt_io_mkdirs(t->io, tmpdir, KVT_DIR_MODE);
 	if (rc == -EROFS || rc == -EACCES)
 		rc = nv_go_read_only(t, "mkdir -p", tmpdir, rc);
 	if (rc) {

@@ -58,6 +58,7 @@
 
 struct peer_conn {
 	int fd;
+	int64_t deadline_ms;       /* the request under way ends by then */
 	size_t n;                  /* bytes in stash */
 	char stash[PEER_STASH];
 };
@@ -196,6 +197,8 @@ static int src_err(long got)
 {
 	if (got == 0)
 		return kvt_err(-EPIPE, "the connection closed in the middle of a reply");
+	if (got == -ETIMEDOUT)
+		return kvt_err(-ETIMEDOUT, "no whole reply within peer_timeout_ms");
 	return kvt_err((int)got, "reading the reply: %s", strerror((int)-got));
 }
 
@@ -321,16 +324,27 @@ int kvt_peer_read_reply(kvt_peer_src src, void *arg, char *stash, size_t stash_c
 
 /* --- connections ---------------------------------------------------------------- */
 
+/* A reply's bytes as they come, until the request's deadline: a peer that
+ * sends a byte now and then cannot hold a read for longer than that (the
+ * socket's own timeout bounds each wait, not the whole). */
 static long fd_src(void *arg, void *buf, size_t len)
 {
 	struct peer_conn *c = arg;
 	for (;;) {
-		ssize_t got = recv(c->fd, buf, len, 0);
+		ssize_t got = recv(c->fd, buf, len, MSG_DONTWAIT);
 		if (got >= 0)
 			return got;
 		if (errno == EINTR)
 			continue;
-		return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return -errno;
+		int64_t left = c->deadline_ms - now_ms();
+		struct pollfd p = { .fd = c->fd, .events = POLLIN };
+		if (left <= 0)
+			return -ETIMEDOUT;
+		int r = poll(&p, 1, left > 600000 ? 600000 : (int)left);
+		if (r < 0 && errno != EINTR)
+			return -errno;
 	}
 }
 
@@ -418,6 +432,7 @@ static int conn_open(struct peer_tier *t, const struct peer_addr *a, struct peer
 
 	if (!c)
 		return kvt_err(KVT_ENOMEM, "out of memory");
+	c->deadline_ms = now_ms() + t->timeout_ms; /* for its AUTH */
 	if ((rc = connect_timed(a, t->timeout_ms < PEER_CONNECT_MS ? t->timeout_ms
 							     : PEER_CONNECT_MS, &c->fd))) {
 		free(c);
@@ -500,6 +515,7 @@ struct peer_call {
 	int reserved;              /* reserve was called: the reply may be
 				    * half in it, and no retry can follow */
 	int reserve_rc;            /* what it returned */
+	int64_t deadline_ms;       /* the whole request's, from its first send */
 	struct kvt_peer_reply r;
 };
 
@@ -530,6 +546,7 @@ static int call_write(struct peer_tier *t, struct peer_call *k)
 	int rc;
 
 	memcpy(v, k->iov, (size_t)k->n_iov * sizeof(*v)); /* send_all moves them */
+	k->c->deadline_ms = k->deadline_ms;
 	if ((rc = send_all(k->c->fd, v, k->n_iov)))
 		return kvt_err(rc, "peer %s: sending: %s", t->a[k->i].name,
 			       rc == -ETIMEDOUT ? "timed out" : strerror(-rc));
@@ -545,6 +562,7 @@ static int call_send(struct peer_tier *t, struct peer_call *k)
 
 	memset(&k->r, 0, sizeof(k->r));
 	k->c = NULL;
+	k->deadline_ms = now_ms() + t->timeout_ms;
 	pthread_mutex_lock(&t->mu);
 	if (a->n_idle)
 		k->c = a->idle[--a->n_idle];

@@ -306,6 +306,62 @@ class Peers(unittest.TestCase):
         finally:
             lsock.close()
 
+    def test_a_drip_feeding_peer_is_cut_off(self):
+        """A "peer" that claims a chunk and answers its FETCH a byte every
+        0.3 s: peer_timeout_ms bounds the whole reply, not each wait (a 4 kB
+        reply at that pace held the read for 20 minutes), and the peer is then
+        failed like one that does not answer."""
+        lsock = socket.socket()
+        lsock.bind(("127.0.0.1", 0))
+        lsock.listen(4)
+        stop = threading.Event()
+
+        def serve():
+            while not stop.is_set():
+                try:
+                    c, _ = lsock.accept()
+                except OSError:
+                    return
+                buf = b""
+                with c:
+                    try:
+                        while not stop.is_set():
+                            data = c.recv(65536)
+                            if not data:
+                                break
+                            buf += data
+                            if b"KVTIER.PEEK" in buf and buf.endswith(b"\r\n"):
+                                c.sendall(b":%d\r\n" % buf.count(b"$64\r\n"))
+                                buf = b""
+                            elif b"KVTIER.FETCH" in buf and buf.endswith(b"\r\n") \
+                                    and len(buf) > 90:
+                                c.sendall(b"$4100\r\n")
+                                while not stop.wait(0.3):
+                                    c.sendall(b"x")
+                    except OSError:
+                        pass
+        threading.Thread(target=serve, daemon=True).start()
+        url_b, m_b = self.node("decode", ["--set", "peers=127.0.0.1:%d" % lsock.getsockname()[1],
+                                          "--set", "peer_timeout_ms=1000"])
+        try:
+            with kvtier.Store(daemon=url_b) as q:
+                ns = q.namespace("py/peer", kvtier.Layout(**BIG))
+                keys = ns.key_chain(list(range(BIG["chunk_tokens"])))
+                self.assertEqual(q.lookup(ns, keys), 1)  # it claims it
+                out = torch.empty(ns.payload_bytes // 2, dtype=torch.bfloat16)
+                t0 = time.monotonic()
+                with self.assertRaises(kvtier.Error):
+                    q.get(ns, keys[0], out)
+                took = time.monotonic() - t0
+                self.assertLess(took, 5, "a drip-fed reply held the read %.1f s" % took)
+                # failed: skipped for a second, so a lookup does not ask it
+                self.assertEqual(q.lookup(ns, keys), 0)
+            b = metrics(m_b)
+            self.assertGreaterEqual(b[("kvtier_tier_read_errors_total", "peer")], 1)
+        finally:
+            stop.set()
+            lsock.close()
+
     def test_cost_model_picks_the_faster_source(self):
         shared = os.path.join(self.dir, "shared")
         os.mkdir(shared)
