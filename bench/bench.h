@@ -30,6 +30,7 @@ int bench_plan(int argc, char **argv);
 int bench_hier(int argc, char **argv);
 int bench_connector(int argc, char **argv);
 int bench_python(int argc, char **argv);   /* runs bench-data/python_bench.py */
+int bench_vllm(int argc, char **argv);     /* runs bench-data/vllm_bench.py */
 int bench_daemon(int argc, char **argv);   /* kvtierd against redis-server */
 int bench_daemon_local(int argc, char **argv); /* the library on kvtierd, shared memory */
 int bench_daemon_peer(int argc, char **argv); /* a decode node fetching from a prefill node */

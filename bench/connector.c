@@ -29,11 +29,13 @@
  * ratios medians of per-round ratios.  Target: 0.9 of memcpy.  A figure
  * below target is reported, not failed; 1 means a call failed.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bench.h"
 
@@ -311,7 +313,7 @@ static void print_json(const struct figure *fig, int n, int rounds, int quick, d
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: kvtier-bench connector [--json] [--quick]\n"
+		"usage: kvtier-bench connector [--json] [--quick] [--device]\n"
 		"\n"
 		"The engine connector's CPU gather (paged blocks -> chunk) and scatter\n"
 		"(chunk -> blocks) of a whole 256-token chunk, against memcpy of the\n"
@@ -320,14 +322,42 @@ static void usage(FILE *f)
 		"layers, 576, one plane).  Block tables are shuffled over the pool.\n"
 		"For Llama-3.1-8B also load_dram: kvt_conn_load of a prompt held in the\n"
 		"DRAM tier, waited on layer by layer, against memcpy of its bytes.\n"
+		"  --device  the CUDA backend instead: one chunk between a GPU's blocks and\n"
+		"            pinned host memory against cudaMemcpy (ratio_vs_cudamemcpy)\n"
 		"  --json    every figure as JSON; ratios in ratio_vs_memcpy\n"
 		"  --quick   3 rounds of >= 20 ms, a pool of 2 chunks (default 7, 50 ms, 4)\n");
+}
+
+/* --device: the CUDA backend against cudaMemcpy, measured from Python (torch
+ * allocates the device blocks and the pinned buffer, and times cudaMemcpy
+ * through the same runtime): bench-data/cuda_bench.py with this build's
+ * library, run by KVT_BENCH_PYTHON (an interpreter with CUDA torch). */
+static int device_bench(int json, int quick)
+{
+	char script[4096], pkg[4096], lib[4096];
+
+	if (!bench_data_path("cuda_bench.py", script, sizeof(script)) ||
+	    !bench_data_path("python/kvtier/__init__.py", pkg, sizeof(pkg)) ||
+	    bench_beside_exe("libkvtier.so", lib, sizeof(lib))) {
+		fprintf(stderr, "kvtier-bench " CMD ": bench-data/cuda_bench.py missing\n");
+		return 1;
+	}
+	*strrchr(pkg, '/') = '\0';
+	*strrchr(pkg, '/') = '\0';
+	setenv("KVTIER_LIB", lib, 1);
+	setenv("PYTHONPATH", pkg, 1);
+	setenv("PYTHONDONTWRITEBYTECODE", "1", 1);
+	execlp(KVT_BENCH_PYTHON, KVT_BENCH_PYTHON, script, json ? "--json" : "--table",
+	       quick ? "--quick" : "--full", (char *)NULL);
+	fprintf(stderr, "kvtier-bench " CMD ": cannot run " KVT_BENCH_PYTHON ": %s\n",
+		strerror(errno));
+	return 1;
 }
 
 int bench_connector(int argc, char **argv)
 {
 	struct figure fig[N_SHAPES * 3];
-	int json = 0, quick = 0, n = 0, rc = 0, err;
+	int json = 0, quick = 0, device = 0, n = 0, rc = 0, err;
 	kvt_config *cfg;
 	kvt_store *st;
 
@@ -336,6 +366,8 @@ int bench_connector(int argc, char **argv)
 			json = 1;
 		} else if (!strcmp(argv[i], "--quick")) {
 			quick = 1;
+		} else if (!strcmp(argv[i], "--device")) {
+			device = 1;
 		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			usage(stdout);
 			return 0;
@@ -345,6 +377,8 @@ int bench_connector(int argc, char **argv)
 			return 2;
 		}
 	}
+	if (device)
+		return device_bench(json, quick);
 	int rounds = quick ? 3 : MAX_ROUNDS;
 	double min_s = quick ? 0.02 : 0.05;
 

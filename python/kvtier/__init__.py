@@ -1426,8 +1426,14 @@ class Connector(_Handle):
         del k2
         return rc
 
-    def save_layer(self, req, layer=None):
-        """Layer `layer` (None: every layer not yet queued) is computed."""
+    def save_layer(self, req, layer=None, stream=None):
+        """Layer `layer` (None: every layer not yet queued) is computed.
+        `stream`: the CUDA stream (a torch.cuda.Stream) the engine wrote the
+        layer's blocks on, for a connector over device memory: its work is
+        finished first, so that the gather, on kvtier's own stream, cannot
+        read the blocks before the engine's kernels have written them."""
+        if stream is not None:
+            stream.synchronize()
         _check(lib.kvt_conn_save_layer(self._handle(), int(req),
                                        ALL_LAYERS if layer is None else int(layer)))
 

