@@ -23,23 +23,29 @@
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: kvtier-bench vllm [--json] [--quick] [--no-lmcache] [--python PATH]\n\n"
+		"usage: kvtier-bench vllm [--json] [--quick] [--no-lmcache] [--catalog FILE]\n"
+		"                         [--python PATH]\n\n"
 		"vLLM's TTFT at 1k, 4k and 16k-token prefixes computed by an earlier engine:\n"
 		"recomputed, vLLM's own prefix-cache hit, loaded through kvtier from\n"
 		"kvtierd's DRAM, NVMe and a shared directory (fresh engines), and LMCache's\n"
-		"vLLM connector; a random-weight Qwen2.5-0.5B.  About 15 minutes on two\n"
-		"cores (--quick: a 2-layer model, 1k and 4k, kvtierd DRAM only, about 3).\n"
-		"  --json         every figure as JSON; ratios in ratio_vs_<bound> fields\n"
-		"  --quick        the short run\n"
-		"  --no-lmcache   leave LMCache's connector out\n"
-		"  --python PATH  the interpreter with vLLM (default " KVT_BENCH_PYTHON ")\n");
+		"vLLM connector; a random-weight Qwen2.5-0.5B.  Then a multi-turn replay of\n"
+		"the conversation trace with vLLM's own cache cut small, vLLM alone against\n"
+		"vLLM with kvtier (ratio_vs_vllm), and kvtier plan's prediction of it from\n"
+		"this run's figures.  About 15 minutes on two cores (--quick: a 2-layer\n"
+		"model, 1k and 4k, kvtierd DRAM only, a shorter replay: about 3).\n"
+		"  --json          every figure as JSON; ratios in ratio_vs_<bound> fields\n"
+		"  --quick         the short run\n"
+		"  --no-lmcache    leave LMCache's connector out\n"
+		"  --catalog FILE  also write the measured figures there, for\n"
+		"                  kvtier plan --catalog\n"
+		"  --python PATH   the interpreter with vLLM (default " KVT_BENCH_PYTHON ")\n");
 }
 
 int bench_vllm(int argc, char **argv)
 {
 	const char *python = KVT_BENCH_PYTHON;
 	char script[4096], pkg[4096], lib[4096], daemon[4096];
-	const char *args[8];
+	const char *args[8], *catalog = NULL;
 	int n = 0;
 
 	for (int i = 1; i < argc; i++) {
@@ -48,9 +54,11 @@ int bench_vllm(int argc, char **argv)
 			return 0;
 		} else if (!strcmp(argv[i], "--python") && i + 1 < argc) {
 			python = argv[++i];
+		} else if (!strcmp(argv[i], "--catalog") && i + 1 < argc) {
+			catalog = argv[++i];
 		} else if (!strcmp(argv[i], "--json") || !strcmp(argv[i], "--quick") ||
 			   !strcmp(argv[i], "--no-lmcache")) {
-			if (n < 4)
+			if (n < 3)
 				args[1 + n++] = argv[i];
 		} else {
 			fprintf(stderr, "kvtier-bench " CMD ": unknown option \"%s\"\n\n", argv[i]);
@@ -76,6 +84,10 @@ int bench_vllm(int argc, char **argv)
 	setenv("PYTHONPATH", pkg, 1);
 	setenv("PYTHONDONTWRITEBYTECODE", "1", 1);
 	args[0] = script;
+	if (catalog) {
+		args[1 + n++] = "--catalog";
+		args[1 + n++] = catalog;
+	}
 	args[1 + n] = NULL;
 	{
 		const char *argv2[10] = { python };

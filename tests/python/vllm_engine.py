@@ -8,7 +8,8 @@ no model hub), and one engine run in a process of its own.
 
 SPEC: {"model": DIR, "block_size": 32, "max_model_len": 4096,
        "kv_load_failure_policy": "recompute" (vLLM's default fails the request),
-       "prefix_caching": true, "kv_cache_gib": 1, "dtype": "bfloat16",
+       "prefix_caching": true, "kv_cache_gib": 1, "kv_blocks": N | null,
+       "dtype": "bfloat16",
        "kvtier": {extra_config} | null, "kv_role": "kv_both",
        "kv_events": {"endpoint": "tcp://127.0.0.1:N", "topic": "kv"} | null,
        "tensor_parallel_size": 1,
@@ -178,6 +179,10 @@ def main(spec_path):
               disable_log_stats=False, seed=0)
     if spec.get("max_num_batched_tokens"):
         kw["max_num_batched_tokens"] = spec["max_num_batched_tokens"]
+    if spec.get("kv_blocks"):
+        # vLLM's own cache this many blocks, whatever the memory allows: a
+        # replay small enough that it evicts.
+        kw["num_gpu_blocks_override"] = spec["kv_blocks"]
     if spec.get("kvtier") is not None:
         kw["kv_transfer_config"] = KVTransferConfig(
             kv_connector=spec.get("connector", "KvtierConnector"),
