@@ -31,13 +31,13 @@ static void usage(FILE *f)
 		"vLLM connector; a random-weight Qwen2.5-0.5B.  Then a multi-turn replay of\n"
 		"the conversation trace with vLLM's own cache cut small, vLLM alone against\n"
 		"vLLM with kvtier (ratio_vs_vllm), and kvtier plan's prediction of it from\n"
-		"this run's figures.  About 15 minutes on two cores (--quick: a 2-layer\n"
-		"model, 1k and 4k, kvtierd DRAM only, a shorter replay: about 3).\n"
+		"this run's figures.  About 13 minutes on two cores (--quick: a 2-layer\n"
+		"model, 1k and 4k, kvtierd DRAM only, no replay: about 3).\n"
 		"  --json          every figure as JSON; ratios in ratio_vs_<bound> fields\n"
 		"  --quick         the short run\n"
 		"  --no-lmcache    leave LMCache's connector out\n"
 		"  --catalog FILE  also write the measured figures there, for\n"
-		"                  kvtier plan --catalog\n"
+		"                  kvtier plan --catalog (not with --quick)\n"
 		"  --python PATH   the interpreter with vLLM (default " KVT_BENCH_PYTHON ")\n");
 }
 

@@ -24,7 +24,7 @@ that prefill is real work; --quick uses a 2-layer model of the same heads.
 
 5. A multi-turn replay: conversations of the Mooncake conversation trace
    (bench-data/traces; the first 10 of 4 turns or more, their first 4
-   turns, in the trace's order; --quick 8 of 3), each 512-token block of the trace mapped
+   turns, in the trace's order; not in --quick), each 512-token block of the trace mapped
    onto 128 token ids drawn from its id (equal ids, equal prefixes: the
    trace's reuse kept), one request at a time.  vLLM's own cache is cut
    to 96 blocks of 32 tokens, so that between two turns of a conversation
@@ -201,6 +201,62 @@ def replay_stats(res, reqs):
             "prompt_tokens": sum(total.values())}
 
 
+def run_replay(model, shape, kv_gib, prompts, recompute, r_dram, lens, root, kvtierd,
+               catalog):
+    """Steps 5 and 6: the replay, and kvtier plan's prediction of it."""
+    n_conv, turns = 10, 4
+    # The multi-turn replay: vLLM alone against vLLM with kvtier, both
+    # with vLLM's own cache cut small enough to evict.
+    trace = os.path.join(HERE, "traces", "conversation_trace.jsonl")
+    rreqs = replay_requests(trace, n_conv, turns, shape["vocab"])
+    rlen = -(-max(len(t) for _, t, _ in rreqs) // BLOCK) * BLOCK + BLOCK
+    rprompts = [(n, t) for n, t, _ in rreqs]
+    r_alone = engine(model, None, rprompts, "replay, vLLM alone", rlen, kv_gib,
+                     shape["vocab"], kv_blocks=REPLAY_KV_BLOCKS)
+    r_kvt = engine(model, {"chunk_size": REPLAY_BLOCK, "max_local_cpu_size": "4GiB",
+                           "dram_prefault": False, "dram_lock_memory": False},
+                   rprompts, "replay, vLLM with kvtier", rlen, kv_gib, shape["vocab"],
+                   kv_blocks=REPLAY_KV_BLOCKS)
+    replay = {"requests": len(rreqs), "conversations": n_conv, "turns": turns,
+              "block_tokens": REPLAY_BLOCK, "vllm_kv_blocks": REPLAY_KV_BLOCKS,
+              "vllm_alone": replay_stats(r_alone, rreqs),
+              "vllm_kvtier": replay_stats(r_kvt, rreqs)}
+    va, vk = replay["vllm_alone"], replay["vllm_kvtier"]
+    replay["ratio_vs_vllm"] = va["ttft_mean_s"] / vk["ttft_mean_s"]
+    replay["ratio_vs_vllm_p90"] = va["ttft_p90_s"] / vk["ttft_p90_s"]
+    replay["ratio_vs_vllm_rps"] = vk["requests_per_s"] / va["requests_per_s"]
+    replay["prefill_tokens_saved"] = (va["prefill_tokens_computed"] -
+                                      vk["prefill_tokens_computed"])
+
+    # kvtier plan's prediction of it, from the figures of steps 2 and 3.
+    catalog = catalog or os.path.join(root, "measured.cat")
+    # One speed cannot fit vLLM's CPU prefill at every length (its
+    # attention runs slower than its matmuls: the speed the cost model
+    # implies falls from 1k to 16k tokens), so it is fitted at the
+    # length nearest the replay's prompts.
+    mean_len = statistics.mean(len(t) for _, t, _ in rreqs)
+    fit_len = min(lens, key=lambda L: abs(L - mean_len))
+    rec_fit = [(fit_len, statistics.median([recompute[n] for n, _ in prompts
+                                            if n.startswith("L%d-" % fit_len)]))]
+    dram_by = {r["name"]: r["wall_s"] for r in r_dram}
+    dram_fit = [(L, statistics.median([dram_by[n] for n, _ in prompts
+                                       if n.startswith("L%d-" % L)])) for L in lens]
+    tflops, gbps, lat = write_catalog(catalog, shape, rec_fit, dram_fit)
+    ptrace = os.path.join(root, "replay.jsonl")
+    write_plan_trace(ptrace, rreqs)
+    kvtier_cli = os.path.join(os.path.dirname(kvtierd), "kvtier")
+    p_kvt, p_alone = plan_mean_ttft(kvtier_cli, ptrace, catalog)
+    with open(catalog) as f:
+        cat_text = f.read()
+    replay["plan"] = {"catalog": cat_text, "tflops": tflops, "dram_gbps": gbps,
+                      "dram_latency_s": lat,
+                      "predicted_ttft_mean_kvtier_s": p_kvt,
+                      "error_kvtier": p_kvt / vk["ttft_mean_s"] - 1,
+                      "predicted_ttft_mean_recompute_s": p_alone,
+                      "error_recompute_vs_vllm_alone": p_alone / va["ttft_mean_s"] - 1}
+    return replay
+
+
 def start_kvtierd(kvtierd, root, sock):
     args = [kvtierd, "--port", "0", "--local", sock,
             "--set", "max_local_cpu_size=4GiB", "--set", "dram_prefault=false",
@@ -352,56 +408,9 @@ def main():
             lmc = lmcache_try(model, [x for x in prompts if x[0].startswith("L1024-")], root,
                               max_len, kv_gib, shape["vocab"])
 
-        # The multi-turn replay: vLLM alone against vLLM with kvtier, both
-        # with vLLM's own cache cut small enough to evict.
-        trace = os.path.join(HERE, "traces", "conversation_trace.jsonl")
-        n_conv, turns = (8, 3) if a.quick else (10, 4)
-        rreqs = replay_requests(trace, n_conv, turns, shape["vocab"])
-        rlen = -(-max(len(t) for _, t, _ in rreqs) // BLOCK) * BLOCK + BLOCK
-        rprompts = [(n, t) for n, t, _ in rreqs]
-        r_alone = engine(model, None, rprompts, "replay, vLLM alone", rlen, kv_gib,
-                         shape["vocab"], kv_blocks=REPLAY_KV_BLOCKS)
-        r_kvt = engine(model, {"chunk_size": REPLAY_BLOCK, "max_local_cpu_size": "4GiB",
-                               "dram_prefault": False, "dram_lock_memory": False},
-                       rprompts, "replay, vLLM with kvtier", rlen, kv_gib, shape["vocab"],
-                       kv_blocks=REPLAY_KV_BLOCKS)
-        replay = {"requests": len(rreqs), "conversations": n_conv, "turns": turns,
-                  "block_tokens": REPLAY_BLOCK, "vllm_kv_blocks": REPLAY_KV_BLOCKS,
-                  "vllm_alone": replay_stats(r_alone, rreqs),
-                  "vllm_kvtier": replay_stats(r_kvt, rreqs)}
-        va, vk = replay["vllm_alone"], replay["vllm_kvtier"]
-        replay["ratio_vs_vllm"] = va["ttft_mean_s"] / vk["ttft_mean_s"]
-        replay["ratio_vs_vllm_p90"] = va["ttft_p90_s"] / vk["ttft_p90_s"]
-        replay["ratio_vs_vllm_rps"] = vk["requests_per_s"] / va["requests_per_s"]
-        replay["prefill_tokens_saved"] = (va["prefill_tokens_computed"] -
-                                          vk["prefill_tokens_computed"])
-
-        # kvtier plan's prediction of it, from the figures of steps 2 and 3.
-        catalog = a.catalog or os.path.join(root, "measured.cat")
-        # One speed cannot fit vLLM's CPU prefill at every length (its
-        # attention runs slower than its matmuls: the speed the cost model
-        # implies falls from 1k to 16k tokens), so it is fitted at the
-        # length nearest the replay's prompts.
-        mean_len = statistics.mean(len(t) for _, t, _ in rreqs)
-        fit_len = min(lens, key=lambda L: abs(L - mean_len))
-        rec_fit = [(fit_len, statistics.median([recompute[n] for n, _ in prompts
-                                                if n.startswith("L%d-" % fit_len)]))]
-        dram_by = {r["name"]: r["wall_s"] for r in r_dram}
-        dram_fit = [(L, statistics.median([dram_by[n] for n, _ in prompts
-                                           if n.startswith("L%d-" % L)])) for L in lens]
-        tflops, gbps, lat = write_catalog(catalog, shape, rec_fit, dram_fit)
-        ptrace = os.path.join(root, "replay.jsonl")
-        write_plan_trace(ptrace, rreqs)
-        kvtier_cli = os.path.join(os.path.dirname(kvtierd), "kvtier")
-        p_kvt, p_alone = plan_mean_ttft(kvtier_cli, ptrace, catalog)
-        with open(catalog) as f:
-            cat_text = f.read()
-        replay["plan"] = {"catalog": cat_text, "tflops": tflops, "dram_gbps": gbps,
-                          "dram_latency_s": lat,
-                          "predicted_ttft_mean_kvtier_s": p_kvt,
-                          "error_kvtier": p_kvt / vk["ttft_mean_s"] - 1,
-                          "predicted_ttft_mean_recompute_s": p_alone,
-                          "error_recompute_vs_vllm_alone": p_alone / va["ttft_mean_s"] - 1}
+        # --quick leaves the replay out: its engines would double the time.
+        replay = None if a.quick else run_replay(model, shape, kv_gib, prompts, recompute,
+                                                 r_dram, lens, root, kvtierd, a.catalog)
 
         figures = {}
         for L in lens:
@@ -436,8 +445,9 @@ def main():
                        (("ratio_vs_recompute_dram", 5), ("ratio_vs_recompute_nvme", 3),
                         ("ratio_vs_recompute_shared_fs", 3)) if k in top},
                "lmcache": lmc if lmc is None or "error" in lmc else "measured"}
-        doc["met"]["replay_ratio_vs_vllm"] = replay["ratio_vs_vllm"] >= 2
-        doc["met"]["plan_error"] = abs(replay["plan"]["error_kvtier"]) <= 0.10
+        if replay:
+            doc["met"]["replay_ratio_vs_vllm"] = replay["ratio_vs_vllm"] >= 2
+            doc["met"]["plan_error"] = abs(replay["plan"]["error_kvtier"]) <= 0.10
         if a.json:
             print(json.dumps(doc, indent=1))
         else:
@@ -453,21 +463,22 @@ def main():
                            row["ratio_vs_recompute_%s" % tier]["median"]))
             if lmc and "error" in lmc:
                 print("LMCache: " + lmc["error"][:400])
-            print("multi-turn replay, %d requests (vLLM's own cache %d blocks):" %
-                  (replay["requests"], REPLAY_KV_BLOCKS))
-            for k, lab in (("vllm_alone", "vLLM alone"), ("vllm_kvtier", "vLLM + kvtier")):
-                x = replay[k]
-                print("    %-14s TTFT mean %.3f s, p90 %.3f s; %.2f requests/s; "
-                      "%d of %d prompt tokens computed" %
-                      (lab, x["ttft_mean_s"], x["ttft_p90_s"], x["requests_per_s"],
-                       x["prefill_tokens_computed"], x["prompt_tokens"]))
-            print("    ratio_vs_vllm %.2f (mean TTFT)" % replay["ratio_vs_vllm"])
-            pl = replay["plan"]
-            print("kvtier plan on the replay: mean TTFT with kvtier %.3f s predicted "
-                  "(%+.1f%%), without a cache %.3f s (%+.1f%% against vLLM alone)" %
-                  (pl["predicted_ttft_mean_kvtier_s"], 100 * pl["error_kvtier"],
-                   pl["predicted_ttft_mean_recompute_s"],
-                   100 * pl["error_recompute_vs_vllm_alone"]))
+            if replay:
+                print("multi-turn replay, %d requests (vLLM's own cache %d blocks):" %
+                      (replay["requests"], REPLAY_KV_BLOCKS))
+                for k, lab in (("vllm_alone", "vLLM alone"), ("vllm_kvtier", "vLLM + kvtier")):
+                    x = replay[k]
+                    print("    %-14s TTFT mean %.3f s, p90 %.3f s; %.2f requests/s; "
+                          "%d of %d prompt tokens computed" %
+                          (lab, x["ttft_mean_s"], x["ttft_p90_s"], x["requests_per_s"],
+                           x["prefill_tokens_computed"], x["prompt_tokens"]))
+                print("    ratio_vs_vllm %.2f (mean TTFT)" % replay["ratio_vs_vllm"])
+                pl = replay["plan"]
+                print("kvtier plan on the replay: mean TTFT with kvtier %.3f s predicted "
+                      "(%+.1f%%), without a cache %.3f s (%+.1f%% against vLLM alone)" %
+                      (pl["predicted_ttft_mean_kvtier_s"], 100 * pl["error_kvtier"],
+                       pl["predicted_ttft_mean_recompute_s"],
+                       100 * pl["error_recompute_vs_vllm_alone"]))
         return 0
     finally:
         if daemon is not None and daemon.poll() is None:
