@@ -335,6 +335,35 @@ class Engine(unittest.TestCase):
         self.assertEqual(len(head_blocks), 9)
         self.assertEqual([b for b in head_blocks if b in p["blocks_changed"]], [])
 
+    def test_j_qwen2_at_tensor_parallel_2(self):
+        """A Qwen2 at tensor-parallel size 2: two worker processes, one KV
+        head each, each rank its own namespace.  A writer stores P on an
+        NVMe directory of its own through the kvtierd its connector starts;
+        a fresh engine loads every rank's chunks and answers as the
+        writer's recompute did, with the logprobs of vLLM's own prefix hit.
+        (vLLM's CPU backend binds one NUMA node per rank by itself; on a
+        machine with one node each rank's threads are bound by hand.)"""
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            self.skipTest("tensor-parallel size 2 needs 2 CPUs; this process may use %d"
+                          % len(cpus))
+        model = vllm_engine.make_model(os.path.join(FLEET.root, "qwen2"), arch="qwen2", seed=2)
+        kv = {"chunk_size": CHUNK, "durability": "crash_safe", "max_local_cpu_size": "64MiB",
+              "dram_prefault": False, "dram_lock_memory": False,
+              "local_disk": os.path.join(FLEET.root, "nvme-tp2"), "max_local_disk_size": "1GiB"}
+        spec = dict(model=model, block_size=BLOCK, max_model_len=4096, kvtier=kv,
+                    tensor_parallel_size=2)
+        env = {"VLLM_CPU_OMP_THREADS_BIND": "%d|%d" % (cpus[0], cpus[1])}
+        w = vllm_engine.run(dict(spec, requests=[dict(name="P", prompt=P),
+                                                 dict(name="P", prompt=P)]), env_extra=env)
+        r = vllm_engine.run(dict(spec, requests=[dict(name="P", prompt=P)]), env_extra=env)
+        recompute, own_hit = by_name(w, "P")
+        got = by_name(r, "P")[0]
+        self.assertEqual(got["num_cached_tokens"], 576)  # P's 9 whole chunks
+        self.assertGreater(got["metrics"].get("vllm:external_prefix_cache_hits", 0), 0)
+        self.assertEqual(got["token_ids"], recompute["token_ids"])
+        self.assertEqual(got["logprobs"], own_hit["logprobs"])
+
     def test_h_layout_change_misses(self):
         """Another block size is another layout: nothing foreign is loaded."""
         kv = FLEET.tiers("shared_fs")
