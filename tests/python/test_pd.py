@@ -33,6 +33,42 @@ import kvtier
 from test_local import LAYOUT, start_daemon
 
 
+def fake_peer(on_fetch, stop):
+    """A "peer" on a free loopback port: it claims every key a KVTIER.PEEK
+    names, and hands the connection of each KVTIER.FETCH to on_fetch(conn),
+    one FETCH a connection, until `stop` is set.  Returns its listening
+    socket (close it to end)."""
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(4)
+
+    def serve():
+        while not stop.is_set():
+            try:
+                c, _ = lsock.accept()
+            except OSError:
+                return
+            buf = b""
+            with c:
+                try:
+                    while not stop.is_set():
+                        data = c.recv(65536)
+                        if not data:
+                            break
+                        buf += data
+                        if b"KVTIER.PEEK" in buf and buf.endswith(b"\r\n"):
+                            c.sendall(b":%d\r\n" % buf.count(b"$64\r\n"))
+                            buf = b""
+                        elif b"KVTIER.FETCH" in buf and buf.endswith(b"\r\n") \
+                                and len(buf) > 90:
+                            on_fetch(c)
+                            break
+                except OSError:
+                    pass
+    threading.Thread(target=serve, daemon=True).start()
+    return lsock
+
+
 class PrefillDecode(unittest.TestCase):
     def test_decode_node_loads_what_prefill_stored(self):
         bin_ = os.environ.get("KVT_KVTIERD")
@@ -262,32 +298,14 @@ class Peers(unittest.TestCase):
         """A "peer" that claims every chunk and answers FETCH with bytes that
         are no image, then with one announcing more than the node could
         hold: the decode node serves neither and says what was wrong."""
-        lsock = socket.socket()
-        lsock.bind(("127.0.0.1", 0))
-        lsock.listen(4)
         answers = [b"$4100\r\n" + os.urandom(4100) + b"\r\n", b"$99999999999\r\n"]
+        stop = threading.Event()
 
-        def serve():
-            while answers:
-                try:
-                    c, _ = lsock.accept()
-                except OSError:
-                    return
-                buf = b""
-                with c:
-                    while answers:
-                        data = c.recv(65536)
-                        if not data:
-                            break
-                        buf += data
-                        if b"KVTIER.PEEK" in buf and buf.endswith(b"\r\n"):
-                            c.sendall(b":%d\r\n" % buf.count(b"$64\r\n"))
-                            buf = b""
-                        elif b"KVTIER.FETCH" in buf and buf.endswith(b"\r\n") and len(buf) > 90:
-                            c.sendall(answers.pop(0))
-                            buf = b""
-                            break  # one answer per connection
-        threading.Thread(target=serve, daemon=True).start()
+        def fetch(c):
+            c.sendall(answers.pop(0))
+            if not answers:
+                stop.set()
+        lsock = fake_peer(fetch, stop)
         url_b, m_b = self.node("decode", ["--set", "peers=127.0.0.1:%d" % lsock.getsockname()[1]])
         try:
             with kvtier.Store(daemon=url_b) as q:
@@ -311,36 +329,13 @@ class Peers(unittest.TestCase):
         0.3 s: peer_timeout_ms bounds the whole reply, not each wait (a 4 kB
         reply at that pace held the read for 20 minutes), and the peer is then
         failed like one that does not answer."""
-        lsock = socket.socket()
-        lsock.bind(("127.0.0.1", 0))
-        lsock.listen(4)
         stop = threading.Event()
 
-        def serve():
-            while not stop.is_set():
-                try:
-                    c, _ = lsock.accept()
-                except OSError:
-                    return
-                buf = b""
-                with c:
-                    try:
-                        while not stop.is_set():
-                            data = c.recv(65536)
-                            if not data:
-                                break
-                            buf += data
-                            if b"KVTIER.PEEK" in buf and buf.endswith(b"\r\n"):
-                                c.sendall(b":%d\r\n" % buf.count(b"$64\r\n"))
-                                buf = b""
-                            elif b"KVTIER.FETCH" in buf and buf.endswith(b"\r\n") \
-                                    and len(buf) > 90:
-                                c.sendall(b"$4100\r\n")
-                                while not stop.wait(0.3):
-                                    c.sendall(b"x")
-                    except OSError:
-                        pass
-        threading.Thread(target=serve, daemon=True).start()
+        def fetch(c):
+            c.sendall(b"$4100\r\n")
+            while not stop.wait(0.3):
+                c.sendall(b"x")
+        lsock = fake_peer(fetch, stop)
         url_b, m_b = self.node("decode", ["--set", "peers=127.0.0.1:%d" % lsock.getsockname()[1],
                                           "--set", "peer_timeout_ms=1000"])
         try:
