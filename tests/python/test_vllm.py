@@ -373,14 +373,21 @@ class Engine(unittest.TestCase):
         self.assertEqual(by_name(out, "Q")[0]["num_cached_tokens"], 0)
 
     def test_i_bad_configuration_fails_the_start(self):
-        """A kvtier configuration file that does not exist fails vLLM's start
-        with kvtier's message naming it."""
+        """A kvtier configuration file that does not exist, or a wrong value
+        of a key, fails vLLM's start with kvtier's message naming it."""
         missing = os.path.join(FLEET.root, "no-such.yaml")
         with self.assertRaises(RuntimeError) as cm:
             vllm_engine.run(dict(model=FLEET.model, block_size=BLOCK, max_model_len=4096,
                                  kvtier={"kvtier_config": missing},
                                  requests=[dict(name="x", prompt=P[:64])]), timeout=300)
         self.assertIn("%s: cannot open" % missing, str(cm.exception))
+        # A wrong value of a key, given in kv_connector_extra_config: the
+        # start fails naming the key.
+        with self.assertRaises(RuntimeError) as cm:
+            vllm_engine.run(dict(model=FLEET.model, block_size=BLOCK, max_model_len=4096,
+                                 kvtier={"max_local_cpu_size": "lots"},
+                                 requests=[dict(name="x", prompt=P[:64])]), timeout=300)
+        self.assertIn('max_local_cpu_size: "lots" is not a size', str(cm.exception))
 
 
 def chunk_file(root, prompt, i):
