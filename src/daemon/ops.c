@@ -76,7 +76,7 @@ int kvtd_health_daemon(void *arg, struct kvtd_text *o)
 {
 	struct kvtd *d = arg;
 
-	int64_t now = vals_now_ms(), since;
+	int64_t now = kvtd_mono_ms(), since;
 
 	if (atomic_load(&d->stopping)) {
 		kvtd_text_printf(o, "shutting down\n");

@@ -56,7 +56,7 @@ void kvtd_conn_hold(struct kvtd_conn *c, int64_t ms)
 /* One parsed command, the worker marked busy while it runs (/health). */
 static void run_command(struct kvtd_conn *c)
 {
-	atomic_store(&c->w->busy_since_ms, vals_now_ms());
+	atomic_store(&c->w->busy_since_ms, mono_ms());
 	kvtd_dispatch(c, c->parser.argv, c->parser.argc);
 	atomic_store(&c->w->busy_since_ms, 0);
 	c->last_in_ms = mono_ms(); /* a command done is progress */

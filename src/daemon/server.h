@@ -107,7 +107,8 @@ struct kvtd_worker {
 	void *spare[4];
 	size_t spare_cap[4];
 	size_t spare_bytes;
-	/* When the command this worker runs began (vals_now_ms), 0 between
+	/* When the command this worker runs began (kvtd_mono_ms: a wall-clock
+	 * step must not make a worker look stuck), 0 between
 	 * commands: /health names a worker held by one command too long. */
 	_Atomic int64_t busy_since_ms;
 	/* Out of file descriptors: the listeners are out of this worker's
