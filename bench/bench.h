@@ -136,6 +136,14 @@ int bench_empty_tree(const char *path);
  * if not (out still names where it was looked for). */
 int bench_data_path(const char *rel, char *out, size_t cap);
 
+/* Replace this process with `python` running bench-data/<script> with
+ * `args` (NULL-terminated) after it, in the environment a benchmark script
+ * expects: this build's libkvtier.so (KVTIER_LIB), its kvtierd
+ * (KVTIER_KVTIERD) and the package the build copied (PYTHONPATH).  Returns
+ * only on failure: 1, with a message naming what was missing. */
+int bench_exec_script(const char *cmd, const char *python, const char *script,
+		      const char *const *args);
+
 /* n bytes of xorshift noise from seed x (payloads nothing compresses). */
 void bench_fill_random(uint8_t *p, size_t n, uint64_t x);
 

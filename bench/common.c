@@ -232,6 +232,39 @@ int bench_data_path(const char *rel, char *out, size_t cap)
 	return access(out, R_OK) == 0;
 }
 
+int bench_exec_script(const char *cmd, const char *python, const char *script,
+		      const char *const *args)
+{
+	char path[4096], pkg[4096], lib[4096], daemon[4096];
+	const char *argv[32] = { python, path };
+	size_t n = 2;
+
+	if (!bench_data_path(script, path, sizeof(path)) ||
+	    !bench_data_path("python/kvtier/__init__.py", pkg, sizeof(pkg))) {
+		fprintf(stderr, "kvtier-bench %s: %s or the kvtier package beside it is missing "
+				"(the build copies them into bench-data)\n", cmd, path);
+		return 1;
+	}
+	pkg[strlen(pkg) - strlen("/kvtier/__init__.py")] = '\0';
+	if (bench_beside_exe("libkvtier.so", lib, sizeof(lib)) ||
+	    bench_beside_exe("kvtierd", daemon, sizeof(daemon)) || access(daemon, X_OK)) {
+		fprintf(stderr, "kvtier-bench %s: no kvtierd beside this program\n", cmd);
+		return 1;
+	}
+	for (; args && *args && n < sizeof(argv) / sizeof(argv[0]) - 1; args++)
+		argv[n++] = *args;
+	argv[n] = NULL;
+	setenv("KVTIER_LIB", lib, 1);
+	setenv("KVTIER_KVTIERD", daemon, 1);
+	setenv("PYTHONPATH", pkg, 1);
+	setenv("PYTHONDONTWRITEBYTECODE", "1", 1);
+	fflush(NULL);
+	execvp(python, (char *const *)argv);
+	fprintf(stderr, "kvtier-bench %s: cannot run %s: %s (scripts/install-deps.sh makes the "
+			"venv with the engines, or --python PATH)\n", cmd, python, strerror(errno));
+	return 1;
+}
+
 int bench_opts_only(const char *cmd, int argc, char **argv, struct bench_opts *o,
 		    void (*usage)(FILE *f))
 {

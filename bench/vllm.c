@@ -10,11 +10,8 @@
  * (KVT_BENCH_PYTHON; --python PATH) with this build's library, kvtierd and
  * Python package.  This program prepares that environment and runs it.
  */
-#include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "bench.h"
 
@@ -44,8 +41,7 @@ static void usage(FILE *f)
 int bench_vllm(int argc, char **argv)
 {
 	const char *python = KVT_BENCH_PYTHON;
-	char script[4096], pkg[4096], lib[4096], daemon[4096];
-	const char *args[8], *catalog = NULL;
+	const char *args[8];
 	int n = 0;
 
 	for (int i = 1; i < argc; i++) {
@@ -54,48 +50,18 @@ int bench_vllm(int argc, char **argv)
 			return 0;
 		} else if (!strcmp(argv[i], "--python") && i + 1 < argc) {
 			python = argv[++i];
-		} else if (!strcmp(argv[i], "--catalog") && i + 1 < argc) {
-			catalog = argv[++i];
-		} else if (!strcmp(argv[i], "--json") || !strcmp(argv[i], "--quick") ||
-			   !strcmp(argv[i], "--no-lmcache")) {
-			if (n < 3)
-				args[1 + n++] = argv[i];
+		} else if (!strcmp(argv[i], "--catalog") && i + 1 < argc && n < 5) {
+			args[n++] = argv[i];
+			args[n++] = argv[++i];
+		} else if ((!strcmp(argv[i], "--json") || !strcmp(argv[i], "--quick") ||
+			    !strcmp(argv[i], "--no-lmcache")) && n < 6) {
+			args[n++] = argv[i];
 		} else {
 			fprintf(stderr, "kvtier-bench " CMD ": unknown option \"%s\"\n\n", argv[i]);
 			usage(stderr);
 			return 2;
 		}
 	}
-	if (!bench_data_path("vllm_bench.py", script, sizeof(script)) ||
-	    !bench_data_path("python/kvtier/__init__.py", pkg, sizeof(pkg))) {
-		fprintf(stderr, "kvtier-bench " CMD ": %s missing (the build copies it there)\n",
-			script);
-		return 1;
-	}
-	*strrchr(pkg, '/') = '\0';
-	*strrchr(pkg, '/') = '\0'; /* bench-data/python */
-	if (bench_beside_exe("libkvtier.so", lib, sizeof(lib)) ||
-	    bench_beside_exe("kvtierd", daemon, sizeof(daemon)) || access(daemon, X_OK)) {
-		fprintf(stderr, "kvtier-bench " CMD ": no kvtierd beside this program\n");
-		return 1;
-	}
-	setenv("KVTIER_LIB", lib, 1);
-	setenv("KVTIER_KVTIERD", daemon, 1);
-	setenv("PYTHONPATH", pkg, 1);
-	setenv("PYTHONDONTWRITEBYTECODE", "1", 1);
-	args[0] = script;
-	if (catalog) {
-		args[1 + n++] = "--catalog";
-		args[1 + n++] = catalog;
-	}
-	args[1 + n] = NULL;
-	{
-		const char *argv2[10] = { python };
-		for (int i = 0; i <= n + 1; i++)
-			argv2[1 + i] = args[i];
-		execvp(python, (char *const *)argv2);
-	}
-	fprintf(stderr, "kvtier-bench " CMD ": cannot run %s: %s (scripts/install-deps.sh makes "
-			"the venv with vLLM, or --python PATH)\n", python, strerror(errno));
-	return 1;
+	args[n] = NULL;
+	return bench_exec_script(CMD, python, "vllm_bench.py", args);
 }
