@@ -1097,6 +1097,12 @@ typedef struct kvt_plan_conf {
 	unsigned nodes;       /* 1..KVT_PLAN_MAX_NODES */
 	int route;            /* enum kvt_plan_route */
 	kvt_plan_tier_conf tier[KVT_PLAN_NT];
+	/* S3-FIFO only (0: the store's defaults, 10 and 1): the small queue's
+	 * share of each tier in percent (1..90), and the hits a block needs
+	 * in the small queue to move to the main one (1..3; libCacheSim's
+	 * move_to_main_threshold, 2 there by default). */
+	uint32_t s3_small_pct;
+	uint32_t s3_promote;
 } kvt_plan_conf;
 
 typedef struct kvt_plan_result {
@@ -1108,6 +1114,10 @@ typedef struct kvt_plan_result {
 	uint64_t inserts[KVT_PLAN_NT];    /* blocks written per tier */
 	uint64_t rejects[KVT_PLAN_NT];    /* refused by admission */
 	uint64_t demotions, promotions;
+	/* Per access, as a cache simulator counts (libCacheSim's hits): of
+	 * the `blocks` accesses, those that found the block in tier k,
+	 * whether or not it was part of the request's hit prefix. */
+	uint64_t access_hits[KVT_PLAN_NT];
 } kvt_plan_result;
 
 /* Per request: blocks hit in T0, T1, S (a prefix, looked up in that order)

@@ -109,7 +109,14 @@ static void sizes_strict(void)
 	bad("chunk_size: 256.0\n", "not a whole number");
 	bad("workers: 99999999999999999999999\n", "out of range 1..256");
 	bad("nvme_queue_depth: -1\n", "1..4096");
+	bad("dram_s3fifo_small: 95\n", "t.yaml:1: dram_s3fifo_small: \"95\": the S3-FIFO small queue's percent must be a whole number 1..90");
+	bad("nvme_s3fifo_promote: 0\n", "nvme_s3fifo_promote: \"0\": the S3-FIFO promotion's hits must be a whole number 1..3");
+	bad("nvme_s3fifo_promote: two\n", "1..3");
 	kvt_config *c = kvt_config_new();
+	CHECK_EQ(kvt_config_set(c, "dram_s3fifo_small", "20"), 0);
+	CHECK_EQ(kvt_config_set(c, "dram_s3fifo_promote", "2"), 0);
+	CHECK_EQ(c->tier[KVT_CT_DRAM].s3_small_pct, 20);
+	CHECK_EQ(c->tier[KVT_CT_DRAM].s3_promote, 2);
 	CHECK_EQ(kvt_config_set(c, "chunk_size", " 64"), KVT_ECONFIG);
 	CHECK_EQ(kvt_config_set(c, "chunk_size", "64 "), KVT_ECONFIG);
 	CHECK_EQ(kvt_config_set(c, "chunk_size", "64"), 0);

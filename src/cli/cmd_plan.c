@@ -357,14 +357,16 @@ static void write_csv(const struct plan_ctx *x, FILE *f)
 		   "hit_t0,hit_t1,hit_shared,tokens,hit_tokens,inserts_t0,inserts_t1,inserts_shared,"
 		   "ttft_mean_ms,ttft_p50_ms,ttft_p90_ms,ttft_p99_ms,gpu_hours_saved_per_mreq,"
 		   "usd_storage_month,usd_month,usd_net_month,sim_seconds,shared_tier,accelerators,"
-		   "queue_p90_ms,utilisation,usd_fleet_month,target_met,tp\n");
+		   "queue_p90_ms,utilisation,usd_fleet_month,target_met,tp,access_hits_t0,"
+		   "access_hits_t1,access_hits_shared\n");
 	for (size_t i = 0; i < x->ncfg; i++) {
 		const struct cfg_out *o = &x->cfg[i];
 		char a[24], b[24], c[24];
 		if (o->rc)
 			continue;
 		fprintf(f, "%s,%s,%s,%s,%s,%u,%s,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%llu,"
-			   "%.3f,%.3f,%.3f,%.3f,%.3f,%.2f,%.2f,%.2f,%.6f,%s,%u,%.3f,%.4f,%.2f,%s,%u\n",
+			   "%.3f,%.3f,%.3f,%.3f,%.3f,%.2f,%.2f,%.2f,%.6f,%s,%u,%.3f,%.4f,%.2f,%s,%u,"
+			   "%llu,%llu,%llu\n",
 			pol_name(o->conf.policy), o->admit_name,
 			cap_str(o->conf.tier[0].capacity, a, sizeof(a)),
 			cap_str(o->conf.tier[1].capacity, b, sizeof(b)),
@@ -379,7 +381,9 @@ static void write_csv(const struct plan_ctx *x, FILE *f)
 			o->tm.ttft_p99 * 1e3, o->gpu_h_saved_per_m, o->usd_storage_month, o->usd_month,
 			o->usd_net_month, o->sim_s, o->conf.tier[2].capacity ? o->tc[KVT_PLAN_TS]->name : "",
 			plan_accels(x, o), o->tm.wait_p90 * 1e3, o->tm.utilisation,
-			o->usd_fleet_month, !x->fleet ? "" : o->met ? "yes" : "no", o->tp);
+			o->usd_fleet_month, !x->fleet ? "" : o->met ? "yes" : "no", o->tp,
+			(unsigned long long)o->r.access_hits[0], (unsigned long long)o->r.access_hits[1],
+			(unsigned long long)o->r.access_hits[2]);
 	}
 }
 
@@ -393,7 +397,7 @@ static json_t *jtriple(const uint64_t v[KVT_PLAN_NT])
 static json_t *json_cfg(const struct plan_ctx *x, const struct cfg_out *o)
 {
 	char a[24], b[24], c[24];
-	return json_pack("{s:s,s:o,s:s,s:s,s:s,s:I,s:s,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,"
+	json_t *cfg = json_pack("{s:s,s:o,s:s,s:s,s:s,s:I,s:s,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,"
 			 "s:{s:o,s:o,s:o,s:o},s:[ooo],s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}",
 		"policy", pol_name(o->conf.policy), "admit", cli_json_str(o->admit_name),
 		"dram_blocks", cap_str(o->conf.tier[0].capacity, a, sizeof(a)),
@@ -418,6 +422,15 @@ static json_t *json_cfg(const struct plan_ctx *x, const struct cfg_out *o)
 		"ttft_alone_p90_ms", cli_json_fixed(o->ttft_alone_p90 * 1e3, 3),
 		"target_met", x->fleet ? json_boolean(o->met) : json_null(),
 		"timing", plan_timing_json(x, o));
+
+	json_object_set_new(cfg, "access_hits", jtriple(o->r.access_hits));
+	if (o->conf.policy == KVT_PLAN_S3FIFO)
+		json_object_set_new(cfg, "s3fifo",
+				    json_pack("{s:I,s:I}", "small_pct",
+					      (json_int_t)(o->conf.s3_small_pct ? o->conf.s3_small_pct : 10),
+					      "promote",
+					      (json_int_t)(o->conf.s3_promote ? o->conf.s3_promote : 1)));
+	return cfg;
 }
 
 /* Which catalog entries the plan used and where their figures come from:
@@ -764,6 +777,9 @@ static const char plan_help[] =
 	"  --shared LIST       shared tier capacities, 0 = none (default 0; fleet: 0,16TiB)\n"
 	"  --shared-tier LIST  fs, s3 or a catalog tier: price and speed (default fs; fleet: fs,s3)\n"
 	"  --policy LIST       lru,s3fifo (default both; fleet: lru; at most 8)\n"
+	"  --s3fifo-small PCT  S3-FIFO's small queue, percent of each tier, 1..90 (default 10)\n"
+	"  --s3fifo-promote N  hits in the small queue that move a block to the main one,\n"
+	"                      1..3 (default 1; libCacheSim's move_to_main_threshold: 2)\n"
 	"  --admit LIST        none,seenN (N 1..15),tinylfu,prefixN for the lower tiers\n"
 	"                      (default none; at most 16)\n"
 	"  --nodes N           fleet size, 1..1024 (default 1; a fleet search sets it)\n"
@@ -800,7 +816,7 @@ enum {
 	O_FORMAT = 0x100, O_BLOCK_TOKENS, O_LIMIT, O_DRAM, O_NVME, O_SHARED, O_SHARED_TIER,
 	O_POLICY, O_ADMIT, O_NODES, O_ROUTE, O_MODEL, O_GPU, O_CATALOG, O_TARGET_HIT,
 	O_TARGET_TTFT, O_THREADS, O_REPEAT, O_REPORT, O_JSON, O_CSV, O_QUIET, O_LIST,
-	O_RATE, O_GPUS_PER_NODE, O_MAX_NODES, O_TP,
+	O_RATE, O_GPUS_PER_NODE, O_MAX_NODES, O_TP, O_S3_SMALL, O_S3_PROMOTE,
 };
 
 /* What the options say; lists are checked once the trace is read (a size
@@ -810,6 +826,7 @@ struct plan_args {
 		*catalog, *route;
 	int fmt, json, csv, quiet, list;
 	uint32_t nodes, threads, repeat, block_tokens, gpus_per_node, max_nodes;
+	uint32_t s3_small, s3_promote;
 	const char *tp;
 	uint64_t limit;
 	double target_hit, target_ttft, rate;
@@ -839,6 +856,10 @@ static int plan_opt(void *arg, int id, const char *v)
 	case O_GPUS_PER_NODE:
 		return cli_parse_u32("plan", "--gpus-per-node", v, 1, 64, &p->gpus_per_node) ? 2 : -1;
 	case O_TP: p->tp = v; return -1;
+	case O_S3_SMALL:
+		return cli_parse_u32("plan", "--s3fifo-small", v, 1, 90, &p->s3_small) ? 2 : -1;
+	case O_S3_PROMOTE:
+		return cli_parse_u32("plan", "--s3fifo-promote", v, 1, 3, &p->s3_promote) ? 2 : -1;
 	case O_MAX_NODES:
 		return cli_parse_u32("plan", "--max-nodes", v, 1, KVT_PLAN_MAX_NODES, &p->max_nodes) ? 2
 												     : -1;
@@ -917,6 +938,8 @@ int cmd_plan(int argc, char **argv)
 		{ "gpus-per-node", required_argument, NULL, O_GPUS_PER_NODE },
 		{ "max-nodes", required_argument, NULL, O_MAX_NODES },
 		{ "tp", required_argument, NULL, O_TP },
+		{ "s3fifo-small", required_argument, NULL, O_S3_SMALL },
+		{ "s3fifo-promote", required_argument, NULL, O_S3_PROMOTE },
 		{ 0 },
 	};
 	struct plan_args pa = {
@@ -1139,6 +1162,8 @@ int cmd_plan(int argc, char **argv)
 							continue;
 						struct cfg_out *o = &x->cfg[x->ncfg++];
 						o->conf.policy = kinds[p];
+						o->conf.s3_small_pct = pa.s3_small;
+						o->conf.s3_promote = pa.s3_promote;
 						o->conf.nodes = nodes;
 						o->conf.route = routes[ri];
 						o->tp = tps[ti];

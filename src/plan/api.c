@@ -139,7 +139,14 @@ int kvt_plan_simulate(const kvt_plan_trace *t, const kvt_plan_conf *c,
 	    c->route != KVT_PLAN_ROUTE_BALANCED)
 		return kvt_err(KVT_EINVAL, "route %d: expected KVT_PLAN_ROUTE_RR, _AFFINITY or _BALANCED",
 			       c->route);
+	if (c->s3_small_pct > 90)
+		return kvt_err(KVT_EINVAL, "S3-FIFO small queue %u%%: expected 1..90", c->s3_small_pct);
+	if (c->s3_promote > 3)
+		return kvt_err(KVT_EINVAL, "S3-FIFO promotion after %u hits: expected 1..3 "
+			       "(a block's frequency saturates at 3)", c->s3_promote);
 	pc.kind = c->policy == KVT_PLAN_LRU ? KVT_EVICT_LRU : KVT_EVICT_S3FIFO;
+	pc.s3_small_pct = c->s3_small_pct;
+	pc.s3_promote = c->s3_promote;
 	pc.nodes = c->nodes;
 	pc.route = c->route == KVT_PLAN_ROUTE_RR ? PLAN_ROUTE_RR
 		   : c->route == KVT_PLAN_ROUTE_AFFINITY ? PLAN_ROUTE_AFFINITY : PLAN_ROUTE_BALANCED;

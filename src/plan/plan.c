@@ -76,7 +76,7 @@ static void t1_victim(void *arg, uint64_t id, uint64_t size)
 	to_shared(n->s, id);
 }
 
-static int make_evict(const struct plan_trace *pt, enum kvt_evict_kind kind, uint64_t cap,
+static int make_evict(const struct plan_trace *pt, const struct plan_conf *c, uint64_t cap,
 		      kvt_evict_victim_fn fn, void *arg, kvt_evict **out)
 {
 	if (cap == PLAN_UNBOUNDED || cap > pt->t.nids)
@@ -84,8 +84,10 @@ static int make_evict(const struct plan_trace *pt, enum kvt_evict_kind kind, uin
 	/* Trace ids are dense (0..nids-1): the policy maps them with a flat
 	 * array, no hash table, and sizes its slab for `cap` objects. */
 	struct kvt_evict_conf ec = {
-		.kind = kind,
+		.kind = c->kind,
 		.capacity = cap,
+		.small_pct = c->s3_small_pct,
+		.s3_promote = c->s3_promote,
 		.expected_objects = cap,
 		.on_victim = fn,
 		.victim_arg = arg,
@@ -119,13 +121,13 @@ int plan_sim_run(const struct plan_trace *pt, const struct plan_conf *c,
 	for (unsigned i = 0; !rc && i < c->nodes; i++) {
 		struct node *nd = &s.nodes[i];
 		nd->s = &s;
-		rc = make_evict(pt, c->kind, c->tier[PLAN_T0].capacity, t0_victim, nd, &nd->ev[0]);
+		rc = make_evict(pt, c, c->tier[PLAN_T0].capacity, t0_victim, nd, &nd->ev[0]);
 		if (!rc && s.has1)
-			rc = make_evict(pt, c->kind, c->tier[PLAN_T1].capacity, t1_victim, nd,
+			rc = make_evict(pt, c, c->tier[PLAN_T1].capacity, t1_victim, nd,
 					&nd->ev[1]);
 	}
 	if (!rc && c->tier[PLAN_TS].capacity)
-		rc = make_evict(pt, c->kind, c->tier[PLAN_TS].capacity, NULL, NULL, &s.shared);
+		rc = make_evict(pt, c, c->tier[PLAN_TS].capacity, NULL, NULL, &s.shared);
 	for (unsigned k = 0; !rc && k < PLAN_NT; k++)
 		if (c->tier[k].capacity && c->tier[k].admit.rules)
 			rc = kvt_admit_create(&c->tier[k].admit, &s.ad[k]);
@@ -179,13 +181,17 @@ int plan_sim_run(const struct plan_trace *pt, const struct plan_conf *c,
 			 * (half the hash probes of the general path). */
 			for (uint64_t i = 0; s.ad[PLAN_T0] && i < n; i++)
 				kvt_admit_record(s.ad[PLAN_T0], b[i]);
-			uint64_t i = 0;
+			uint64_t i = 0, ah = 0;
 			while (i < n && kvt_evict_lookup(nd->ev[0], b[i]))
 				i++;
 			h[PLAN_T0] = i;
-			for (; i < n && !s.err; i++)
-				if (!kvt_evict_lookup(nd->ev[0], b[i]))
+			for (; i < n && !s.err; i++) {
+				if (kvt_evict_lookup(nd->ev[0], b[i]))
+					ah++;
+				else
 					offer(&s, nd->ev[0], PLAN_T0, b[i]);
+			}
+			r->access_hits[PLAN_T0] += h[PLAN_T0] + ah;
 			goto tally;
 		}
 		for (uint64_t i = 0; i < n; i++) {
@@ -203,9 +209,12 @@ int plan_sim_run(const struct plan_trace *pt, const struct plan_conf *c,
 				kvt_admit_record(s.ad[k], b[i]);
 		for (uint64_t i = 0; i < n && !s.err; i++) {
 			uint32_t id = b[i];
-			if (kvt_evict_lookup(nd->ev[0], id))
+			if (kvt_evict_lookup(nd->ev[0], id)) {
+				r->access_hits[PLAN_T0]++;
 				continue;
+			}
 			if (nd->ev[1] && kvt_evict_lookup(nd->ev[1], id)) {
+				r->access_hits[PLAN_T1]++;
 				/* Exclusive: out of T1 first, so T0's victims
 				 * may take its place there. */
 				kvt_evict_remove(nd->ev[1], id);
@@ -216,6 +225,7 @@ int plan_sim_run(const struct plan_trace *pt, const struct plan_conf *c,
 				continue;
 			}
 			if (s.shared && kvt_evict_lookup(s.shared, id)) {
+				r->access_hits[PLAN_TS]++;
 				if (offer(&s, nd->ev[0], PLAN_T0, id))
 					r->promotions++;
 				else if (nd->ev[1])

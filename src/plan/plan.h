@@ -63,6 +63,7 @@ struct plan_conf {
 	unsigned nodes;               /* 1..PLAN_MAX_NODES */
 	enum plan_route route;
 	struct plan_tier tier[PLAN_NT];
+	uint32_t s3_small_pct, s3_promote; /* S3-FIFO; 0: the defaults */
 };
 
 /* Results are the public API's (kvtier.h); the planner's code keeps its

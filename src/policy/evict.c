@@ -87,6 +87,7 @@ struct kvt_evict {
 	uint64_t small_cap;   /* S3-FIFO: units S may hold before it must give */
 	uint64_t ghost_cap;   /* S3-FIFO: units of ids G remembers */
 	uint32_t promote;     /* S3-FIFO: hits in S to move to M */
+	int evicted;          /* S3-FIFO: room was ever made (see s3_place) */
 };
 
 /* ---- hashing and the table --------------------------------------------- */
@@ -391,7 +392,11 @@ static void s3_trim_ghost(kvt_evict *e)
 static void s3_place(kvt_evict *e, uint32_t x, int was_ghost)
 {
 	e->nodes[x].freq = 0;
-	if (was_ghost)
+	/* Until the first eviction, a new object goes to M once S holds its
+	 * share: the cache fills as S's share of new objects plus M, and the
+	 * objects that filled it are not all judged by S at once when it
+	 * first runs full (libCacheSim's S3-FIFO does the same). */
+	if (was_ghost || (!e->evicted && e->small.units >= e->small_cap))
 		list_push_head(e, &e->main, x, Q_MAIN);
 	else
 		list_push_head(e, &e->small, x, Q_SMALL);
@@ -448,6 +453,7 @@ static int s3_evict_small(kvt_evict *e)
 
 static int s3_evict_one(kvt_evict *e)
 {
+	e->evicted = 1;
 	if (e->small.units >= e->small_cap || e->main.tail == NIL) {
 		if (s3_evict_small(e) == 0)
 			return 0;
@@ -634,13 +640,17 @@ static int insert_probed(kvt_evict *e, uint64_t id, uint64_t size, uint32_t x, u
 	 * frees exactly used - pinned. */
 	if (e->pinned + size > e->capacity)
 		return KVT_EFULL;
-	/* Reserve even for a ghost: eviction may trim it from G, and an
-	 * out-of-memory after victims were reported would lose them for no
-	 * insert. */
-	int rc = reserve_one(e);
+	int rc = was_ghost ? 0 : reserve_one(e);
 	if (rc < 0)
 		return rc;
-	if (!was_ghost) {
+	if (was_ghost) {
+		/* A returning id leaves G before room is made (libCacheSim's
+		 * order): the ghosts that room trims are others, and G's share
+		 * counts it no longer.  Off every list, eviction cannot pick it. */
+		list_unlink(e, &e->ghost, x);
+		e->nodes[x].q = Q_PINNED;
+		e->nodes[x].size = size;
+	} else {
 		/* Into the table first, where the probe left off (unless the
 		 * table just grew): it is on no list, so eviction cannot pick
 		 * it, and evicting cannot leave a stale position behind. */
@@ -650,20 +660,8 @@ static int insert_probed(kvt_evict *e, uint64_t id, uint64_t size, uint32_t x, u
 	}
 	while (e->used + size > e->capacity) {
 		if (e->ops->evict_one(e) < 0) {
-			if (!was_ghost)
-				node_free(e, x);
+			node_free(e, x); /* a returning ghost is forgotten */
 			return KVT_EFULL; /* unreachable given the check above */
-		}
-	}
-	if (was_ghost) {
-		/* Eviction may have trimmed G, and with it this very ghost. */
-		x = table_probe(e, id, &pos);
-		if (x != NIL) {
-			list_unlink(e, &e->ghost, x);
-			e->nodes[x].size = size;
-		} else {
-			was_ghost = 0;
-			x = node_new_at(e, id, size, pos);
 		}
 	}
 	e->used += size;

@@ -446,6 +446,28 @@ static int set_eviction(struct kvt_tier_conf *t, const char *v)
 {
 	return parse_eviction(v, &t->eviction);
 }
+/* A whole number lo..hi for the knob `what`. */
+static int knob_u32(const char *v, const char *what, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+	char *end;
+	unsigned long n;
+
+	errno = 0;
+	n = strtoul(v, &end, 10);
+	if (!*v || *end || v[0] == '-' || v[0] == '+' || errno || n < lo || n > hi)
+		return kvt_err(KVT_ECONFIG, "\"%s\": %s must be a whole number %u..%u", v, what,
+			       lo, hi);
+	*out = (uint32_t)n;
+	return 0;
+}
+static int set_s3fifo_small(struct kvt_tier_conf *t, const char *v)
+{
+	return knob_u32(v, "the S3-FIFO small queue's percent", 1, 90, &t->s3_small_pct);
+}
+static int set_s3fifo_promote(struct kvt_tier_conf *t, const char *v)
+{
+	return knob_u32(v, "the S3-FIFO promotion's hits", 1, 3, &t->s3_promote);
+}
 static int set_admission(struct kvt_tier_conf *t, const char *v)
 {
 	return parse_admission(v, t);
@@ -526,6 +548,9 @@ static const struct policy_knob {
 	const char *expect;
 } policy_knobs[] = {
 	{ "eviction", set_eviction, "lru or s3fifo" },
+	{ "s3fifo_small", set_s3fifo_small, "percent of the tier in S3-FIFO's small queue, 1..90" },
+	{ "s3fifo_promote", set_s3fifo_promote,
+	  "hits in S3-FIFO's small queue that move a chunk to the main one, 1..3" },
 	{ "admission", set_admission, "always, never, tinylfu or seen:N" },
 	{ "write", set_write, "through, back or none" },
 	{ "background_bandwidth", set_background_bandwidth,

@@ -83,6 +83,8 @@ struct kvt_config {
 	 * (lower tiers only) and the bandwidth background copies may use. */
 	struct kvt_tier_conf {
 		uint32_t eviction;    /* kvt_evict_kind: 1 lru, 2 s3fifo */
+		uint32_t s3_small_pct; /* S3-FIFO's small queue, 1..90 %; 0 = 10 */
+		uint32_t s3_promote;  /* S3-FIFO's hits in S to reach M, 1..3; 0 = 1 */
 		uint32_t admit_rules; /* kvt_admit_rule flags; 0 = always */
 		uint32_t admit_seen;  /* with KVT_ADMIT_SEEN */
 		uint32_t write;       /* KVT_WRITE_* */

@@ -205,16 +205,25 @@ static void vict_add(struct hier_tier *t, const kvt_key *k)
 	t->vict[t->n_vict++] = *k;
 }
 
+/* The eviction policy tier `t`'s configuration asks for (under t->mu: a
+ * reload changes it), over `units`. */
+static struct kvt_evict_conf evict_conf(struct hier_tier *t, uint64_t units)
+{
+	return (struct kvt_evict_conf){
+		.kind = (int)t->conf.eviction,
+		.capacity = units,
+		.small_pct = t->conf.s3_small_pct,
+		.s3_promote = t->conf.s3_promote,
+		.on_victim = on_victim,
+		.victim_arg = t,
+	};
+}
+
 /* The policy of account `a`, made at its first use with the whole
  * capacity (the rules above, not its own capacity, bound what it holds). */
 static kvt_evict *acct_ev(struct hier_tier *t, uint32_t a)
 {
-	struct kvt_evict_conf ec = {
-		.kind = (int)t->conf.eviction, /* under t->mu: a reload changes it */
-		.capacity = t->units,
-		.on_victim = on_victim,
-		.victim_arg = t,
-	};
+	struct kvt_evict_conf ec = evict_conf(t, t->units);
 
 	if (!t->acct[a].ev && kvt_evict_create(&ec, &t->acct[a].ev))
 		return NULL;
@@ -306,12 +315,8 @@ int hier_open(int n_tiers, const struct hier_tier_conf *conf, kvt_hier **out)
 			return kvt_err(KVT_ENOMEM, "out of memory");
 		}
 		if (conf[i].eviction && conf[i].capacity >= t->conf.round) {
-			struct kvt_evict_conf ec = {
-				.kind = conf[i].eviction,
-				.capacity = conf[i].capacity / t->conf.round,
-				.on_victim = on_victim,
-				.victim_arg = t,
-			};
+			struct kvt_evict_conf ec = evict_conf(t, conf[i].capacity / t->conf.round);
+
 			t->policy = (int)conf[i].eviction;
 			t->units = ec.capacity;
 			if ((rc = kvt_evict_create(&ec, &t->acct[0].ev))) {
@@ -378,14 +383,20 @@ static int by_tick(const void *a, const void *b)
 	return x->tick < y->tick ? -1 : x->tick > y->tick;
 }
 
-/* Replace every account's policy by one of `kind`, holding what the old
- * ones held: the chunks are inserted oldest first (by the tier's clock),
- * so recency carries over, and pinned again.  Under t->mu. */
-static int rebuild_eviction(struct hier_tier *t, int kind)
+/* Replace every account's policy by the one `c` names, holding what the
+ * old ones held: the chunks are inserted oldest first (by the tier's
+ * clock), so recency carries over, and pinned again.  Under t->mu. */
+static int rebuild_eviction(struct hier_tier *t, const struct hier_tier_conf *c)
 {
 	kvt_evict *fresh[HIER_MAX_ACCTS] = { 0 }, *old;
-	struct kvt_evict_conf ec = { .kind = kind, .capacity = t->units,
-				     .on_victim = on_victim, .victim_arg = t };
+	struct hier_tier_conf keep = t->conf;
+	struct kvt_evict_conf ec;
+
+	t->conf.eviction = c->eviction;
+	t->conf.s3_small_pct = c->s3_small_pct;
+	t->conf.s3_promote = c->s3_promote;
+	ec = evict_conf(t, t->units);
+	t->conf = keep;
 	struct rebuild_ent *all = malloc((t->map_n ? t->map_n : 1) * sizeof(*all));
 	size_t n = 0;
 	int rc = 0;
@@ -410,7 +421,10 @@ static int rebuild_eviction(struct hier_tier *t, int kind)
 		t->acct[a].ev = fresh[a];
 		kvt_evict_destroy(old);
 	}
-	t->conf.eviction = (uint32_t)kind; /* t->policy, "has one", stays */
+	/* t->policy, "has one", stays */
+	t->conf.eviction = c->eviction;
+	t->conf.s3_small_pct = c->s3_small_pct;
+	t->conf.s3_promote = c->s3_promote;
 	for (size_t i = 0; i < n; i++) {
 		kvt_evict *ev = t->acct[all[i].acct].ev;
 		/* A victim the new policy picks while it fills (its queues
@@ -452,13 +466,15 @@ int hier_reconfigure(kvt_hier *h, int tier, const struct hier_tier_conf *c,
 	}
 	__atomic_store_n(&t->conf.write, c->write, __ATOMIC_RELAXED);
 	__atomic_store_n(&t->conf.background_bps, c->background_bps, __ATOMIC_RELAXED);
-	if (c->eviction != t->conf.eviction) {
+	if (c->eviction != t->conf.eviction ||
+	    (c->eviction == KVT_EVICT_S3FIFO && (c->s3_small_pct != t->conf.s3_small_pct ||
+						 c->s3_promote != t->conf.s3_promote))) {
 		t->n_vict = 0;
 		if (!t->policy || !c->eviction)
 			rc = kvt_err(KVT_ENOTSUP, "tier %d: an eviction policy is added or "
 				     "removed at the next start only", tier);
 		else
-			rc = rebuild_eviction(t, (int)c->eviction);
+			rc = rebuild_eviction(t, c);
 		vict_out(t, victims, n);
 	}
 	pthread_mutex_unlock(&t->mu);

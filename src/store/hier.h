@@ -24,6 +24,8 @@ struct hier_tier_conf {
 	uint32_t admit_rules;    /* kvt_admit_rule flags; 0 = always */
 	uint32_t admit_seen;
 	uint32_t write;          /* KVT_WRITE_* */
+	uint32_t s3_small_pct;   /* S3-FIFO's small queue, percent; 0 = 10 */
+	uint32_t s3_promote;     /* S3-FIFO's hits in S to move to M; 0 = 1 */
 	uint64_t background_bps; /* 0 = unlimited */
 	uint64_t capacity;       /* bytes the policy may fill */
 	uint64_t round;          /* accounting unit (a DRAM page, a disk block) */

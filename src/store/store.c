@@ -160,6 +160,8 @@ static int hier_setup(kvt_store *st)
 		st->tiers[i]->ops->stats(st->tiers[i], &ts);
 		hc[i] = (struct hier_tier_conf){
 			.eviction = c->eviction,
+			.s3_small_pct = c->s3_small_pct,
+			.s3_promote = c->s3_promote,
 			.admit_rules = c->admit_rules,
 			.admit_seen = c->admit_seen,
 			.write = c->write,
@@ -434,7 +436,8 @@ int kvt_store_reconfigure(kvt_store *st, const kvt_config *cfg, char *later, siz
 		kvt_config_changed_later(&st->cfg, cfg, later, later_len);
 	for (int i = 0; i < st->n_tiers; i++) {
 		const struct kvt_tier_conf *c = &cfg->tier[st->kind[i]];
-		struct hier_tier_conf hc = { .eviction = c->eviction, .admit_rules = c->admit_rules,
+		struct hier_tier_conf hc = { .eviction = c->eviction, .s3_small_pct = c->s3_small_pct,
+					     .s3_promote = c->s3_promote, .admit_rules = c->admit_rules,
 					     .admit_seen = c->admit_seen, .write = c->write,
 					     .background_bps = c->background_bps };
 		kvt_key *v;
