@@ -156,6 +156,34 @@ else
 	bad "replay failed: $(cat "$work/err")"
 fi
 
+# The same for S3-FIFO with libCacheSim's promotion threshold, set in the
+# store's configuration and in plan: per-access hits agree too.
+if "$kvtier" replay "$trace" --limit 2000 --dram-blocks 1000 --block-bytes 4KiB --json \
+	--set dram_eviction=s3fifo --set dram_s3fifo_promote=2 --set dram_s3fifo_small=20 \
+	>"$work/replay3.json" 2>"$work/err"; then
+	"$kvtier" plan "$trace" --limit 2000 --dram 1000 --policy s3fifo --s3fifo-promote 2 \
+		--s3fifo-small 20 --json --quiet >"$work/p3.json"
+	"$py" - "$work/replay3.json" "$work/p3.json" <<'PY' || fails=$((fails + 1))
+import json, sys
+r = json.load(open(sys.argv[1]))
+p = json.load(open(sys.argv[2]))["configs"][0]
+same = (r["hit_blocks"], r["access_hits"]) == (p["hit_blocks"], p["access_hits"][0]) and \
+    p["s3fifo"] == {"small_pct": 20, "promote": 2}
+print(f"{'ok  ' if same else 'FAIL'} S3-FIFO (20%, promote after 2): replay {r['hit_blocks']} "
+      f"prefix / {r['access_hits']} per-access hits, plan {p['hit_blocks']} / {p['access_hits'][0]}")
+sys.exit(0 if same and r["bad"] == 0 else 1)
+PY
+else
+	bad "replay (S3-FIFO) failed: $(cat "$work/err")"
+fi
+if "$kvtier" plan "$trace" --limit 10 --s3fifo-promote 4 >/dev/null 2>"$work/err"; then
+	bad "plan accepted --s3fifo-promote 4"
+elif grep -q "s3fifo-promote.*1..3" "$work/err"; then
+	ok "plan refuses --s3fifo-promote 4, naming its range"
+else
+	bad "plan --s3fifo-promote 4: $(cat "$work/err")"
+fi
+
 # --- JSON output escapes what a path holds -----------------------------------
 # A trace whose name has a quote, a backslash and a newline, and a model
 # name with a quote (from a catalog): the JSON of plan and replay still
