@@ -18,6 +18,10 @@
  * a 100-configuration grid with queueing (5 DRAM x 5 NVMe x 2 shared
  * sizes x 2 policies, 4 nodes), its whole process against 100 runs of the
  * reference's in-time loop (ratio_vs_python).
+ * libCacheSim (`libcachesim`, PyPI's) runs beside the planner in one process
+ * (bench-data/plan_libcachesim.py: its docstring says how): LRU and S3-FIFO
+ * at libCacheSim's defaults, per-access hits equal to the block, and the
+ * simulation loops' accesses per second (ratio_vs_libcachesim).
  * The reference script and the default trace (the repository's
  * tests/data/traces/conversation_trace.jsonl) are the copies the build puts
  * in bench-data/ next to this program; a TRACE argument overrides the trace.
@@ -30,6 +34,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "bench.h"
 #include "common/err.h"
@@ -297,6 +303,106 @@ static int queueing(const char *py, const struct plan_trace *pt, const char *tra
 
 /* `kvtier plan` on the 100-configuration grid with queueing, as a user
  * starts it (every core it wants); its wall seconds, or -1. */
+/* plan_libcachesim.py on `trace` at the finite capacities of caps_arg
+ * (space-separated): its JSON (malloc'd), or NULL with the reason in why. */
+static char *libcachesim_run(const char *trace, const char *caps_arg, unsigned rounds,
+			     char *why, size_t whylen)
+{
+	char script[4096], lib[4096], dir[4096], out[4200], err[4200], python[4096];
+	char caps[512] = "", nr[16];
+	char *res = NULL;
+	int w;
+	FILE *f;
+
+	if (!bench_data_path("plan_libcachesim.py", script, sizeof(script)) ||
+	    bench_beside_exe("libkvtier.so", lib, sizeof(lib))) {
+		w = snprintf(why, whylen, "%s or libkvtier.so missing (the build puts them there)", script);
+		(void)w;
+		return NULL;
+	}
+	if (strchr(KVT_BENCH_PYTHON, '/'))
+		snprintf(python, sizeof(python), "%s", KVT_BENCH_PYTHON);
+	else if (!bench_which(KVT_BENCH_PYTHON, python, sizeof(python))) {
+		snprintf(why, whylen, "no %s in PATH", KVT_BENCH_PYTHON);
+		return NULL;
+	}
+	for (const char *p = caps_arg; *p;) {
+		size_t n = strcspn(p, " ");
+		if (n && strncmp(p, "inf", n) && strlen(caps) + n + 2 < sizeof(caps))
+			snprintf(caps + strlen(caps), sizeof(caps) - strlen(caps), "%s%.*s",
+				 *caps ? "," : "", (int)n, p);
+		p += n + (p[n] == ' ');
+	}
+	if (!*caps) {
+		snprintf(why, whylen, "no finite capacity in --caps");
+		return NULL;
+	}
+	if (bench_scratch_dir("plan", "/tmp", "lcs", dir, sizeof(dir))) {
+		snprintf(why, whylen, "no scratch directory");
+		return NULL;
+	}
+	snprintf(out, sizeof(out), "%s/out.json", dir);
+	snprintf(err, sizeof(err), "%s/err", dir);
+	snprintf(nr, sizeof(nr), "%u", rounds);
+	setenv("KVTIER_LIB", lib, 1);
+	char *argv[] = { python, script, (char *)trace, caps, nr, NULL };
+	int rc = bench_run(argv, out, err);
+	if ((f = fopen(out, "r"))) {
+		char buf[65536];
+		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[n] = '\0';
+		while (n && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+			buf[--n] = '\0';
+		if (n && buf[0] == '{')
+			res = strdup(buf);
+	}
+	if (!res && (f = fopen(err, "r"))) {
+		char buf[512];
+		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[n] = '\0';
+		w = snprintf(why, whylen, "%s exited %d: %s", script, rc, buf);
+	} else if (!res) {
+		w = snprintf(why, whylen, "%s exited %d with no output", script, rc);
+	}
+	(void)w; /* a long path only shortens the message */
+	bench_remove_tree(dir);
+	return res;
+}
+
+/* The libCacheSim side's JSON as lines of text. */
+static void libcachesim_text(const char *js)
+{
+	json_error_t e;
+	json_t *d = json_loads(js, 0, &e), *c;
+	size_t i;
+
+	if (!d) {
+		printf("libCacheSim: unreadable output: %s\n", e.text);
+		return;
+	}
+	printf("libCacheSim %s in the same process (per-access hits; simulation loops only, "
+	       "median of %lld rounds):\n",
+	       json_string_value(json_object_get(d, "libcachesim_version")),
+	       (long long)json_integer_value(json_object_get(d, "rounds")));
+	json_array_foreach(json_object_get(d, "configs"), i, c) {
+		printf("  %-6s %6lld blocks: hits %lld, libCacheSim %lld %s; %.1f M accesses/s, "
+		       "libCacheSim %.1f M/s: ratio_vs_libcachesim %.1fx\n",
+		       json_string_value(json_object_get(c, "policy")),
+		       (long long)json_integer_value(json_object_get(c, "capacity_blocks")),
+		       (long long)json_integer_value(json_object_get(c, "kvtier_hits")),
+		       (long long)json_integer_value(json_object_get(c, "libcachesim_hits")),
+		       json_is_true(json_object_get(c, "exact")) ? "(equal)" : "DIFFER",
+		       json_real_value(json_object_get(json_object_get(c, "kvtier_accesses_per_s"),
+						       "median")) / 1e6,
+		       json_real_value(json_object_get(json_object_get(c, "libcachesim_accesses_per_s"),
+						       "median")) / 1e6,
+		       json_real_value(json_object_get(c, "ratio_vs_libcachesim")));
+	}
+	json_decref(d);
+}
+
 static double grid_run(const char *trace)
 {
 	char kvtier[4096];
@@ -470,6 +576,11 @@ int bench_plan(int argc, char **argv)
 		       sr = bench_summarize(proc_ref, (int)rounds);
 	double ratio_proc = sr.median / sp.median;
 
+	/* libCacheSim beside the planner, in one process. */
+	char lcs_why[9000] = "";
+	char *lcs = libcachesim_run(trace, caps_arg, rounds, lcs_why, sizeof(lcs_why));
+	int lcs_exact = lcs && strstr(lcs, "\"exact\": true") != NULL;
+
 	int bad = 0;
 	double ref_sum = 0, plan_sum = 0, plan_e2e = parse_s;
 	uint64_t acc = 0;
@@ -513,9 +624,16 @@ int bench_plan(int argc, char **argv)
 		printf("\"queueing\":{\"nodes\":%d,\"exact\":%s,\"plan_seconds\":%.6f,"
 		       "\"reference_seconds\":%.6f,\"ratio_vs_python\":%.2f},"
 		       "\"grid\":{\"configs\":100,\"nodes\":%d,\"seconds\":%.3f,"
-		       "\"reference_seconds_100\":%.3f,\"ratio_vs_python\":%.2f}}\n",
+		       "\"reference_seconds_100\":%.3f,\"ratio_vs_python\":%.2f},",
 		       QUEUE_NODES, q_exact ? "true" : "false", q_plan, q_ref, q_ref / q_plan,
 		       QUEUE_NODES, grid_s, q_ref / ncap * 100, q_ref / ncap * 100 / grid_s);
+		if (lcs) {
+			printf("\"libcachesim\":%s}\n", lcs);
+		} else {
+			printf("\"libcachesim\":{");
+			bench_json_str("error", lcs_why);
+			printf("}}\n");
+		}
 	} else {
 		printf("kvtier-bench plan: LRU on %s, fastest of %u (simulation only; both exclude\n"
 		       "trace parsing; the reference times its replay loop inside the script)\n",
@@ -552,8 +670,17 @@ int bench_plan(int argc, char **argv)
 		printf("grid: kvtier plan, 100 configurations with queueing (%d nodes) in %.2f s; "
 		       "100 of the reference's in-time runs would take %.1f s: ratio_vs_python %.1fx\n",
 		       QUEUE_NODES, grid_s, q_ref / ncap * 100, q_ref / ncap * 100 / grid_s);
+		if (lcs)
+			libcachesim_text(lcs);
+		else
+			printf("libCacheSim: not run: %s\n", lcs_why);
 	}
 	bad += !q_exact;
+	if (!lcs_exact)
+		fprintf(stderr, "kvtier-bench plan: libCacheSim %s\n",
+			lcs ? "counts other hits (see \"exact\")" : "did not run");
+	bad += lcs && !lcs_exact;
+	free(lcs);
 	if (bad)
 		fprintf(stderr, "kvtier-bench plan: hit blocks differ from the reference\n");
 	return bad ? 1 : 0;

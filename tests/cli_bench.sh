@@ -37,6 +37,11 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["exact"] and d["ratio_vs_reference"] > 0, d
 assert d["trace"].startswith(sys.argv[2] + "/bench-data/"), d["trace"]
+lcs = d["libcachesim"]  # libCacheSim in the venv: per-access hits equal
+assert "error" not in lcs and lcs["exact"], lcs
+assert {(c["policy"], c["capacity_blocks"]) for c in lcs["configs"]} == \
+    {(p, n) for p in ("lru", "s3fifo") for n in (1000, 5000, 20000)}, lcs
+assert all(c["ratio_vs_libcachesim"] > 0 for c in lcs["configs"]), lcs
 PY
 
 # Paths reach the JSON escaped (jansson), whatever their characters.
