@@ -18,7 +18,7 @@ static const struct {
 	{ "nvme", bench_nvme, "[--json] [--quick] [--dir DIR]" },
 	{ "sharedfs", bench_sharedfs, "[--json] [--quick] [--dir DIR] [--buffered]" },
 	{ "s3", bench_s3, "[--json] [--quick] [--endpoint URL]" },
-	{ "plan", bench_plan, "[TRACE] [--caps LIST] [--repeat N] [--json]" },
+	{ "plan", bench_plan, "[TRACE] [--caps LIST] [--repeat N] [--rounds N] [--scale N] [--json]" },
 	{ "hierarchy", bench_hier, "[--json] [--quick] [--dir DIR] [--trace PATH]" },
 	{ "connector", bench_connector, "[--json] [--quick] [--device]" },
 	{ "python", bench_python, "[--json] [--quick] [--python PATH]" },

@@ -44,9 +44,9 @@
 #include "plan/plan.h"
 
 #define MAXCAP 16
-/* The end-to-end process comparison: this many requests, three LRU
- * capacities (1000, 5000, unbounded). */
-#define E2E_REQUESTS 4000
+/* The end-to-end process comparison: the trace this many times over with
+ * fresh ids (--scale), three LRU capacities (1000, 5000, unbounded). */
+#define E2E_SCALE 25
 
 static double mono(void)
 {
@@ -130,25 +130,51 @@ static double raw_read_s(const char *path, uint64_t *bytes)
 	return mono() - t0;
 }
 
-/* The first n non-blank lines of `src` into a new file `dst`.  0 or -1. */
-static int write_head(const char *src, uint64_t n, const char *dst)
+/* `src` (Mooncake-style JSON lines: timestamp, hash_ids) `times` times
+ * over into a new file `dst`, each copy with fresh block ids (above every
+ * id of the copies before) and its timestamps after the copy before: the
+ * same traffic from new conversations.  0 or -1. */
+static int write_repeated(const char *src, unsigned times, const char *dst)
 {
 	FILE *in = fopen(src, "rb"), *out = in ? fopen(dst, "wb") : NULL;
+	json_int_t max_id = -1, last_ts = 0;
 	char *line = NULL;
 	size_t cap = 0;
 	ssize_t len;
-	int rc = -1;
+	int rc = out ? 0 : -1;
 
-	while (out && n && (len = getline(&line, &cap, in)) > 0) {
-		if (strspn(line, " \t\r\n") == (size_t)len)
-			continue;
-		fwrite(line, 1, (size_t)len, out);
-		n--;
+	for (unsigned r = 0; !rc && r < times + 1; r++) {
+		/* Pass 0 finds the largest id and timestamp; passes 1.. write. */
+		json_int_t id_off = (max_id + 1) * (json_int_t)(r ? r - 1 : 0);
+		json_int_t ts_off = (last_ts + 1000) * (json_int_t)(r ? r - 1 : 0);
+		rewind(in);
+		while (!rc && (len = getline(&line, &cap, in)) > 0) {
+			if (strspn(line, " \t\r\n") == (size_t)len)
+				continue;
+			json_t *o = json_loadb(line, (size_t)len, 0, NULL), *ids, *ts, *v;
+			size_t i;
+			ids = o ? json_object_get(o, "hash_ids") : NULL;
+			ts = o ? json_object_get(o, "timestamp") : NULL;
+			if (!json_is_array(ids) || !json_is_integer(ts)) {
+				rc = -1;
+			} else if (r == 0) {
+				if (json_integer_value(ts) > last_ts)
+					last_ts = json_integer_value(ts);
+				json_array_foreach(ids, i, v)
+					if (json_integer_value(v) > max_id)
+						max_id = json_integer_value(v);
+			} else {
+				json_integer_set(ts, json_integer_value(ts) + ts_off);
+				json_array_foreach(ids, i, v)
+					json_integer_set(v, json_integer_value(v) + id_off);
+				if (json_dumpf(o, out, JSON_COMPACT) || fputc('\n', out) == EOF)
+					rc = -1;
+			}
+			json_decref(o);
+		}
 	}
-	if (out && !n && fclose(out) == 0)
-		rc = 0;
-	else if (out)
-		fclose(out);
+	if (out && fclose(out))
+		rc = -1;
 	if (in)
 		fclose(in);
 	free(line);
@@ -180,10 +206,10 @@ static double run_proc(char *const argv[])
 }
 
 /* Both whole processes, interleaved round by round: `kvtier plan` and the
- * reference on the first E2E_REQUESTS requests of the trace, three LRU
+ * reference on the trace `scale` times over with fresh ids, three LRU
  * capacities.  The per-round seconds into plan_s[] and ref_s[]; 0 or 1. */
-static int process_rounds(const char *py, const char *trace, unsigned rounds, double *plan_s,
-			  double *ref_s)
+static int process_rounds(const char *py, const char *trace, unsigned scale, unsigned rounds,
+			  double *plan_s, double *ref_s)
 {
 	char dir[4096], head[4200], kvtier[4096];
 	int rc = 1;
@@ -196,9 +222,9 @@ static int process_rounds(const char *py, const char *trace, unsigned rounds, do
 	if (bench_scratch_dir("plan", "/tmp", "plan", dir, sizeof(dir)))
 		return 1;
 	snprintf(head, sizeof(head), "%s/head.jsonl", dir);
-	if (write_head(trace, E2E_REQUESTS, head)) {
-		fprintf(stderr, "kvtier-bench plan: %s: cannot write the first %d requests of %s\n",
-			head, E2E_REQUESTS, trace);
+	if (write_repeated(trace, scale, head)) {
+		fprintf(stderr, "kvtier-bench plan: %s: cannot write %s %u times over (a Mooncake "
+				"trace: timestamp and hash_ids on every line)\n", head, trace, scale);
 		goto out;
 	}
 	char *plan_argv[] = {kvtier, "plan", head, "--dram", "1000,5000,inf", "--policy", "lru",
@@ -417,7 +443,7 @@ static double grid_run(const char *trace)
 int bench_plan(int argc, char **argv)
 {
 	const char *trace = NULL, *caps_s = "1000,5000,20000,inf";
-	unsigned repeat = 3, rounds = 5;
+	unsigned repeat = 3, rounds = 5, scale = E2E_SCALE;
 	int json = 0;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json")) {
@@ -438,11 +464,21 @@ int bench_plan(int argc, char **argv)
 				return 2;
 			}
 			rounds = (unsigned)r;
+		} else if (!strcmp(argv[i], "--scale") && i + 1 < argc) {
+			uint64_t v;
+			if (whole(argv[++i], 1, 1000, &v)) {
+				fprintf(stderr, "kvtier-bench plan: --scale \"%s\": expected a whole "
+					"number 1..1000\n", argv[i]);
+				return 2;
+			}
+			scale = (unsigned)v;
 		} else if (!strcmp(argv[i], "--caps") && i + 1 < argc) {
 			caps_s = argv[++i];
 		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			printf("usage: kvtier-bench plan [TRACE] [--caps 1000,5000,20000,inf] "
-			       "[--repeat N] [--rounds N] [--json]\n");
+			       "[--repeat N] [--rounds N] [--scale N] [--json]\n"
+			       "  --scale N  the whole-process comparison runs the trace N times over\n"
+			       "             with fresh ids (default %d)\n", E2E_SCALE);
 			return 0;
 		} else if (argv[i][0] != '-' && !trace) {
 			trace = argv[i];
@@ -570,7 +606,7 @@ int bench_plan(int argc, char **argv)
 
 	/* Whole processes, as a user runs them. */
 	double proc_plan[BENCH_MAX_ROUNDS], proc_ref[BENCH_MAX_ROUNDS];
-	if (process_rounds(py, trace, rounds, proc_plan, proc_ref))
+	if (process_rounds(py, trace, scale, rounds, proc_plan, proc_ref))
 		return 1;
 	struct summary sp = bench_summarize(proc_plan, (int)rounds),
 		       sr = bench_summarize(proc_ref, (int)rounds);
@@ -612,11 +648,12 @@ int bench_plan(int argc, char **argv)
 		       "\"trace_read\":{\"bytes\":%llu,\"seconds\":%.6f,\"mb_per_s\":%.1f,"
 		       "\"raw_read_seconds\":%.6f,\"ratio_vs_raw_read\":%.3f,"
 		       "\"python_json_seconds\":%.6f,\"ratio_vs_python_json\":%.2f},"
-		       "\"process\":{\"requests\":%d,\"dram_blocks\":\"1000,5000,inf\",\"rounds\":%u,",
+		       "\"process\":{\"trace_times\":%u,\"fresh_ids\":true,"
+		       "\"dram_blocks\":\"1000,5000,inf\",\"rounds\":%u,",
 		       bad ? "false" : "true", plan_sum, ref_sum, ratio, aps, ref_aps, plan_e2e,
 		       parse_s, ref_wall, ratio_e2e, (unsigned long long)trace_bytes, read_best,
 		       (double)trace_bytes / read_best / 1e6, raw_best, raw_best / read_best,
-		       py_parse, py_parse / read_best, E2E_REQUESTS, rounds);
+		       py_parse, py_parse / read_best, scale, rounds);
 		bench_json_summary("plan_seconds", sp);
 		putchar(',');
 		bench_json_summary("reference_seconds", sr);
@@ -657,9 +694,10 @@ int bench_plan(int argc, char **argv)
 		       (double)trace_bytes / 1e6, (double)trace_bytes / read_best / 1e6, raw_best * 1e3,
 		       raw_best / read_best, py_parse * 1e3, py_parse / read_best);
 		char a[64], b[64];
-		printf("whole processes, %d requests, LRU at 1000, 5000, inf (median of %u "
+		printf("whole processes, the trace %u times over (fresh ids), LRU at 1000, 5000, inf "
+		       "(median of %u "
 		       "interleaved rounds): kvtier plan %s ms, reference %s ms: ratio_vs_python %.1fx\n",
-		       E2E_REQUESTS, rounds,
+		       scale, rounds,
 		       bench_fmt_summary((struct summary){sp.median * 1e3, sp.min * 1e3, sp.max * 1e3}, a, sizeof(a)),
 		       bench_fmt_summary((struct summary){sr.median * 1e3, sr.min * 1e3, sr.max * 1e3}, b, sizeof(b)),
 		       ratio_proc);

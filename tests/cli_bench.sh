@@ -31,7 +31,7 @@ assert all(r["ratio_vs_memcpy"] > 0 for r in d["results"])
 assert d["lookup"]["ratio_vs_hash"] > 0
 PY
 
-expect "plan --repeat 1 --json (its trace and reference from bench-data)" "$bench" plan --repeat 1 --json
+expect "plan --repeat 1 --json (its trace and reference from bench-data)" "$bench" plan --repeat 1 --rounds 1 --scale 2 --json
 $py - "$work/out" "$build" <<'PY' && ok "plan agrees with the reference to the block" || bad "plan JSON: $(head -c 400 "$work/out")"
 import json, sys
 d = json.load(open(sys.argv[1]))
