@@ -14,7 +14,8 @@ For each capacity and policy, rounds alternate which one runs first:
 
 LRU as is; S3-FIFO with libCacheSim's defaults (10% small queue, 90%
 ghost, promotion after 2 hits in the small queue) and kvtier set to the
-same (s3_small_pct 10, s3_promote 2).  The hit counts must be equal.  Times
+same (s3_small_pct 10, s3_promote 2, and s3_fill_main: libCacheSim's
+S3FIFO fills the main queue until its first eviction).  The hit counts must be equal.  Times
 are the simulation loops alone: no trace parsing on either side.
 
 Usage: plan_libcachesim.py TRACE CAPS ROUNDS   (CAPS: 1000,5000,20000)
@@ -39,7 +40,7 @@ class TierConf(C.Structure):
 class Conf(C.Structure):
     _fields_ = [("policy", C.c_int), ("nodes", C.c_uint), ("route", C.c_int),
                 ("tier", TierConf * NT), ("s3_small_pct", C.c_uint32),
-                ("s3_promote", C.c_uint32)]
+                ("s3_promote", C.c_uint32), ("s3_fill_main", C.c_int)]
 
 
 class Result(C.Structure):
@@ -129,7 +130,7 @@ def compare(lib, lcs, tr, path, n, cap, pol, rounds, hp):
     conf = Conf(policy=pol, nodes=1, route=0)
     conf.tier[0].capacity = cap
     if pol == S3FIFO:
-        conf.s3_small_pct, conf.s3_promote = 10, 2
+        conf.s3_small_pct, conf.s3_promote, conf.s3_fill_main = 10, 2, 1
     r = Result()
     kt, lt, khits, lhits = [], [], None, None
     for rnd in range(rounds):
@@ -152,7 +153,8 @@ def compare(lib, lcs, tr, path, n, cap, pol, rounds, hp):
                 lhits = int(round((1 - miss_ratio) * n))
     ratios = [l / k for k, l in zip(kt, lt)]
     return {"policy": "lru" if pol == LRU else "s3fifo", "capacity_blocks": cap,
-            "s3fifo": {"small_pct": 10, "promote": 2} if pol == S3FIFO else None,
+            "s3fifo": {"small_pct": 10, "promote": 2, "fill_main": True}
+            if pol == S3FIFO else None,
             "libcachesim_hashpower": hp, "kvtier_hits": khits, "libcachesim_hits": lhits, "exact": khits == lhits,
             "kvtier_accesses_per_s": summary([n / t for t in kt]),
             "libcachesim_accesses_per_s": summary([n / t for t in lt]),

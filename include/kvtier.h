@@ -1100,9 +1100,14 @@ typedef struct kvt_plan_conf {
 	/* S3-FIFO only (0: the store's defaults, 10 and 1): the small queue's
 	 * share of each tier in percent (1..90), and the hits a block needs
 	 * in the small queue to move to the main one (1..3; libCacheSim's
-	 * move_to_main_threshold, 2 there by default). */
+	 * move_to_main_threshold, 2 there by default).  With s3_fill_main and
+	 * 2, libCacheSim's S3FIFO to the access. */
 	uint32_t s3_small_pct;
 	uint32_t s3_promote;
+	/* S3-FIFO: nonzero = libCacheSim's variant (until the first eviction,
+	 * new blocks go to the main queue once the small one holds its
+	 * share); 0 = the store's rule, always the small queue first. */
+	int s3_fill_main;
 } kvt_plan_conf;
 
 typedef struct kvt_plan_result {

@@ -168,7 +168,7 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 p = json.load(open(sys.argv[2]))["configs"][0]
 same = (r["hit_blocks"], r["access_hits"]) == (p["hit_blocks"], p["access_hits"][0]) and \
-    p["s3fifo"] == {"small_pct": 20, "promote": 2}
+    p["s3fifo"] == {"small_pct": 20, "promote": 2, "fill_main": False}
 print(f"{'ok  ' if same else 'FAIL'} S3-FIFO (20%, promote after 2): replay {r['hit_blocks']} "
       f"prefix / {r['access_hits']} per-access hits, plan {p['hit_blocks']} / {p['access_hits'][0]}")
 sys.exit(0 if same and r["bad"] == 0 else 1)

@@ -457,10 +457,11 @@ static json_t *json_cfg(const struct plan_ctx *x, const struct cfg_out *o)
 	json_object_set_new(cfg, "access_hits", jtriple(o->r.access_hits));
 	if (o->conf.policy == KVT_PLAN_S3FIFO)
 		json_object_set_new(cfg, "s3fifo",
-				    json_pack("{s:I,s:I}", "small_pct",
+				    json_pack("{s:I,s:I,s:b}", "small_pct",
 					      (json_int_t)(o->conf.s3_small_pct ? o->conf.s3_small_pct : 10),
 					      "promote",
-					      (json_int_t)(o->conf.s3_promote ? o->conf.s3_promote : 1)));
+					      (json_int_t)(o->conf.s3_promote ? o->conf.s3_promote : 1),
+					      "fill_main", o->conf.s3_fill_main));
 	return cfg;
 }
 
@@ -811,6 +812,8 @@ static const char plan_help[] =
 	"  --s3fifo-small PCT  S3-FIFO's small queue, percent of each tier, 1..90 (default 10)\n"
 	"  --s3fifo-promote N  hits in the small queue that move a block to the main one,\n"
 	"                      1..3 (default 1; libCacheSim's move_to_main_threshold: 2)\n"
+	"  --s3fifo-fill-main  S3-FIFO as libCacheSim runs it: until the first eviction, new\n"
+	"                      blocks fill the main queue once the small one is full\n"
 	"  --admit LIST        none,seenN (N 1..15),tinylfu,prefixN for the lower tiers\n"
 	"                      (default none; at most 16)\n"
 	"  --nodes N           fleet size, 1..1024 (default 1; a fleet search sets it)\n"
@@ -847,7 +850,7 @@ enum {
 	O_FORMAT = 0x100, O_BLOCK_TOKENS, O_LIMIT, O_DRAM, O_NVME, O_SHARED, O_SHARED_TIER,
 	O_POLICY, O_ADMIT, O_NODES, O_ROUTE, O_MODEL, O_GPU, O_CATALOG, O_TARGET_HIT,
 	O_TARGET_TTFT, O_THREADS, O_REPEAT, O_REPORT, O_JSON, O_CSV, O_QUIET, O_LIST,
-	O_RATE, O_GPUS_PER_NODE, O_MAX_NODES, O_TP, O_S3_SMALL, O_S3_PROMOTE,
+	O_RATE, O_GPUS_PER_NODE, O_MAX_NODES, O_TP, O_S3_SMALL, O_S3_PROMOTE, O_S3_FILL,
 };
 
 /* What the options say; lists are checked once the trace is read (a size
@@ -858,6 +861,7 @@ struct plan_args {
 	int fmt, json, csv, quiet, list;
 	uint32_t nodes, threads, repeat, block_tokens, gpus_per_node, max_nodes;
 	uint32_t s3_small, s3_promote;
+	int s3_fill;
 	const char *tp;
 	uint64_t limit;
 	double target_hit, target_ttft, rate;
@@ -891,6 +895,7 @@ static int plan_opt(void *arg, int id, const char *v)
 		return cli_parse_u32("plan", "--s3fifo-small", v, 1, 90, &p->s3_small) ? 2 : -1;
 	case O_S3_PROMOTE:
 		return cli_parse_u32("plan", "--s3fifo-promote", v, 1, 3, &p->s3_promote) ? 2 : -1;
+	case O_S3_FILL: p->s3_fill = 1; return -1;
 	case O_MAX_NODES:
 		return cli_parse_u32("plan", "--max-nodes", v, 1, KVT_PLAN_MAX_NODES, &p->max_nodes) ? 2
 												     : -1;
@@ -971,6 +976,7 @@ int cmd_plan(int argc, char **argv)
 		{ "tp", required_argument, NULL, O_TP },
 		{ "s3fifo-small", required_argument, NULL, O_S3_SMALL },
 		{ "s3fifo-promote", required_argument, NULL, O_S3_PROMOTE },
+		{ "s3fifo-fill-main", no_argument, NULL, O_S3_FILL },
 		{ 0 },
 	};
 	struct plan_args pa = {
@@ -1195,6 +1201,7 @@ int cmd_plan(int argc, char **argv)
 						o->conf.policy = kinds[p];
 						o->conf.s3_small_pct = pa.s3_small;
 						o->conf.s3_promote = pa.s3_promote;
+						o->conf.s3_fill_main = pa.s3_fill;
 						o->conf.nodes = nodes;
 						o->conf.route = routes[ri];
 						o->tp = tps[ti];

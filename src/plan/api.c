@@ -147,6 +147,7 @@ int kvt_plan_simulate(const kvt_plan_trace *t, const kvt_plan_conf *c,
 	pc.kind = c->policy == KVT_PLAN_LRU ? KVT_EVICT_LRU : KVT_EVICT_S3FIFO;
 	pc.s3_small_pct = c->s3_small_pct;
 	pc.s3_promote = c->s3_promote;
+	pc.s3_fill_main = c->s3_fill_main != 0;
 	pc.nodes = c->nodes;
 	pc.route = c->route == KVT_PLAN_ROUTE_RR ? PLAN_ROUTE_RR
 		   : c->route == KVT_PLAN_ROUTE_AFFINITY ? PLAN_ROUTE_AFFINITY : PLAN_ROUTE_BALANCED;

@@ -88,6 +88,7 @@ static int make_evict(const struct plan_trace *pt, const struct plan_conf *c, ui
 		.capacity = cap,
 		.small_pct = c->s3_small_pct,
 		.s3_promote = c->s3_promote,
+		.s3_fill_main = c->s3_fill_main,
 		.expected_objects = cap,
 		.on_victim = fn,
 		.victim_arg = arg,

@@ -64,6 +64,7 @@ struct plan_conf {
 	enum plan_route route;
 	struct plan_tier tier[PLAN_NT];
 	uint32_t s3_small_pct, s3_promote; /* S3-FIFO; 0: the defaults */
+	int s3_fill_main;                  /* S3-FIFO: libCacheSim's fill rule */
 };
 
 /* Results are the public API's (kvtier.h); the planner's code keeps its

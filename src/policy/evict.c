@@ -87,7 +87,8 @@ struct kvt_evict {
 	uint64_t small_cap;   /* S3-FIFO: units S may hold before it must give */
 	uint64_t ghost_cap;   /* S3-FIFO: units of ids G remembers */
 	uint32_t promote;     /* S3-FIFO: hits in S to move to M */
-	int evicted;          /* S3-FIFO: room was ever made (see s3_place) */
+	int fill_main;        /* S3-FIFO: s3_fill_main (see s3_place) */
+	int evicted;          /* S3-FIFO: room was ever made */
 };
 
 /* ---- hashing and the table --------------------------------------------- */
@@ -392,11 +393,9 @@ static void s3_trim_ghost(kvt_evict *e)
 static void s3_place(kvt_evict *e, uint32_t x, int was_ghost)
 {
 	e->nodes[x].freq = 0;
-	/* Until the first eviction, a new object goes to M once S holds its
-	 * share: the cache fills as S's share of new objects plus M, and the
-	 * objects that filled it are not all judged by S at once when it
-	 * first runs full (libCacheSim's S3-FIFO does the same). */
-	if (was_ghost || (!e->evicted && e->small.units >= e->small_cap))
+	/* fill_main (libCacheSim's rule): until the first eviction, a new
+	 * object goes to M once S holds its share. */
+	if (was_ghost || (e->fill_main && !e->evicted && e->small.units >= e->small_cap))
 		list_push_head(e, &e->main, x, Q_MAIN);
 	else
 		list_push_head(e, &e->small, x, Q_SMALL);
@@ -530,6 +529,7 @@ int kvt_evict_create(const struct kvt_evict_conf *conf, kvt_evict **out)
 	e->small_cap = (conf->capacity * pct + 99) / 100;
 	e->ghost_cap = conf->capacity - (conf->capacity * pct) / 100;
 	e->promote = conf->s3_promote ? conf->s3_promote : 1;
+	e->fill_main = conf->s3_fill_main != 0;
 
 	/* Ghosts live in the table too: up to about twice the objects. */
 	uint64_t hint = conf->expected_objects;

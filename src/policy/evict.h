@@ -28,7 +28,10 @@
  *   (its frequency is reset for M), else it leaves the cache and its id goes
  *   to G; otherwise the tail of M is reinserted at M's head with frequency
  *   minus one if its frequency is non-zero, else it leaves.  G keeps ids
- *   whose sizes sum to at most M's share and forgets the oldest first.
+ *   whose sizes sum to at most M's share and forgets the oldest first; an
+ *   id that returns leaves G before room is made for it (as libCacheSim).
+ *   With s3_fill_main, until the first eviction a new object goes to M
+ *   once S holds its share (libCacheSim's S3FIFO); else always to S.
  *   One-hit wonders (a scan) pass through S and never disturb M.
  *
  * Pinning: a pinned object is never evicted and still counts against the
@@ -66,6 +69,10 @@ struct kvt_evict_conf {
 	uint64_t expected_objects;  /* sizing hint for the tables; 0 = grow from small */
 	uint32_t small_pct;         /* S3-FIFO: share of S in percent, 1..90; 0 = 10 */
 	uint32_t s3_promote;        /* S3-FIFO: hits in S needed to move to M; 0 = 1 */
+	/* S3-FIFO: 1 = until the first eviction, a new object goes to M once
+	 * S holds its share (libCacheSim's S3FIFO); 0 = always to S (the
+	 * paper's rule, the store's; docs/POLICIES.md says why). */
+	int s3_fill_main;
 	kvt_evict_victim_fn on_victim; /* may be NULL */
 	void *victim_arg;
 	/* > 0: every id is < id_limit (dense ids, as a parsed trace's): the
