@@ -626,7 +626,7 @@ typedef struct kvt_ref kvt_ref;
 /* Borrow a chunk without copying it.  The returned reference pins the chunk:
  * it is neither evicted nor reused until kvt_release, and its memory stays
  * valid until then even if the chunk is deleted.  0 with *ref set, or as
- * kvt_get (KVT_ENOTFOUND, ...). */
+ * kvt_get (KVT_ENOTFOUND, ...) with *ref NULL. */
 KVT_API int kvt_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	       kvt_ref **ref);
 
@@ -640,6 +640,14 @@ KVT_API uint64_t kvt_ref_len(const kvt_ref *ref);
 /* Verify the borrowed payload's checksums (every layer).  0, KVT_ECORRUPT
  * (with the layer in kvt_errmsg()), or KVT_EINVAL. */
 KVT_API int kvt_ref_verify(const kvt_ref *ref);
+
+/* Copy one layer of the borrowed payload into `buf`, verifying that
+ * layer's checksum in the same pass (kvt_get_layer without a second
+ * lookup: borrow a chunk once, read its layers one by one into a buffer
+ * that stays in cache).  0, KVT_ECORRUPT (nothing usable in buf),
+ * KVT_EINVAL (a layer past the chunk's, a NULL pointer), KVT_ESMALL (`cap`
+ * below kvt_layout_layer_bytes()). */
+KVT_API int kvt_ref_read_layer(const kvt_ref *ref, uint32_t layer, void *buf, size_t cap);
 
 /* Give a reference back; NULL is a no-op.  Any thread may release it. */
 KVT_API void kvt_release(kvt_ref *ref);

@@ -137,6 +137,20 @@ static void dram_only(void)
 		CHECK(off == per);
 	}
 	CHECK_EQ(kvt_ref_verify(ref), 0);
+	/* A layer at a time, verified in the copy. */
+	{
+		uint64_t lb = kvt_layout_layer_bytes(&ns.layout);
+		uint32_t nl = ns.layout.num_layers;
+		test_fill(p, per, 12);
+		for (uint32_t l = 0; l < nl; l++) {
+			memset(q, 0, lb);
+			CHECK_EQ(kvt_ref_read_layer(ref, l, q, lb), 0);
+			CHECK(!memcmp(q, p + l * lb, lb));
+		}
+		CHECK_EQ(kvt_ref_read_layer(ref, nl, q, lb), KVT_EINVAL);
+		CHECK_EQ(kvt_ref_read_layer(ref, 0, q, lb - 1), KVT_ESMALL);
+		CHECK_EQ(kvt_ref_read_layer(NULL, 0, q, lb), KVT_EINVAL);
+	}
 	/* Deleted while borrowed: gone for others, intact for the holder. */
 	CHECK_EQ(kvt_delete(st, &ns, &k[2]), 0);
 	CHECK_EQ(kvt_exists(st, &ns, &k[2]), 0);
@@ -144,6 +158,9 @@ static void dram_only(void)
 	kvt_release(ref);
 	CHECK_EQ(kvt_delete(st, &ns, &k[2]), KVT_ENOTFOUND);
 	CHECK_EQ(kvt_get(st, &ns, &k[2], q, per, &len), KVT_ENOTFOUND);
+	ref = (kvt_ref *)&len; /* whatever the caller left there */
+	CHECK_EQ(kvt_borrow(st, &ns, &k[2], &ref), KVT_ENOTFOUND);
+	CHECK(ref == NULL);
 
 	/* Async forms. */
 	{

@@ -49,6 +49,11 @@ struct kvt_llama {
 	uint32_t chunk;                       /* tokens per chunk */
 	uint64_t layer_bytes;                 /* of one chunk */
 	char model_id[256], revision[512];
+	/* Kept across prefills: the blob a restore assembles (fresh memory of
+	 * its size faults in page by page, which cost more than the copies)
+	 * and one chunk layer, loaded and verified on its way there. */
+	uint8_t *blob, *layer;
+	size_t blob_cap;
 };
 
 /* Where each layer's K and V lie in one blob. */
@@ -268,7 +273,7 @@ static int kll_conn_open(const kvt_llama *a, uint8_t *blob, const kll_map *m, kv
 
 /* The header and cells of a blob for positions 0..cells-1 of `seq`, and its
  * map; the K and V bytes are left for the connector (kll_conn_open). */
-static uint8_t *kll_blob_new(const kvt_llama *a, llama_seq_id seq, uint32_t cells, kll_map *m,
+static uint8_t *kll_blob_new(kvt_llama *a, llama_seq_id seq, uint32_t cells, kll_map *m,
 			     size_t *len)
 {
 	uint64_t krow = (uint64_t)a->n_embd_k * a->el, vrow = (uint64_t)a->n_embd_v * a->el;
@@ -278,9 +283,14 @@ static uint8_t *kll_blob_new(const kvt_llama *a, llama_seq_id seq, uint32_t cell
 
 	n += a->n_layer * (12 + cells * krow);
 	n += a->n_layer * (12 + cells * vrow); /* both V forms: 12 bytes of header */
-	b = malloc(n);
-	if (!b)
-		return NULL;
+	if (n > a->blob_cap) {
+		free(a->blob);
+		a->blob_cap = 0;
+		if (!(a->blob = malloc(n)))
+			return NULL;
+		a->blob_cap = n;
+	}
+	b = a->blob;
 	m->cells = cells;
 #define KLL_W32(x) do { v = (uint32_t)(x); memcpy(b + at, &v, 4); at += 4; } while (0)
 	at = 0;
@@ -439,6 +449,10 @@ int kvt_llama_open(kvt_store *st, struct llama_context *ctx, const kvt_llama_opt
 
 void kvt_llama_close(kvt_llama *a)
 {
+	if (!a)
+		return;
+	free(a->blob);
+	free(a->layer);
 	free(a);
 }
 
@@ -465,50 +479,73 @@ const kvt_ns *kvt_llama_ns(const kvt_llama *a)
 static uint32_t kll_restore(kvt_llama *a, llama_seq_id seq, const kvt_key *keys,
 			    uint32_t n_chunks, uint32_t cells, kvt_llama_result *res)
 {
-	uint64_t payload = a->layer_bytes * a->n_layer;
-	uint8_t *chunks = malloc(payload * n_chunks), *blob = NULL;
 	kll_map m = { 0 };
 	kvt_conn *conn = NULL;
-	uint32_t c, l, got = 0;
+	uint8_t *blob = NULL;
+	uint32_t c = 0, l, got = 0;
 	size_t len = 0;
-	int rc;
+	int rc = 0, short_load = 0;
 
-	if (!chunks || kll_map_alloc(a, &m))
+	if (!a->layer && !(a->layer = malloc(a->layer_bytes)))
 		goto out;
-	for (c = 0; c < n_chunks; c++) {
-		rc = kvt_get(a->st, &a->ns, &keys[c], chunks + c * payload, payload, NULL);
-		if (rc) {
-			kll_log(a, "chunk %u of the prefix did not load (%s: %s): the prefix "
-				"ends there", c, kvt_strerror(rc), kvt_errmsg());
-			break;
-		}
-	}
-	res->loaded_chunks = c;
-	got = c == n_chunks ? cells : c * a->chunk;
-	if (!got)
-		goto out;
-	blob = kll_blob_new(a, seq, got, &m, &len);
-	if (!blob) {
+	got = cells;
+	if (kll_map_alloc(a, &m) || !(blob = kll_blob_new(a, seq, got, &m, &len)) ||
+	    kll_conn_open(a, blob, &m, &conn)) {
 		got = 0;
 		goto out;
 	}
-	rc = kll_conn_open(a, blob, &m, &conn);
-	for (c = 0; !rc && c * a->chunk < got; c++) {
+	/* Each chunk is borrowed once (no copy from a DRAM tier) and read
+	 * layer by layer, verified, into a buffer that stays in cache, then
+	 * scattered from there into its rows of the blob: the chunk crosses
+	 * memory once on its way to llama.cpp's blob. */
+	for (c = 0; !rc && c < n_chunks && c * a->chunk < got; c++) {
 		uint32_t t0 = c * a->chunk;
 		uint32_t nt = got - t0 < a->chunk ? got - t0 : a->chunk;
+		kvt_ref *ref = NULL;
 
-		for (l = 0; !rc && l < a->n_layer; l++)
-			rc = kvt_conn_scatter(conn, l, &c, 1, nt,
-					      chunks + c * payload + l * a->layer_bytes,
-					      a->layer_bytes);
+		rc = kvt_borrow(a->st, &a->ns, &keys[c], &ref);
+		if (rc)
+			short_load = 1;
+		for (l = 0; !rc && l < a->n_layer; l++) {
+			rc = ref ? kvt_ref_read_layer(ref, l, a->layer, a->layer_bytes)
+				 : kvt_get_layer(a->st, &a->ns, &keys[c], l, a->layer,
+						 a->layer_bytes);
+			if (rc == KVT_ECORRUPT && ref) {
+				/* Let go of the damaged copy; the store drops it and
+				 * serves this chunk's layers from below, if any. */
+				kvt_release(ref);
+				ref = NULL;
+				rc = kvt_get_layer(a->st, &a->ns, &keys[c], l, a->layer,
+						   a->layer_bytes);
+			}
+			if (!rc)
+				rc = kvt_conn_scatter(conn, l, &c, 1, nt, a->layer,
+						      a->layer_bytes);
+			else
+				short_load = 1;
+		}
+		if (short_load)
+			kll_log(a, "chunk %u of the prefix did not load (%s: %s): the prefix "
+				"ends there", c, kvt_strerror(rc), kvt_errmsg());
+		kvt_release(ref);
+		if (rc)
+			break;
 	}
 	kvt_conn_close(conn);
+	res->loaded_chunks = c;
+	if (short_load) {
+		/* The prefix ends at chunk c (gone or damaged since the lookup):
+		 * the blob is built again for the c chunks before it. */
+		free(m.k_off);
+		return c ? kll_restore(a, seq, keys, c, c * a->chunk, res) : 0;
+	}
 	if (rc) {
 		kll_log(a, "assembling the state of %u tokens failed (%s: %s): recomputing", got,
 			kvt_strerror(rc), kvt_errmsg());
 		res->fallback = 1;
 		got = 0;
-	} else if (llama_state_seq_set_data(a->ctx, blob, len, seq) != len) {
+	}
+	if (!rc && llama_state_seq_set_data(a->ctx, blob, len, seq) != len) {
 		kll_log(a, "llama.cpp refused the assembled state of %u tokens: recomputing",
 			got);
 		res->fallback = 1;
@@ -517,8 +554,6 @@ static uint32_t kll_restore(kvt_llama *a, llama_seq_id seq, const kvt_key *keys,
 	}
 out:
 	free(m.k_off);
-	free(blob);
-	free(chunks);
 	return got;
 }
 

@@ -1792,8 +1792,10 @@ int kvt_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		 * (a daemon serves most reads so), but not in the bandwidth the
 		 * cost model learns, since from memory it copies nothing. */
 		double t0 = store_now_s();
-		if ((rc = store_borrow(st, ns, key, ref, &tier, 0)))
+		if ((rc = store_borrow(st, ns, key, ref, &tier, 0))) {
+			*ref = NULL; /* not a dropped copy's dangling pointer */
 			return rc;
+		}
 		if (st->verify[tier] &&
 		    kvt_obj_verify_iov(&(*ref)->hdr, (*ref)->rb->iov, (*ref)->rb->n_iov)) {
 			store_drop_corrupt(*ref, key);
@@ -1823,6 +1825,15 @@ int kvt_ref_verify(const kvt_ref *ref)
 	if (!ref)
 		return kvt_err(KVT_EINVAL, "reference missing");
 	return kvt_obj_verify_iov(&ref->hdr, ref->rb->iov, ref->rb->n_iov);
+}
+
+int kvt_ref_read_layer(const kvt_ref *ref, uint32_t layer, void *buf, size_t cap)
+{
+	if (!ref || !buf)
+		return kvt_err(KVT_EINVAL, "reference or buffer missing");
+	if (layer >= ref->hdr.n_layers)
+		return kvt_err(KVT_EINVAL, "layer %u of a %u-layer chunk", layer, ref->hdr.n_layers);
+	return kvt_obj_read_layer_iov(&ref->hdr, ref->rb->iov, ref->rb->n_iov, layer, buf, cap);
 }
 
 void kvt_release(kvt_ref *ref)
