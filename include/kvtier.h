@@ -1300,6 +1300,11 @@ typedef struct kvt_plan_timing {
 	kvt_plan_link_use link[KVT_PLAN_NLINK];
 } kvt_plan_timing;
 
+/* The p-quantile (0..1, nearest rank) of v[0..n), found by selection
+ * without a sort (v is reordered): what the fleet figures' percentiles
+ * use.  0 when n is 0. */
+KVT_API double kvt_plan_quantile(double *v, size_t n, double p);
+
 /* Run trace `t` in time on fleet `f`, the cache hits and nodes from
  * kvt_plan_simulate's per_req (NULL: no cache, requests round-robin).
  * Optional outputs (each may be NULL): ttft_s and wait_s, one entry per

@@ -180,46 +180,6 @@ static uint64_t hit_tokens(const kvt_plan_trace_view *pt, uint64_t q, uint64_t h
 	return t < pt->in_len[q] ? t : pt->in_len[q];
 }
 
-/* The p-quantile of v[0..n) (the value at index ceil(p n) - 1 of v
- * sorted), found in place without sorting (Hoare's selection, expected linear time; v is reordered). */
-static double pct_select(double *v, uint64_t n, double p)
-{
-	if (!n)
-		return 0;
-	uint64_t k = (uint64_t)ceil(p * (double)n);
-	if (k)
-		k--;
-	if (k >= n)
-		k = n - 1;
-	uint64_t lo = 0, hi = n - 1;
-	while (lo < hi) {
-		double pivot = v[lo + (hi - lo) / 2];
-		uint64_t i = lo, j = hi;
-		while (i <= j) {
-			while (v[i] < pivot)
-				i++;
-			while (v[j] > pivot)
-				j--;
-			if (i <= j) {
-				double t = v[i];
-				v[i] = v[j];
-				v[j] = t;
-				i++;
-				if (j == 0)
-					break;
-				j--;
-			}
-		}
-		if (k <= j)
-			hi = j;
-		else if (k >= i)
-			lo = i;
-		else
-			break; /* between j and i: equal to the pivot, in place */
-	}
-	return v[k];
-}
-
 static double cap_blocks(const struct plan_ctx *x, uint64_t cap)
 {
 	return cap == KVT_PLAN_UNBOUNDED ? (double)x->tv.distinct_blocks : (double)cap;
@@ -258,7 +218,7 @@ void plan_evaluate(const struct plan_ctx *x, struct cfg_out *o, const kvt_plan_r
 	(void)sum;
 	/* One percentile: a selection, not a sort (a sort of every request's
 	 * TTFT was a fifth of a large trace's whole run). */
-	o->ttft_alone_p90 = pct_select(ttft, pt->requests, 0.9);
+	o->ttft_alone_p90 = kvt_plan_quantile(ttft, pt->requests, 0.9);
 
 	const kvt_plan_conf *c = &o->conf;
 	double gib = x->block_bytes / 1073741824.0;

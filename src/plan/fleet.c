@@ -146,7 +146,7 @@ static void select_k(double *v, size_t lo, size_t hi, size_t k)
 }
 
 /* The p-quantile of v[0..n) (reordered), nearest rank; 0 when n is 0. */
-static double quantile(double *v, size_t n, double p)
+double kvt_plan_quantile(double *v, size_t n, double p)
 {
 	if (!n)
 		return 0;
@@ -367,7 +367,7 @@ int plan_fleet_run(const struct plan_trace *pt, const kvt_plan_req_hit *per_req,
 		&out->ttft_max);
 	for (uint64_t q = 0; q < n; q++)
 		sorted[q] = tt[q] - wt[q];
-	out->service_p90 = quantile(sorted, n, 0.9);
+	out->service_p90 = kvt_plan_quantile(sorted, n, 0.9);
 	memcpy(sorted, wt, n * sizeof(double));
 	summary(sorted, n, &out->wait_mean, &out->wait_p50, &out->wait_p90, &out->wait_p99,
 		&out->wait_max);
@@ -392,7 +392,7 @@ int plan_fleet_run(const struct plan_trace *pt, const kvt_plan_req_hit *per_req,
 		for (size_t w = 0; series && w < nw && w < series_cap; w++)
 			series[(size_t)l * series_cap + w] = ws[w];
 		if (u->starved)
-			u->fix_gbps = quantile(fl.need[l].v, fl.need[l].n, 0.99);
+			u->fix_gbps = kvt_plan_quantile(fl.need[l].v, fl.need[l].n, 0.99);
 		if (!u->bytes)
 			continue; /* every window 0 */
 		double mean, p90;
