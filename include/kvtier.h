@@ -1421,8 +1421,9 @@ typedef struct kvt_conn kvt_conn;
  * KVT_ENOTSUP (engine memory this build or machine cannot copy: CUDA
  * memory without the CUDA backend, or no such device), -EIO (the device's
  * stream or staging could not be set up), with the field or the CUDA error
- * in kvt_errmsg().  Starts the worker threads; with CUDA memory, also a
- * stream and one layer of device staging. */
+ * in kvt_errmsg().  Its worker threads start with its first load or save
+ * (a connector used only for kvt_conn_gather/scatter runs none); with CUDA
+ * memory, it also sets up a stream and one layer of device staging. */
 KVT_API int kvt_conn_open(kvt_store *st, const kvt_ns *ns, const kvt_conn_desc *desc,
 		  kvt_conn **out);
 

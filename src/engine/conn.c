@@ -88,7 +88,8 @@ struct kvt_conn {
 	struct conn_job *qh, *qt;
 	int stopping;
 	pthread_t *thr;
-	uint32_t n_thr;
+	uint32_t n_thr;         /* workers to run */
+	uint32_t n_started;     /* workers started: at the first queued job */
 	struct conn_req *reqs;
 };
 
@@ -184,12 +185,33 @@ static void req_unlink(kvt_conn *c, struct conn_req *r)
 	free(r);
 }
 
-/* Queue a job for `r`; under c->mu.  0 or KVT_ENOMEM. */
+static void *worker(void *arg);
+
+/* The workers, started by the first job: a connector used only for its
+ * synchronous gather and scatter (an adapter assembling one state) never
+ * pays for threads.  Under c->mu.  0, or the error of the first that did
+ * not start (the ones started run the queue). */
+static int workers_start(kvt_conn *c)
+{
+	while (c->n_started < c->n_thr) {
+		int rc = pthread_create(&c->thr[c->n_started], NULL, worker, c);
+		if (rc)
+			return c->n_started ? 0 : kvt_err(-rc, "connector worker: %s", strerror(rc));
+		c->n_started++;
+	}
+	return 0;
+}
+
+/* Queue a job for `r`; under c->mu.  0, KVT_ENOMEM, or no worker could
+ * start. */
 static int job_queue(kvt_conn *c, struct conn_req *r, int kind, uint32_t layer)
 {
-	struct conn_job *j = malloc(sizeof(*j));
+	struct conn_job *j;
+	int rc = workers_start(c);
 
-	if (!j)
+	if (rc)
+		return rc;
+	if (!(j = malloc(sizeof(*j))))
 		return kvt_err(KVT_ENOMEM, "out of memory");
 	j->next = NULL;
 	j->r = r;
@@ -500,13 +522,6 @@ int kvt_conn_open(kvt_store *st, const kvt_ns *ns, const kvt_conn_desc *d, kvt_c
 	pthread_cond_init(&c->work, NULL);
 	kvt_cond_init_mono(&c->changed);
 	c->thr = calloc(c->n_thr, sizeof(*c->thr));
-	for (uint32_t i = 0; c->thr && i < c->n_thr; i++) {
-		if ((rc = pthread_create(&c->thr[i], NULL, worker, c))) {
-			c->n_thr = i;
-			kvt_conn_close(c);
-			return kvt_err(-rc, "connector worker: %s", strerror(rc));
-		}
-	}
 	if (!c->thr) {
 		c->n_thr = 0;
 		kvt_conn_close(c);
@@ -524,7 +539,7 @@ void kvt_conn_close(kvt_conn *c)
 	c->stopping = 1;
 	pthread_cond_broadcast(&c->work);
 	pthread_mutex_unlock(&c->mu);
-	for (uint32_t i = 0; i < c->n_thr; i++)
+	for (uint32_t i = 0; i < c->n_started; i++)
 		pthread_join(c->thr[i], NULL);
 	while (c->reqs)
 		req_unlink(c, c->reqs);
