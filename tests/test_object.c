@@ -834,6 +834,63 @@ static void test_expect(void)
 	image_free(&im);
 }
 
+/*
+ * The threshold above which images are streamed: a quarter of the
+ * last-level cache, and the override tests use.
+ */
+static void test_stream_min(void)
+{
+	uint64_t auto_min = kvt_obj_stream_min();
+
+	/* No cache worth the name is under 1 MiB or over 4 GiB. */
+	CHECK(auto_min >= (256u << 10) && auto_min <= (1ull << 30));
+	kvt_obj_force_stream_min(1);
+	CHECK(kvt_obj_stream_min() == 1);
+	kvt_obj_force_stream_min(0);
+	CHECK(kvt_obj_stream_min() == auto_min);
+}
+
+/*
+ * Every pass test again with each kind of stripes this build and CPU run,
+ * the stores streamed wherever the destination allows (every image over 1
+ * byte) and never: the AVX-512, AVX2 and portable stripes are separate
+ * code, and only the widest the CPU has runs by default.
+ */
+static void test_pass_variants(void)
+{
+	static const struct {
+		int stripes;
+		const char *name;
+	} kinds[] = {
+		{ KVT_OBJ_STRIPES_PORTABLE, "portable" },
+		{ KVT_OBJ_STRIPES_AVX2, "AVX2" },
+		{ KVT_OBJ_STRIPES_AVX512, "AVX-512" },
+	};
+	static const uint64_t streams[] = { 1, UINT64_MAX };
+
+	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+		if (kvt_obj_force_stripes(kinds[k].stripes) == KVT_ENOTSUP) {
+			fprintf(stderr, "note: no %s stripes in this build or CPU; "
+				"not tested\n", kinds[k].name);
+			continue;
+		}
+		for (size_t m = 0; m < 2; m++) {
+			int failures = test_failures;
+
+			kvt_obj_force_stream_min(streams[m]);
+			test_segments();
+			test_golden_images();
+			test_pass_lengths();
+			if (test_failures != failures)
+				fprintf(stderr, "  ... with the %s stripes, stores %s\n",
+					kinds[k].name, m ? "plain" : "streamed");
+		}
+	}
+	kvt_obj_force_stream_min(0);
+	CHECK_EQ(kvt_obj_force_stripes(KVT_OBJ_STRIPES_AUTO), 0);
+	CHECK_EQ(kvt_obj_force_stripes(99), KVT_ENOTSUP);
+}
+
 int main(void)
 {
 	test_csum_known_answer();
@@ -846,12 +903,8 @@ int main(void)
 	test_segments();
 	test_golden_images();
 	test_pass_lengths();
-	/* Again with the portable stripes where the CPU would use AVX2. */
-	kvt_obj_force_portable(1);
-	test_segments();
-	test_golden_images();
-	test_pass_lengths();
-	kvt_obj_force_portable(0);
+	test_stream_min();
+	test_pass_variants();
 	test_iov_errors();
 	test_expect();
 	TEST_DONE();

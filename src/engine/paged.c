@@ -29,11 +29,95 @@
  */
 #define CONN_NT_MIN 8192
 
+/*
+ * A gather reads the engine's blocks in block-table order, and a table is
+ * a scattered draw from the pool: every 18 KiB (MLA) or 32 KiB (NHD plane)
+ * the read jumps somewhere the hardware prefetcher has not seen, and the
+ * first lines of each block wait out a whole memory latency while it
+ * finds the new stream; memcpy of the same bytes from one region pays that
+ * once.  Measured on a 2-vCPU EPYC VM (a dependent load from DRAM: 210 ns
+ * with huge pages, 340 with 4 KiB pages), the MLA gather of a chunk ran at
+ * 0.53-0.66x of memcpy with the table shuffled and at 1.04-1.14x with the
+ * same blocks sorted: the jumps cost the difference, not the per-block
+ * calls or the stores.  So a gather prefetches its source PF_AHEAD bytes
+ * ahead along the table: the first PF_AHEAD bytes of a plane before its
+ * copy starts, then one line per 64 bytes copied, which requests the next
+ * block's lines while the current one is copied (0.92-1.07x of memcpy).
+ * In a kernel of the same loop, 8 and 16 KiB ahead measured 0.95-1.09x,
+ * 4 KiB 0.88-0.96x and 32 KiB no better (0.91-1.03x) while twice as
+ * likely to outrun a small L1.
+ */
+#define PF_AHEAD 16384
+#define PF_LINE 64
+
+/* Where the prefetch of a plane's blocks has got to. */
+struct pf_cur {
+	const uint8_t *base; /* the plane */
+	uint64_t stride;     /* block_stride */
+	uint64_t row_bytes;
+	const uint32_t *ids;
+	uint32_t n_ids, j;   /* the table; the block being prefetched */
+	uint32_t block_tokens, ntok;
+	uint64_t off, len;   /* into block j; its bytes */
+};
+
+static void pf_block(struct pf_cur *f)
+{
+	for (; f->j < f->n_ids; f->j++) {
+		uint64_t first = (uint64_t)f->j * f->block_tokens;
+
+		if (first >= f->ntok) {
+			f->j = f->n_ids;
+			return;
+		}
+		if (f->ids[f->j] == KVT_CONN_NO_BLOCK)
+			continue;
+		f->len = (f->ntok - first < f->block_tokens ? f->ntok - first
+							    : f->block_tokens) * f->row_bytes;
+		f->off = 0;
+		return;
+	}
+}
+
+static void pf_init(struct pf_cur *f, const struct conn_geom *g, const kvt_paged_plane *pl,
+		    const uint32_t *blocks, uint32_t ntok)
+{
+	f->base = pl->base;
+	f->stride = pl->block_stride;
+	f->row_bytes = g->row_bytes;
+	f->ids = blocks;
+	f->n_ids = (ntok + g->block_tokens - 1) / g->block_tokens;
+	f->block_tokens = g->block_tokens;
+	f->ntok = ntok;
+	f->j = 0;
+	pf_block(f);
+	for (uint32_t k = 0; k < PF_AHEAD / PF_LINE && f->j < f->n_ids; k++) {
+		__builtin_prefetch(f->base + f->ids[f->j] * f->stride + f->off, 0, 3);
+		if ((f->off += PF_LINE) >= f->len) {
+			f->j++;
+			pf_block(f);
+		}
+	}
+}
+
+/* The next line ahead, if the plane has one left. */
+static inline void pf_step(struct pf_cur *f)
+{
+	if (f->j >= f->n_ids)
+		return;
+	__builtin_prefetch(f->base + f->ids[f->j] * f->stride + f->off, 0, 3);
+	if ((f->off += PF_LINE) >= f->len) {
+		f->j++;
+		pf_block(f);
+	}
+}
+
 #if defined(__x86_64__)
 /* memcpy with streaming stores for the aligned middle: SSE2, the x86-64
  * baseline, so no run-time dispatch.  The caller fences (conn_paged_copy
- * ends with an sfence) before anyone else may read the bytes. */
-static void copy_nt(uint8_t *d, const uint8_t *s, size_t n)
+ * ends with an sfence) before anyone else may read the bytes.  `pf`, if
+ * not NULL, is stepped once per 64 bytes. */
+static void copy_nt(uint8_t *d, const uint8_t *s, size_t n, struct pf_cur *pf)
 {
 	size_t head = (16 - ((uintptr_t)d & 15)) & 15;
 
@@ -42,6 +126,8 @@ static void copy_nt(uint8_t *d, const uint8_t *s, size_t n)
 	s += head;
 	n -= head;
 	for (; n >= 64; n -= 64, d += 64, s += 64) {
+		if (pf)
+			pf_step(pf);
 		__m128i a = _mm_loadu_si128((const __m128i *)s);
 		__m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
 		__m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
@@ -59,9 +145,19 @@ static void copy_fence(void)
 	_mm_sfence();
 }
 #else
-static void copy_nt(uint8_t *d, const uint8_t *s, size_t n)
+/* The prefetch runs ahead of memcpy a 4 KiB piece at a time. */
+static void copy_nt(uint8_t *d, const uint8_t *s, size_t n, struct pf_cur *pf)
 {
-	memcpy(d, s, n);
+	while (n) {
+		size_t k = n < 4096 ? n : 4096;
+
+		for (size_t i = 0; pf && i < k; i += PF_LINE)
+			pf_step(pf);
+		memcpy(d, s, k);
+		d += k;
+		s += k;
+		n -= k;
+	}
 }
 
 static void copy_fence(void)
@@ -69,12 +165,16 @@ static void copy_fence(void)
 }
 #endif
 
-static void copy_bytes(uint8_t *d, const uint8_t *s, size_t n)
+/* `pf`: prefetch the gather's source ahead (NULL: a scatter). */
+static void copy_bytes(uint8_t *d, const uint8_t *s, size_t n, struct pf_cur *pf)
 {
-	if (n >= CONN_NT_MIN)
-		copy_nt(d, s, n);
-	else
-		memcpy(d, s, n);
+	if (n >= CONN_NT_MIN) {
+		copy_nt(d, s, n, pf);
+		return;
+	}
+	for (size_t i = 0; pf && i < n; i += PF_LINE)
+		pf_step(pf);
+	memcpy(d, s, n);
 }
 
 static int stride_check(uint32_t layer, uint32_t plane, const char *what,
@@ -214,8 +314,9 @@ static int short_segments(void)
 	return kvt_err(KVT_ETRUNCATED, "chunk segments end inside the layer");
 }
 
-/* `len` engine bytes at `e` <-> the next `len` bytes of the chunk. */
-static int copy_run(uint8_t *e, size_t len, struct conn_cur *c, int dir)
+/* `len` engine bytes at `e` <-> the next `len` bytes of the chunk; `pf`
+ * as copy_bytes. */
+static int copy_run(uint8_t *e, size_t len, struct conn_cur *c, int dir, struct pf_cur *pf)
 {
 	while (len) {
 		uint8_t *p;
@@ -224,9 +325,9 @@ static int copy_run(uint8_t *e, size_t len, struct conn_cur *c, int dir)
 		if (!n)
 			return short_segments();
 		if (dir == CONN_GATHER)
-			copy_bytes(p, e, n);
+			copy_bytes(p, e, n, pf);
 		else
-			copy_bytes(e, p, n);
+			copy_bytes(e, p, n, NULL);
 		e += n;
 		len -= n;
 	}
@@ -296,15 +397,15 @@ static int copy_box(const struct conn_geom *g, const kvt_paged_plane *pl, uint8_
 	if (pl->elem_stride == g->esz || g->dim == 1) {
 		if (pl->head_stride == row || g->heads == 1) {
 			if (pl->token_stride == g->row_bytes || ntok == 1)
-				return copy_run(e, ntok * g->row_bytes, c, dir);
+				return copy_run(e, ntok * g->row_bytes, c, dir, NULL);
 			for (uint32_t t = 0; t < ntok && !rc; t++)
-				rc = copy_run(e + t * pl->token_stride, g->row_bytes, c, dir);
+				rc = copy_run(e + t * pl->token_stride, g->row_bytes, c, dir, NULL);
 			return rc;
 		}
 		for (uint32_t t = 0; t < ntok; t++)
 			for (uint32_t h = 0; h < g->heads; h++)
 				if ((rc = copy_run(e + t * pl->token_stride + h * pl->head_stride,
-						   row, c, dir)))
+						   row, c, dir, NULL)))
 					return rc;
 		return 0;
 	}
@@ -343,7 +444,10 @@ static int paged_copy(const struct conn_geom *g, const kvt_paged_layer *L,
 			    pl->token_stride == g->row_bytes &&
 			    pl->block_stride == g->row_bytes * g->block_tokens;
 		uint32_t done = 0, j = 0;
+		struct pf_cur pf = { 0 };
 
+		if (whole && dir == CONN_GATHER)
+			pf_init(&pf, g, pl, blocks, ntok);
 		while (done < ntok) {
 			uint32_t nt = ntok - done, run = 1;
 
@@ -363,7 +467,8 @@ static int paged_copy(const struct conn_geom *g, const kvt_paged_layer *L,
 				if (nt > run * g->block_tokens)
 					nt = run * g->block_tokens;
 				rc = copy_run(base + blocks[j] * pl->block_stride,
-					      nt * g->row_bytes, c, dir);
+					      nt * g->row_bytes, c, dir,
+					      dir == CONN_GATHER ? &pf : NULL);
 			} else {
 				if (nt > g->block_tokens)
 					nt = g->block_tokens;
@@ -378,7 +483,7 @@ static int paged_copy(const struct conn_geom *g, const kvt_paged_layer *L,
 			return rc;
 	}
 	if (g->scale_bytes)
-		return copy_run(L->scale, g->scale_bytes, c, dir);
+		return copy_run(L->scale, g->scale_bytes, c, dir, NULL);
 	return 0;
 }
 

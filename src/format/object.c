@@ -555,15 +555,20 @@ static uint64_t segs_total(const struct iovec *iov, int n)
  * are the kept copy of the last stripe stored plus the tail.  Nothing is
  * ever read back from the destination.  test_object checks the pass against
  * libxxhash at lengths on every boundary, over segments of awkward sizes,
- * with the AVX2 stripes and the portable ones.  The AVX2 stripes are chosen
- * at run time on x86-64; building with -DKVT_NO_SIMD leaves them out.
+ * with each of the portable, AVX2 and AVX-512 stripes the CPU can run, the
+ * stores streamed and not.  The widest stripes the CPU has are chosen at run
+ * time on x86-64; building with -DKVT_NO_SIMD leaves them out.
+ *
+ * The pass is not bound by its arithmetic: from cache the hash alone runs
+ * at 70-85 GB/s (AVX2, AVX-512) where the copy runs at 50-60, and fused
+ * copies with either width measure the same.  What decides its speed
+ * against memcpy is where the stores go; see stream_min() below.
  */
 #define STRIPE 64u
 #define STRIPES_PER_BLOCK 16u
 #define XXH3_SHORT_MAX 240u
-/* Images from this size up are streamed to their destination (write_iov,
- * verified read_iov). */
-#define STREAM_MIN_BYTES (1u << 20)
+
+static uint64_t stream_min(void);
 
 static _Alignas(64) const uint8_t xxh3_secret[192] = {
 	0xb8, 0xfe, 0x6c, 0x39, 0x23, 0xa4, 0x4b, 0xbe, 0x7c, 0x01, 0x81, 0x2c, 0xf7, 0x21, 0xad, 0x1c,
@@ -770,22 +775,180 @@ AVX512 static void stripes_avx512(struct xxh_pass *x, uint8_t *dst, const uint8_
 }
 #endif
 
-static int force_portable;
+/*
+ * Non-temporal stores, and when to use them.
+ *
+ * A streamed store goes to memory without reading the destination's line
+ * in first and without taking a place in the cache; a plain store reads
+ * the line in (from memory if it is not cached) and leaves it dirty in the
+ * cache.  Which is faster depends on whether the destination would have
+ * stayed in the cache, and that depends on its size against the cache's:
+ *
+ *   - a copy whose source and destination fit in the last-level cache
+ *     with room to spare runs from the cache when repeated (as memcpy of
+ *     the same 3 MiB does, at 50-60 GB/s on the EPYC this was measured
+ *     on); streaming it sends every byte to memory instead (40 GB/s) and
+ *     evicts the destination's lines besides.  Measured per op against
+ *     memcpy, put and verified get of a 3 MiB chunk ran at 0.55-0.81x
+ *     with the stores streamed, 0.85-0.94x with plain ones.  A
+ *     destination not cached (a put into arena pages last written long
+ *     ago) costs plain stores a read from memory, but memcpy pays the
+ *     same: 1.0x of it (streamed: 1.15x, what this rule gives up).
+ *   - a copy too large for the cache gains from streaming: the lines are
+ *     evicted before anyone reads them anyway, and the reads of the
+ *     destination a plain store makes are pure cost (measured 1.07-1.32x
+ *     of memcpy at 12-20 MiB, against 1.0-1.14x with plain stores).
+ *
+ * On a 32 MiB L3 the crossing lay between 8 MiB (plain 0.99x, streamed
+ * 0.75-0.83x) and 12 MiB (plain 1.0-1.1x, streamed 1.07-1.24x): images
+ * over a quarter of the last-level cache are streamed, the rule glibc's
+ * memcpy adopted in 2.38.  The cache's size comes from CPUID's
+ * deterministic cache parameters (leaf 4, or 0x8000001D on AMD), which
+ * give one cache's size: sysconf(_SC_LEVEL3_CACHE_SIZE) and leaf
+ * 0x80000006 report the L3 of the whole socket on some EPYC virtual
+ * machines (384 MiB where a core sees 32), and a threshold from that
+ * would never stream.  Where the size is unknown, STREAM_DEFAULT_LLC is
+ * assumed.
+ */
+#define STREAM_DEFAULT_LLC (32ull << 20)
+
+static uint64_t stream_min_forced; /* tests; 0: the cache decides */
+
+#ifdef KVT_OBJ_AVX2
+#include <cpuid.h>
+
+/* Bytes of the largest data or unified cache CPUID leaf `leaf`'s
+ * deterministic cache parameters describe, 0 if none. */
+static uint64_t cpuid_cache_bytes(unsigned leaf)
+{
+	uint64_t best = 0;
+	unsigned best_level = 0;
+
+	for (unsigned i = 0; i < 16; i++) {
+		unsigned a, b, c, d, type, level;
+		uint64_t bytes;
+
+		if (!__get_cpuid_count(leaf, i, &a, &b, &c, &d))
+			break;
+		type = a & 31;
+		if (type == 0)
+			break;
+		if (type != 1 && type != 3) /* data or unified */
+			continue;
+		level = (a >> 5) & 7;
+		bytes = (uint64_t)((b >> 22) + 1) * (((b >> 12) & 0x3ff) + 1) *
+			((b & 0xfff) + 1) * ((uint64_t)c + 1);
+		if (level > best_level || (level == best_level && bytes > best)) {
+			best_level = level;
+			best = bytes;
+		}
+	}
+	return best;
+}
+
+/* The last-level cache's size as one core sees it, 0 if CPUID does not
+ * say. */
+static uint64_t llc_bytes(void)
+{
+	unsigned a, b, c, d, max;
+
+	max = (unsigned)__get_cpuid_max(0, &b); /* int in clang's cpuid.h */
+	if (max == 0)
+		return 0;
+	__cpuid(0, a, b, c, d);
+	/* "AuthenticAMD" and "HygonGenuine": leaf 0x8000001D, where the
+	 * topology extensions are (CPUID 0x80000001 ECX bit 22). */
+	if ((b == 0x68747541 && d == 0x69746e65) || (b == 0x6f677948 && d == 0x6e65476e)) {
+		if ((unsigned)__get_cpuid_max(0x80000000, NULL) >= 0x8000001du &&
+		    __get_cpuid(0x80000001, &a, &b, &c, &d) && (c & (1u << 22)))
+			return cpuid_cache_bytes(0x8000001d);
+		return 0;
+	}
+	return max >= 4 ? cpuid_cache_bytes(4) : 0;
+}
+#else
+static uint64_t llc_bytes(void)
+{
+	return 0;
+}
+#endif
+
+/* Images of more than this many bytes are streamed to their destination
+ * (write_iov, verified read_iov).  Worked out once: every thread that
+ * races to it computes the same value. */
+static uint64_t stream_min(void)
+{
+	static uint64_t cached;
+	uint64_t v = __atomic_load_n(&stream_min_forced, __ATOMIC_RELAXED);
+
+	if (v)
+		return v;
+	v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+	if (!v) {
+		uint64_t llc = llc_bytes();
+
+		v = (llc ? llc : STREAM_DEFAULT_LLC) / 4;
+		__atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+	}
+	return v;
+}
+
+void kvt_obj_force_stream_min(uint64_t bytes)
+{
+	__atomic_store_n(&stream_min_forced, bytes, __ATOMIC_RELAXED);
+}
+
+uint64_t kvt_obj_stream_min(void)
+{
+	return stream_min();
+}
+
+static int forced_stripes = KVT_OBJ_STRIPES_AUTO;
+
+/* Whether this build and CPU can run stripes `s`. */
+static int stripes_avail(int s)
+{
+	switch (s) {
+	case KVT_OBJ_STRIPES_AUTO:
+	case KVT_OBJ_STRIPES_PORTABLE:
+		return 1;
+#ifdef KVT_OBJ_AVX2
+	case KVT_OBJ_STRIPES_AVX2:
+		return __builtin_cpu_supports("avx2");
+	case KVT_OBJ_STRIPES_AVX512:
+		return __builtin_cpu_supports("avx512f");
+#endif
+	default:
+		return 0;
+	}
+}
+
+int kvt_obj_force_stripes(int s)
+{
+	if (!stripes_avail(s))
+		return KVT_ENOTSUP;
+	forced_stripes = s;
+	return 0;
+}
 
 void kvt_obj_force_portable(int on)
 {
-	force_portable = on;
+	forced_stripes = on ? KVT_OBJ_STRIPES_PORTABLE : KVT_OBJ_STRIPES_AUTO;
 }
 
 static void stripes(struct xxh_pass *x, uint8_t *dst, const uint8_t *src,
 		    size_t n, int stream)
 {
 #ifdef KVT_OBJ_AVX2
-	if (!force_portable && __builtin_cpu_supports("avx512f")) {
+	int s = forced_stripes;
+
+	if (s == KVT_OBJ_STRIPES_AVX512 ||
+	    (s == KVT_OBJ_STRIPES_AUTO && __builtin_cpu_supports("avx512f"))) {
 		stripes_avx512(x, dst, src, n, stream);
 		return;
 	}
-	if (!force_portable && __builtin_cpu_supports("avx2")) {
+	if (s == KVT_OBJ_STRIPES_AVX2 ||
+	    (s == KVT_OBJ_STRIPES_AUTO && __builtin_cpu_supports("avx2"))) {
 		stripes_avx2(x, dst, src, n, stream);
 		return;
 	}
@@ -1018,13 +1181,12 @@ int kvt_obj_write_iov(kvt_obj_hdr *h, const void *const *layers,
 			       "destination segments hold %" PRIu64 " bytes, image needs %" PRIu64,
 			       have, want);
 
-	/* An image is stored to be read later, if at all: one larger than a
-	 * core's private caches goes to memory with non-temporal stores,
-	 * which skip reading the destination in first and leave the
-	 * caller's working set in the cache (measured: put went from
-	 * 0.75-0.98x of memcpy to 1.0-1.4x at 3-80 MiB).  A small one is
-	 * stored plainly, as a read of it may follow soon. */
-	stream = want >= STREAM_MIN_BYTES;
+	/* An image too large to stay in the cache goes to memory with
+	 * non-temporal stores, which skip reading the destination in first
+	 * and leave the caller's working set in the cache; one that fits is
+	 * stored plainly, as memcpy would, and a read of it (a write-through
+	 * to the next tier, a get) may find it there (stream_min()). */
+	stream = want > stream_min();
 
 	/* Payload first: the header needs its checksums. */
 	cursor_init(&c, dst, n_dst);
@@ -1115,13 +1277,14 @@ int kvt_obj_read_iov(const kvt_obj_hdr *h, const struct iovec *src, int n_src,
 		}
 		return 0;
 	}
-	/* A verified chunk of a megabyte or more is streamed into the
-	 * caller's buffer: memcpy (rep movsb) stores whole lines without
-	 * reading them in first, plain vector stores do not, and that read
-	 * alone held the verified get at 0.85-0.93x of memcpy (streamed:
-	 * 1.0-1.4x from 14 MiB up, about even at 3 MiB).  The bytes are bound for
-	 * the engine's device copy, not for this core's cache. */
-	stream = h->payload_len >= STREAM_MIN_BYTES;
+	/* A verified chunk too large for the cache is streamed into the
+	 * caller's buffer: plain stores would read every line of it in
+	 * first, which held the verified get at 0.85-0.93x of memcpy
+	 * (streamed: 1.0-1.4x from 14 MiB up).  One that fits is stored
+	 * plainly, into a buffer the caller most likely reuses and that
+	 * the cache holds: streamed, a 3 MiB get ran at 0.55-0.81x of a
+	 * memcpy that kept it cached (stream_min()). */
+	stream = h->payload_len > stream_min();
 	for (uint32_t i = 0; i < h->n_layers; i++) {
 		const kvt_obj_layer *l = &h->layers[i];
 		uint64_t sum = seg_pass(&c, o + l->offset, l->length, PASS_FROM_SEGS,

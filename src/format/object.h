@@ -138,10 +138,29 @@ int kvt_obj_read_layer_iov(const kvt_obj_hdr *h, const struct iovec *src,
 int kvt_obj_verify_iov(const kvt_obj_hdr *h, const struct iovec *src,
 		       int n_src);
 
-/* Tests: 1 makes the copy-and-checksum passes use their portable stripes
- * even where the CPU has AVX2 (both give the same bytes and checksums), 0
- * lets the CPU decide again.  Not for use while other threads copy. */
+/* Tests: which stripes the copy-and-checksum passes use.  Every kind gives
+ * the same bytes and checksums; AUTO (the default) is the widest the CPU
+ * runs.  kvt_obj_force_stripes returns 0, or KVT_ENOTSUP (nothing changed)
+ * where this build or CPU lacks that kind; kvt_obj_force_portable(1) is
+ * kvt_obj_force_stripes(KVT_OBJ_STRIPES_PORTABLE), (0) back to AUTO.  Not
+ * for use while other threads copy. */
+enum {
+	KVT_OBJ_STRIPES_AUTO = 0,
+	KVT_OBJ_STRIPES_PORTABLE = 1,
+	KVT_OBJ_STRIPES_AVX2 = 2,
+	KVT_OBJ_STRIPES_AVX512 = 3,
+};
+int kvt_obj_force_stripes(int stripes);
 void kvt_obj_force_portable(int on);
+
+/* Images (kvt_obj_write_iov) and verified payloads (kvt_obj_read_iov) of
+ * more than kvt_obj_stream_min() bytes are written with non-temporal
+ * stores where the CPU has them: a quarter of the last-level cache, the
+ * size above which the destination would not stay cached anyway.  Tests:
+ * kvt_obj_force_stream_min(n) sets it (1 streams every image, UINT64_MAX
+ * none), 0 gives it back to the cache's size. */
+uint64_t kvt_obj_stream_min(void);
+void kvt_obj_force_stream_min(uint64_t bytes);
 
 /* Verify layer `layer` alone without copying it (a connector checks each
  * layer just before writing it to the engine).  KVT_EINVAL if `layer` >=
