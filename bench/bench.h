@@ -31,6 +31,8 @@ int bench_hier(int argc, char **argv);
 int bench_connector(int argc, char **argv);
 int bench_python(int argc, char **argv);   /* runs bench-data/python_bench.py */
 int bench_vllm(int argc, char **argv);     /* runs bench-data/vllm_bench.py */
+int bench_lmcache(int argc, char **argv);  /* runs bench-data/lmcache_bench.py */
+int bench_peers(int argc, char **argv);    /* runs bench-data/peers_bench.py */
 int bench_daemon(int argc, char **argv);   /* kvtierd against redis-server */
 int bench_daemon_local(int argc, char **argv); /* the library on kvtierd, shared memory */
 int bench_daemon_peer(int argc, char **argv); /* a decode node fetching from a prefill node */
@@ -143,6 +145,12 @@ int bench_data_path(const char *rel, char *out, size_t cap);
  * only on failure: 1, with a message naming what was missing. */
 int bench_exec_script(const char *cmd, const char *python, const char *script,
 		      const char *const *args);
+/* A subcommand that is a Python script: --help/-h prints usage, --python
+ * PATH picks the interpreter (default KVT_BENCH_PYTHON), each of `flags`
+ * (NULL-terminated; "--catalog=" takes a value) is passed on to the script,
+ * anything else is refused with usage.  Then bench_exec_script. */
+int bench_script_main(const char *cmd, const char *script, int argc, char **argv,
+		      void (*usage)(FILE *f), const char *const *flags);
 
 /* n bytes of xorshift noise from seed x (payloads nothing compresses). */
 void bench_fill_random(uint8_t *p, size_t n, uint64_t x);

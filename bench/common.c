@@ -265,6 +265,44 @@ int bench_exec_script(const char *cmd, const char *python, const char *script,
 	return 1;
 }
 
+int bench_script_main(const char *cmd, const char *script, int argc, char **argv,
+		      void (*usage)(FILE *f), const char *const *flags)
+{
+	const char *python = KVT_BENCH_PYTHON;
+	const char *args[16];
+	int n = 0;
+
+	for (int i = 1; i < argc; i++) {
+		const char *const *f = flags;
+		size_t len = 0;
+
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			usage(stdout);
+			return 0;
+		}
+		if (!strcmp(argv[i], "--python") && i + 1 < argc) {
+			python = argv[++i];
+			continue;
+		}
+		for (; f && *f; f++) {
+			len = strcspn(*f, "=");
+			if (!strncmp(argv[i], *f, len) && argv[i][len] == '\0')
+				break;
+		}
+		if (!f || !*f || n + 2 >= (int)(sizeof(args) / sizeof(args[0])) ||
+		    ((*f)[len] == '=' && i + 1 >= argc)) {
+			fprintf(stderr, "kvtier-bench %s: unknown option \"%s\"\n\n", cmd, argv[i]);
+			usage(stderr);
+			return 2;
+		}
+		args[n++] = argv[i];
+		if ((*f)[len] == '=')
+			args[n++] = argv[++i];
+	}
+	args[n] = NULL;
+	return bench_exec_script(cmd, python, script, args);
+}
+
 int bench_opts_only(const char *cmd, int argc, char **argv, struct bench_opts *o,
 		    void (*usage)(FILE *f))
 {

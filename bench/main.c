@@ -23,6 +23,8 @@ static const struct {
 	{ "connector", bench_connector, "[--json] [--quick] [--device]" },
 	{ "python", bench_python, "[--json] [--quick] [--python PATH]" },
 	{ "vllm", bench_vllm, "[--json] [--quick] [--no-lmcache] [--python PATH]" },
+	{ "lmcache", bench_lmcache, "[--json] [--quick] [--python PATH]" },
+	{ "peers", bench_peers, "[--json] [--quick] [--python PATH]" },
 	{ "daemon", bench_daemon, "[--json] [--quick]" },
 	{ "daemon-local", bench_daemon_local, "[--json] [--quick]" },
 	{ "daemon-peer", bench_daemon_peer, "[--json] [--quick]" },

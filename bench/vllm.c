@@ -40,28 +40,7 @@ static void usage(FILE *f)
 
 int bench_vllm(int argc, char **argv)
 {
-	const char *python = KVT_BENCH_PYTHON;
-	const char *args[8];
-	int n = 0;
+	static const char *const flags[] = { "--json", "--quick", "--no-lmcache", "--catalog=", NULL };
 
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			usage(stdout);
-			return 0;
-		} else if (!strcmp(argv[i], "--python") && i + 1 < argc) {
-			python = argv[++i];
-		} else if (!strcmp(argv[i], "--catalog") && i + 1 < argc && n < 5) {
-			args[n++] = argv[i];
-			args[n++] = argv[++i];
-		} else if ((!strcmp(argv[i], "--json") || !strcmp(argv[i], "--quick") ||
-			    !strcmp(argv[i], "--no-lmcache")) && n < 6) {
-			args[n++] = argv[i];
-		} else {
-			fprintf(stderr, "kvtier-bench " CMD ": unknown option \"%s\"\n\n", argv[i]);
-			usage(stderr);
-			return 2;
-		}
-	}
-	args[n] = NULL;
-	return bench_exec_script(CMD, python, "vllm_bench.py", args);
+	return bench_script_main(CMD, "vllm_bench.py", argc, argv, usage, flags);
 }

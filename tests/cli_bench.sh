@@ -80,6 +80,72 @@ assert [r["op"] for r in d["results"]] == ["save", "load"], d
 assert all(r["ratio_vs_c_connector"] > 0 and r["target"] == 0.8 for r in d["results"])
 PY
 expect_fail "python: a bad option" "unknown option" "$bench" python --frobnicate
+# LMCache's own server and Redis connectors with kvtier beside them: every
+# ratio is there, measured or null with the part's error (exit 1 then).
+if [ -n "$asan_rt" ]; then
+	expect "lmcache --json --quick" env LD_PRELOAD="$asan_rt" \
+		ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 "$bench" lmcache --json --quick
+else
+	expect "lmcache --json --quick" "$bench" lmcache --json --quick
+fi
+$py - "$work/out" <<'PY' && ok "lmcache JSON carries every ratio" || bad "lmcache JSON: $(head -c 600 "$work/out")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["bench"] == "lmcache" and d["quick"], d
+for s in ("llama-3.1-8b", "qwen2.5-0.5b"):
+	for op in ("store", "retrieve"):
+		x = d["l2"]["shapes"][s][op]
+		assert "ratio_vs_lmcache_disk" in x and x["target"] == 1.0 and "pass" in x, x
+	for c in ("redis", "resp"):
+		for op in ("put", "get"):
+			x = d["remote"]["shapes"][s][c][op]
+			assert "ratio_vs_redis" in x and x["target"] == 1.2 and "pass" in x, x
+assert set(d["ratio_vs_lmcache_disk"]) == {"store", "retrieve"}, d["ratio_vs_lmcache_disk"]
+assert len(d["ratio_vs_redis"]) == 4, d["ratio_vs_redis"]
+PY
+expect_fail "lmcache: a bad option" "unknown option" "$bench" lmcache --frobnicate
+# The same work through each store's own client (kvtierd two ways, redis,
+# Mooncake, LMCache): every store has its figures, or says why not.
+if [ -n "$asan_rt" ]; then
+	expect "peers --json --quick" env LD_PRELOAD="$asan_rt" \
+		ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 "$bench" peers --json --quick
+else
+	expect "peers --json --quick" "$bench" peers --json --quick
+fi
+$py - "$work/out" <<'PY' && ok "peers JSON: every store measured or its error named" || bad "peers JSON: $(head -c 600 "$work/out")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+peers = ["kvtier_local", "kvtierd_resp", "redis", "mooncake", "mooncake_shm", "lmcache"]
+assert d["bench"] == "peers" and d["quick"] and sorted(d["peers"]) == sorted(peers), d["peers"]
+# 1 and 4 clients, put and get; a cell the machine's free memory cannot
+# hold now is left out, named in "skipped".
+rows = {(r["clients"], r["op"]) for r in d["results"]}
+assert d["results"] and rows <= {(c, op) for c in (1, 4) for op in ("put", "get")}, rows
+for c in (1, 4):
+	assert {(c, "put"), (c, "get")} <= rows or \
+		any("by %d clients left out" % c in s for s in d["skipped"]), (c, d["skipped"])
+for p in peers:
+	err = d["peers"][p].get("error")
+	figs = [r["peers"][p] for r in d["results"] if "gb_per_s" in r["peers"][p]]
+	assert figs or (isinstance(err, str) and err), (p, d["peers"][p])
+	for f in figs:
+		assert f["gb_per_s"]["median"] > 0 and f["p99_ms"]["median"] >= f["p50_ms"]["median"] > 0
+		assert f["server_cpu_ms_per_req"]["median"] >= 0
+	lk = d["lookup"]["peers"][p]
+	assert ("us" in lk and lk["us"]["median"] > 0) or lk.get("error"), (p, lk)
+# kvtierd itself always runs: its two paths are what the ratios are of.
+assert not d["peers"]["kvtier_local"].get("error") and not d["peers"]["kvtierd_resp"].get("error")
+for r in d["results"]:
+	for peer, path in (("redis", "kvtierd_resp"), ("mooncake", "kvtier_local"),
+			   ("mooncake_shm", "kvtier_local"), ("lmcache", "kvtier_local")):
+		x = r["ratio_vs_" + peer]
+		assert x["kvtier_path"] == path and x["target"] == 1.2 and isinstance(x["pass"], bool)
+		assert ("median" in x and x["median"] > 0) or x.get("error"), (peer, x)
+for peer in ("redis", "mooncake", "mooncake_shm", "lmcache"):
+	x = d["lookup"]["ratio_vs_" + peer]
+	assert x["target"] == 10 and (("median" in x and x["median"] > 0) or x.get("error")), x
+PY
+expect_fail "peers: a bad option" "unknown option" "$bench" peers --frobnicate
 # A decode node's store fetching from a prefill node's kvtierd (the peer tier).
 expect "daemon-peer --json --quick" "$bench" daemon-peer --json --quick
 $py - "$work/out" <<'PY' && ok "daemon-peer JSON carries its ratio" || bad "daemon-peer JSON: $(head -c 400 "$work/out")"
@@ -88,7 +154,7 @@ d = json.load(open(sys.argv[1]))
 f = d["fetch"]
 assert f["ratio_vs_tcp"] > 0 and f["fetch_gbps"]["median"] > 0 and f["target"] == 0.5, d
 PY
-for c in dram nvme sharedfs s3 plan hierarchy daemon daemon-peer daemon-rebuild python; do
+for c in dram nvme sharedfs s3 plan hierarchy daemon daemon-peer daemon-rebuild python peers lmcache; do
 	"$bench" "$c" --help >"$work/out" 2>&1 && grep -q "kvtier-bench $c" "$work/out" &&
 		ok "$c --help" || bad "$c --help: $(head -3 "$work/out")"
 done
