@@ -1,5 +1,6 @@
 """kvtier as LMCache's L2: the native connector interface of LMCache's
-multiprocess mode, eventfd-driven.
+multiprocess mode, eventfd-driven (LMCache 0.5.6, the installed one, is
+what this module is written and tested against).
 
 LMCache's multiprocess server wraps a native storage connector (a pybind
 C++ IStorageConnector such as its Redis, FS or Mooncake ones) in
@@ -24,26 +25,38 @@ size are False, the batch still ok, the first reason in `error`); set,
 True when stored or already there (first writer wins); exists, from the
 tiers' in-memory indexes; delete, True when some tier held the key.
 
-With LMCache installed, KvtierL2Adapter (NativeConnectorL2Adapter over
-this connector) is what LMCache's "plugin" L2 adapter type loads:
+LMCache's server loads it through either of its two adapter types
+(docs/LMCACHE.md has the whole command line):
 
-    python -m lmcache.v1.multiprocess.server --l2-adapter '{"type": "plugin",
-        "module_path": "kvtier.lmcache", "class_name": "KvtierL2Adapter",
+    --l2-adapter '{"type": "plugin", "module_path": "kvtier.lmcache",
+        "class_name": "KvtierL2Adapter",
+        "adapter_params": {"config": "/etc/kvtier/kvtier.yaml"}}'
+    --l2-adapter '{"type": "native_plugin", "module_path": "kvtier.lmcache",
+        "class_name": "KvtierNativeConnector",
         "adapter_params": {"config": "/etc/kvtier/kvtier.yaml"}}'
 
-(docs/LMCACHE.md).  Keys are LMCache's object key strings
-(model@kv_rank@group@chunk_hash[@salt]), their SHA-256 wrapped by the
-tenant's "lmcache" namespace; an object is stored under the namespace of its byte size, so a
-get names the object's size by its buffer and a buffer of another size
-never receives it.
+"plugin" finds KvtierL2AdapterConfig by name (class_name + "Config"),
+builds it from adapter_params and constructs KvtierL2Adapter, LMCache's
+own NativeConnectorL2Adapter over this connector; "native_plugin" calls
+KvtierNativeConnector(**adapter_params) and wraps it itself.  The two
+classes exist only when LMCache imports; when it does not, the reason is
+logged (a warning naming the ImportError) and named again by any use of
+them.  Keys are the strings NativeConnectorL2Adapter makes of LMCache's
+ObjectKeys (model@kv_rank@group@chunk_hash[@salt]), their SHA-256 wrapped
+by the tenant's "lmcache" namespace; an object is stored under the
+namespace of its byte size, so a get names the object's size by its buffer
+and a buffer of another size never receives it.
 """
 
 import hashlib
+import logging
 import os
 import threading
 from collections import deque
 
 import kvtier
+
+logger = logging.getLogger(__name__)
 
 # The namespace keys are wrapped in, and the model id of every object's.
 MODEL = "lmcache"
@@ -148,6 +161,12 @@ class KvtierNativeConnector:
         for t in self._workers:
             t.start()
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
     # --- namespaces and keys -------------------------------------------------
 
     def _ns(self, n):
@@ -199,14 +218,18 @@ class KvtierNativeConnector:
         return out
 
     def close(self):
-        """Stop the workers (finishing the tiles they run; queued ones are
-        dropped without completions, as LMCache's connectors do), then close
-        the eventfd and the store the connector opened.  Idempotent."""
+        """Stop the workers, then close the eventfd and the store the
+        connector opened.  Idempotent.  The set and delete tiles still
+        queued are run first: LMCache's StorageManager.close() closes its
+        L2 adapters before its L1, whose buffers they read, so a graceful
+        stop of LMCache's server keeps every store it handed over.  Queued
+        get and exists tiles are dropped.  Nothing completes after close()
+        (LMCache stops its demux thread before it closes the connector)."""
         with self._lock:
             if self._stop:
                 return
             self._stop = True
-            self._tiles.clear()
+            self._tiles = deque(t for t in self._tiles if t[0].op in (_SET, _DELETE))
             self._cv.notify_all()
         for t in self._workers:
             t.join()
@@ -251,8 +274,8 @@ class KvtierNativeConnector:
             with self._lock:
                 while not self._tiles and not self._stop:
                     self._cv.wait()
-                if self._stop:
-                    return
+                if not self._tiles:
+                    return      # stopped, and what close() kept has run
                 b, s, e = self._tiles.popleft()
             errors = []
             for i in range(s, e):
@@ -304,16 +327,35 @@ class KvtierNativeConnector:
             os.eventfd_write(self._efd, 1)
 
 
+# The error that kept LMCache's classes from importing, if one did.
+_LMCACHE_IMPORT_ERROR = None
+
 try:
     from lmcache.v1.distributed.l2_adapters.config import L2AdapterConfigBase
     from lmcache.v1.distributed.l2_adapters.native_connector_l2_adapter import (
         NativeConnectorL2Adapter,
     )
-except ImportError:
-    pass
+except Exception as e:     # noqa: BLE001 - LMCache's import also probes the device
+    # Not fatal: KvtierNativeConnector needs nothing of LMCache's (and is
+    # what the "native_plugin" type loads); the two classes below are not
+    # defined, and a use of them names this error again (__getattr__).  An
+    # ImportError is the expected case (LMCache absent, or one of its
+    # compiled modules not loading); anything else gets its traceback too.
+    _LMCACHE_IMPORT_ERROR = "%s: %s" % (type(e).__name__, e)
+    logger.warning("kvtier.lmcache: LMCache does not import, so KvtierL2Adapter and "
+                   "KvtierL2AdapterConfig (LMCache's \"plugin\" L2 adapter type) are not "
+                   "defined: %s", _LMCACHE_IMPORT_ERROR,
+                   exc_info=not isinstance(e, ImportError))
+
+    def __getattr__(name):
+        if name in ("KvtierL2Adapter", "KvtierL2AdapterConfig"):
+            raise AttributeError("kvtier.lmcache.%s needs LMCache, which did not import: %s"
+                                 % (name, _LMCACHE_IMPORT_ERROR))
+        raise AttributeError("module 'kvtier.lmcache' has no attribute %r" % (name,))
 else:
     class KvtierL2AdapterConfig(L2AdapterConfigBase):
-        """adapter_params of the plugin: the keys of kvtier.lmcache.PARAMS."""
+        """adapter_params of the "plugin" type: the keys of kvtier.lmcache.PARAMS
+        (an unknown one is refused by name)."""
 
         def __init__(self, config=None, tenant=None, durability="cached", num_workers=4):
             self.config = config
@@ -323,10 +365,16 @@ else:
 
         @classmethod
         def from_dict(cls, d):
+            if not isinstance(d, dict):
+                raise ValueError("kvtier L2 adapter: adapter_params is a %s, not an object" %
+                                 type(d).__name__)
             unknown = sorted(set(d) - set(PARAMS))
             if unknown:
                 raise ValueError("kvtier L2 adapter: unknown parameter(s) %s; known: %s" %
                                  (", ".join(unknown), ", ".join(sorted(PARAMS))))
+            for k in ("config", "tenant"):
+                if d.get(k) is not None and not isinstance(d[k], str):
+                    raise ValueError("kvtier L2 adapter: %s %r is not a string" % (k, d[k]))
             return cls(**d)
 
         @classmethod
@@ -335,12 +383,22 @@ else:
                 "- %s: %s" % kv for kv in sorted(PARAMS.items()))
 
     class KvtierL2Adapter(NativeConnectorL2Adapter):
-        """LMCache's L2 adapter over KvtierNativeConnector, for the "plugin"
-        adapter type; takes its config (or the raw adapter_params dict)."""
+        """LMCache's NativeConnectorL2Adapter over KvtierNativeConnector, for
+        the "plugin" adapter type.  LMCache constructs it as
+        KvtierL2Adapter(KvtierL2AdapterConfig.from_dict(adapter_params)[,
+        l1_memory_desc=...]); a raw adapter_params dict is taken too.  The
+        L1 memory descriptor is not needed: kvtier copies from and into the
+        buffers it is handed."""
 
-        def __init__(self, params=None, **kwargs):
+        def __init__(self, params=None, l1_memory_desc=None):
             if not isinstance(params, KvtierL2AdapterConfig):
                 params = KvtierL2AdapterConfig.from_dict(dict(params or {}))
             native = KvtierNativeConnector(params.config, params.tenant, params.durability,
                                            params.num_workers)
-            super().__init__(native)
+            try:
+                super().__init__(native, type_name="kvtier", extra_status={
+                    "config": params.config, "tenant": params.tenant,
+                    "durability": params.durability, "num_workers": params.num_workers})
+            except BaseException:
+                native.close()
+                raise
