@@ -15,8 +15,23 @@
  *            connections open against 4 alone: ratio_vs_busy_alone
  *            (>= 0.9), and the daemon's resident memory with and without.
  *
- * kvtierd serves a DRAM tier only, as redis-server keeps its data in
- * memory only: the comparison is of the two servers, not of a disk.
+ * kvtierd serves a DRAM tier only there, as redis-server keeps its data
+ * in memory only: the comparison is of the two servers, not of a disk.
+ *
+ *   disk     kvtierd as a user starts it, `--data-dir` (DRAM and the disk
+ *            tier, its defaults otherwise), twice: crash-safe (the
+ *            default) and `--durability cached`, in the same rounds as
+ *            the two above, SET and GET of 1 and 4 MiB: ratio_vs_redis
+ *            (cached: target >= 1.0) and ratio_vs_dram (against the
+ *            DRAM-only kvtierd); and the crash-safe SET's bytes per
+ *            second against its bound, fio writing the same sizes with an
+ *            fdatasync after each, four jobs as there are four clients,
+ *            on the same directory (ratio_vs_fio_sync, target >= 0.85):
+ *              fio --name=kvtier-sync-bound --directory=DIR/fio
+ *                  --ioengine=io_uring --direct=1 --rw=write --bs=VALUE
+ *                  --iodepth=1 --numjobs=4 --group_reporting --fdatasync=1
+ *                  --size=N/4*VALUE --output-format=json --output=DIR/fio.json
+ *            (jobs[0].write.bw_bytes).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,13 +41,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 
+#include <jansson.h>
+
 #include "bench.h"
+#include "cli/cli.h"
+#include "fio.h"
 
 #define CMD "daemon"
 #define ROUNDS 3
@@ -46,9 +66,15 @@ struct server {
 
 static const struct {
 	int mib;
-	int n, n_quick; /* redis-benchmark requests per run */
-} resp_sizes[] = { { 1, 240, 80 }, { 4, 64, 24 }, { 32, 12, 6 } };
+	int n, n_quick; /* redis-benchmark requests per run (multiples of 4) */
+	int disk;       /* the --data-dir kvtierds too */
+} resp_sizes[] = { { 1, 240, 80, 1 }, { 4, 64, 24, 1 }, { 32, 12, 6, 0 } };
 #define N_RESP (sizeof(resp_sizes) / sizeof(resp_sizes[0]))
+/* The servers: redis-server, kvtierd on DRAM alone, and kvtierd with
+ * --data-dir, crash-safe and cached. */
+enum { SRV_REDIS, SRV_DRAM, SRV_SAFE, SRV_CACHED, N_SRV };
+#define N_DISK 2 /* SRV_SAFE, SRV_CACHED */
+static const char *const disk_names[N_DISK] = { "crash-safe", "cached" };
 static const int lm_sizes[] = { 3, 14 };
 #define N_LM 2
 
@@ -161,6 +187,51 @@ static double lm_keys(const char *py, const char *script, int port, int mib, int
 	return v;
 }
 
+/* The crash-safe SET's bound (see the top): bytes/s, or -1 after saying
+ * why. */
+static double fio_sync_bps(const struct bench_fio *f, const char *dir, int mib, int n)
+{
+	char d[1100], out[1100], a_dir[1200], a_bs[48], a_size[48], a_out[1200];
+	char *argv[] = { (char *)f->path, "--name=kvtier-sync-bound", a_dir, "--ioengine=io_uring",
+			 "--direct=1", "--rw=write", a_bs, "--iodepth=1", "--numjobs=4",
+			 "--group_reporting", "--fdatasync=1", a_size, "--output-format=json",
+			 a_out, NULL };
+	uint8_t *txt = NULL;
+	size_t len = 0;
+	double bw = -1;
+
+	if (bench_path_join(d, sizeof(d), dir, "fio") || bench_path_join(out, sizeof(out), dir,
+									 "fio.json"))
+		return -1;
+	snprintf(a_dir, sizeof(a_dir), "--directory=%s", d);
+	snprintf(a_bs, sizeof(a_bs), "--bs=%d", mib << 20);
+	snprintf(a_size, sizeof(a_size), "--size=%lld", (long long)n / 4 * ((long long)mib << 20));
+	snprintf(a_out, sizeof(a_out), "--output=%s", out);
+	if ((mkdir(d, 0700) && errno != EEXIST) || bench_run(argv, NULL, "/dev/null") ||
+	    cli_read_file(out, &txt, &len)) {
+		fprintf(stderr, "kvtier-bench daemon: fio (%s %s %s %s ...) failed\n", f->path,
+			a_dir, a_bs, a_size);
+	} else {
+		const char *start = memchr(txt, '{', len); /* notes may come first */
+		json_t *doc = start ? json_loadb(start, len - (size_t)(start - (char *)txt), 0,
+						 NULL)
+				    : NULL;
+		json_t *v = json_object_get(
+			json_object_get(json_array_get(json_object_get(doc, "jobs"), 0), "write"),
+			"bw_bytes");
+		if (json_is_number(v))
+			bw = json_number_value(v);
+		else
+			fprintf(stderr, "kvtier-bench daemon: %s has no jobs[0].write.bw_bytes\n",
+				out);
+		json_decref(doc);
+	}
+	free(txt);
+	unlink(out);
+	bench_fio_clean(dir);
+	return bw;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -174,6 +245,12 @@ static void usage(FILE *f)
 		"           redis-py processes, 3 and 14 MiB: ratio_vs_redis of keys/s (>= 1.0)\n"
 		"  idle     4 busy clients with %d idle connections against 4 alone:\n"
 		"           ratio_vs_busy_alone (>= 0.9), and kvtierd's resident memory\n"
+		"  disk     kvtierd --data-dir (DRAM + disk tier), crash-safe and\n"
+		"           --durability cached, in the same rounds, SET and GET of 1 and\n"
+		"           4 MiB: ratio_vs_redis (cached >= 1.0), ratio_vs_dram, and the\n"
+		"           crash-safe SET against fio writing the same sizes with an\n"
+		"           fdatasync after each, 4 jobs, same directory: ratio_vs_fio_sync\n"
+		"           (>= 0.85)\n"
 		"  --json   every figure as JSON\n", ROUNDS, N_IDLE);
 }
 
@@ -207,13 +284,41 @@ static void row3(const char *what, const char *op, const struct ratio3 *x, int r
 	       bench_fmt_summary(bench_summarize(x->r, rounds), c, sizeof(c)));
 }
 
+/* One SET run and one GET run of redis-benchmark against server w, with
+ * the server's CPU time per request; 0, or -1 after saying which failed. */
+static int resp_pair(const char *rb, const struct server *w, int mib, int n, const char *out,
+		     double rps[2], double cpu[2])
+{
+	double c0 = cpu_s(w->pid), c1, c2;
+
+	rps[0] = resp_rps(rb, w->port, "set", mib, n, out);
+	c1 = cpu_s(w->pid);
+	rps[1] = resp_rps(rb, w->port, "get", mib, n, out);
+	c2 = cpu_s(w->pid);
+	cpu[0] = (c1 - c0) * 1e3 / n; /* ms per request */
+	cpu[1] = (c2 - c1) * 1e3 / n;
+	if (rps[0] < 0 || rps[1] < 0) {
+		fprintf(stderr, "kvtier-bench daemon: redis-benchmark against %s failed\n", w->name);
+		return -1;
+	}
+	return 0;
+}
+
 int bench_daemon(int argc, char **argv)
 {
 	struct bench_opts o = { 0 };
 	char dir[1024], kvtierd[4200], rs[1024], rb[1024], py[] = "/usr/bin/python3";
-	char script[1200], out[1200], log[1200];
-	struct server srv[2] = { { "redis-server", 0, 0 }, { "kvtierd", 0, 0 } };
+	char script[1200], out[1200], log[1200], dlog[N_DISK][1200], ddir[N_DISK][1200];
+	struct server srv[N_SRV] = { { "redis-server", 0, 0 }, { "kvtierd", 0, 0 },
+				     { "kvtierd --data-dir", 0, 0 },
+				     { "kvtierd --data-dir --durability cached", 0, 0 } };
 	static struct ratio3 resp[N_RESP][2], cpu[N_RESP][2], lm[N_LM], idle;
+	/* disk[s][d][op]: against redis; vs_dram: against DRAM-only kvtierd;
+	 * sync[s]: the crash-safe SET's bytes/s against fio's (GB/s). */
+	static struct ratio3 disk[N_RESP][N_DISK][2], dcpu[N_RESP][N_DISK][2],
+		vs_dram[N_RESP][N_DISK][2], sync[N_RESP];
+	struct bench_fio fio = { { 0 }, { 0 } };
+	int have_fio;
 	long rss_before = -1, rss_idle = -1;
 	int rounds, rc = 1, *idle_fd = NULL;
 
@@ -233,6 +338,12 @@ int bench_daemon(int argc, char **argv)
 	}
 	if (bench_scratch_dir(CMD, "/tmp", "daemon", dir, sizeof(dir)))
 		return 1;
+	have_fio = bench_fio_find(&fio);
+	if (have_fio)
+		bench_fio_version(&fio, dir);
+	else
+		fprintf(stderr, "kvtier-bench daemon: no fio on PATH: the crash-safe SET is "
+				"measured without its bound (Debian: apt-get install fio)\n");
 	snprintf(out, sizeof(out), "%s/out", dir);
 	snprintf(log, sizeof(log), "%s/kvtierd.out", dir);
 
@@ -242,48 +353,68 @@ int bench_daemon(int argc, char **argv)
 		rl.rlim_cur = rl.rlim_max < 8192 ? rl.rlim_max : 8192;
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
-	char rport[16], kport[16];
-	srv[0].port = bench_free_port();
-	snprintf(rport, sizeof(rport), "%d", srv[0].port);
-	char *rargv[] = { rs, "--port", rport, "--bind", "127.0.0.1", "--save", "",
-			  "--appendonly", "no", "--daemonize", "no", NULL };
-	srv[0].pid = bench_spawn(rargv, NULL, "/dev/null");
-	srv[1].port = bench_free_port();
-	snprintf(kport, sizeof(kport), "%d", srv[1].port);
-	char *kargv[] = { kvtierd, "--port", kport, "--threads", "4", "--set",
-			  "max_local_cpu_size=2GiB", "--log-level", "warn", NULL };
-	srv[1].pid = bench_spawn(kargv, log, "/dev/null");
-	if (srv[0].pid < 0 || srv[1].pid < 0 || wait_up(srv[0].port) || wait_up(srv[1].port)) {
-		fprintf(stderr, "kvtier-bench daemon: a server did not start\n");
-		goto out;
+	char port[N_SRV][16];
+	for (int i = 0; i < N_SRV; i++) {
+		srv[i].port = bench_free_port();
+		snprintf(port[i], sizeof(port[i]), "%d", srv[i].port);
 	}
+	char *rargv[] = { rs, "--port", port[SRV_REDIS], "--bind", "127.0.0.1", "--save", "",
+			  "--appendonly", "no", "--daemonize", "no", NULL };
+	srv[SRV_REDIS].pid = bench_spawn(rargv, NULL, "/dev/null");
+	char *kargv[] = { kvtierd, "--port", port[SRV_DRAM], "--threads", "4", "--set",
+			  "max_local_cpu_size=2GiB", "--log-level", "warn", NULL };
+	srv[SRV_DRAM].pid = bench_spawn(kargv, log, "/dev/null");
+	/* As a user starts it: the data directory and its defaults (a 1 GiB
+	 * DRAM tier, the disk tier under it, 4 threads). */
+	for (int d = 0; d < N_DISK; d++) {
+		char *dargv[] = { kvtierd, "--port", port[SRV_SAFE + d], "--data-dir", ddir[d],
+				  "--log-level", "warn", d ? "--durability" : NULL, "cached", NULL };
+		snprintf(ddir[d], sizeof(ddir[d]), "%s/%s", dir, disk_names[d]);
+		snprintf(dlog[d], sizeof(dlog[d]), "%s/kvtierd-%s.out", dir, disk_names[d]);
+		srv[SRV_SAFE + d].pid = bench_spawn(dargv, dlog[d], "/dev/null");
+	}
+	for (int i = 0; i < N_SRV; i++)
+		if (srv[i].pid < 0 || wait_up(srv[i].port)) {
+			fprintf(stderr, "kvtier-bench daemon: %s did not start\n", srv[i].name);
+			goto out;
+		}
 
 	for (int r = 0; r < rounds; r++) {
 		for (size_t s = 0; s < N_RESP; s++) {
 			int nreq = o.quick ? resp_sizes[s].n_quick : resp_sizes[s].n;
-			double v[2][2], c[2][2];
-			for (int k = 0; k < 2; k++) {
-				int w = (r + k) % 2; /* who goes first alternates */
-				double c0 = cpu_s(srv[w].pid), c1, c2;
-				v[w][0] = resp_rps(rb, srv[w].port, "set", resp_sizes[s].mib, nreq, out);
-				c1 = cpu_s(srv[w].pid);
-				v[w][1] = resp_rps(rb, srv[w].port, "get", resp_sizes[s].mib, nreq, out);
-				c2 = cpu_s(srv[w].pid);
-				c[w][0] = (c1 - c0) * 1e3 / nreq; /* ms per request */
-				c[w][1] = (c2 - c1) * 1e3 / nreq;
-				if (v[w][0] < 0 || v[w][1] < 0) {
-					fprintf(stderr, "kvtier-bench daemon: redis-benchmark against "
-							"%s failed\n", srv[w].name);
+			int mib = resp_sizes[s].mib;
+			/* who goes first turns with the round; fio is one more */
+			int n_part = resp_sizes[s].disk ? N_SRV + have_fio : 2;
+			double v[N_SRV][2], c[N_SRV][2], bound = -1;
+			for (int k = 0; k < n_part; k++) {
+				int w = (r + k) % n_part;
+				if (w == N_SRV) {
+					if ((bound = fio_sync_bps(&fio, dir, mib, nreq)) < 0)
+						goto out;
+				} else if (resp_pair(rb, &srv[w], mib, nreq, out, v[w], c[w])) {
 					goto out;
 				}
 			}
-			put3(&resp[s][0], r, v[1][0], v[0][0]);
-			put3(&resp[s][1], r, v[1][1], v[0][1]);
+			put3(&resp[s][0], r, v[SRV_DRAM][0], v[SRV_REDIS][0]);
+			put3(&resp[s][1], r, v[SRV_DRAM][1], v[SRV_REDIS][1]);
 			/* the bound over the subject: above 1, kvtierd spends less */
-			put3(&cpu[s][0], r, c[1][0], c[0][0]);
-			put3(&cpu[s][1], r, c[1][1], c[0][1]);
-			for (int op = 0; op < 2; op++)
-				cpu[s][op].r[r] = c[1][op] > 0 ? c[0][op] / c[1][op] : 0;
+			for (int op = 0; op < 2; op++) {
+				put3(&cpu[s][op], r, c[SRV_DRAM][op], c[SRV_REDIS][op]);
+				cpu[s][op].r[r] = c[SRV_DRAM][op] > 0 ? c[SRV_REDIS][op] / c[SRV_DRAM][op]
+								       : 0;
+			}
+			if (!resp_sizes[s].disk)
+				continue;
+			for (int d = 0; d < N_DISK; d++)
+				for (int op = 0; op < 2; op++) {
+					double kd = v[SRV_SAFE + d][op], kc = c[SRV_SAFE + d][op];
+					put3(&disk[s][d][op], r, kd, v[SRV_REDIS][op]);
+					put3(&vs_dram[s][d][op], r, kd, v[SRV_DRAM][op]);
+					put3(&dcpu[s][d][op], r, kc, c[SRV_REDIS][op]);
+					dcpu[s][d][op].r[r] = kc > 0 ? c[SRV_REDIS][op] / kc : 0;
+				}
+			put3(&sync[s], r, v[SRV_SAFE][0] * (double)((uint64_t)mib << 20) / 1e9,
+			     bound / 1e9);
 		}
 		for (int s = 0; s < N_LM; s++) {
 			double v[2];
@@ -332,7 +463,34 @@ int bench_daemon(int argc, char **argv)
 				      "ratio_vs_redis_cpu");
 				printf("}");
 			}
-		printf("],\"lmcache\":[");
+		printf("],\"disk\":{\"tiers\":\"dram,local_disk\",");
+		bench_json_str("fio", have_fio ? fio.version : "");
+		printf(",\"bound\":\"fio --rw=write --bs=VALUE --direct=1 --ioengine=io_uring "
+		       "--iodepth=1 --numjobs=4 --fdatasync=1, same directory\",\"results\":[");
+		int first = 1;
+		for (size_t s = 0; s < N_RESP; s++)
+			for (int d = 0; resp_sizes[s].disk && d < N_DISK; d++)
+				for (int op = 0; op < 2; op++) {
+					printf("%s{\"value_mib\":%d,\"op\":\"%s\",\"durability\":\"%s\","
+					       "\"clients\":4,", first ? "" : ",", resp_sizes[s].mib,
+					       op ? "get" : "set", disk_names[d]);
+					first = 0;
+					json3(&disk[s][d][op], rounds, "kvtierd_rps", "redis_rps",
+					      "ratio_vs_redis");
+					printf(",");
+					bench_json_summary("ratio_vs_dram",
+							   bench_summarize(vs_dram[s][d][op].r, rounds));
+					printf(",");
+					json3(&dcpu[s][d][op], rounds, "kvtierd_cpu_ms_per_req",
+					      "redis_cpu_ms_per_req", "ratio_vs_redis_cpu");
+					if (d == 0 && op == 0 && have_fio) {
+						printf(",");
+						json3(&sync[s], rounds, "kvtierd_gbps", "fio_sync_gbps",
+						      "ratio_vs_fio_sync");
+					}
+					printf("}");
+				}
+		printf("]},\"lmcache\":[");
 		for (int s = 0; s < N_LM; s++) {
 			printf("%s{\"value_mib\":%d,\"clients\":8,", s ? "," : "", lm_sizes[s]);
 			json3(&lm[s], rounds, "kvtierd_keys_per_s", "redis_keys_per_s", "ratio_vs_redis");
@@ -369,6 +527,45 @@ int bench_daemon(int argc, char **argv)
 			row3(w, "set", &cpu[s][0], rounds);
 			row3("", "get", &cpu[s][1], rounds);
 		}
+		for (int d = 0; d < N_DISK; d++) {
+			printf("\n%-18s %-5s %-24s %-24s %s\n",
+			       d ? "--data-dir, cached" : "--data-dir, safe", "op", "kvtierd req/s",
+			       "redis req/s", d ? "ratio_vs_redis (>= 1.0)" : "ratio_vs_redis");
+			for (size_t s = 0; s < N_RESP; s++) {
+				char w[32];
+				if (!resp_sizes[s].disk)
+					continue;
+				snprintf(w, sizeof(w), "%d MiB, 4 clients", resp_sizes[s].mib);
+				row3(w, "set", &disk[s][d][0], rounds);
+				row3("", "get", &disk[s][d][1], rounds);
+			}
+		}
+		printf("\n%-18s %-5s %-24s %-24s %s\n", "vs DRAM-only", "op", "", "",
+		       "ratio_vs_dram: crash-safe, cached");
+		for (size_t s = 0; s < N_RESP; s++) {
+			char w[32], a[64], b[64];
+			if (!resp_sizes[s].disk)
+				continue;
+			snprintf(w, sizeof(w), "%d MiB, 4 clients", resp_sizes[s].mib);
+			for (int op = 0; op < 2; op++)
+				printf("%-18s %-5s %-24s %-24s %s, %s\n", op ? "" : w, op ? "get" : "set",
+				       "", "",
+				       bench_fmt_summary(bench_summarize(vs_dram[s][0][op].r, rounds),
+							 a, sizeof(a)),
+				       bench_fmt_summary(bench_summarize(vs_dram[s][1][op].r, rounds),
+							 b, sizeof(b)));
+		}
+		if (have_fio) {
+			printf("\n%-18s %-5s %-24s %-24s %s\n", "crash-safe SET", "", "kvtierd GB/s",
+			       "fio write+fdatasync", "ratio_vs_fio_sync (>= 0.85)");
+			for (size_t s = 0; s < N_RESP; s++) {
+				char w[32];
+				if (!resp_sizes[s].disk)
+					continue;
+				snprintf(w, sizeof(w), "%d MiB, 4 clients", resp_sizes[s].mib);
+				row3(w, "", &sync[s], rounds);
+			}
+		}
 		printf("\n%-18s %-5s %-24s %-24s %s\n", "LMCache pattern", "", "kvtierd keys/s",
 		       "redis keys/s", "ratio_vs_redis (>= 1.0)");
 		for (int s = 0; s < N_LM; s++) {
@@ -384,8 +581,8 @@ int bench_daemon(int argc, char **argv)
 	}
 out:
 	free(idle_fd);
-	stop(&srv[0]);
-	stop(&srv[1]);
+	for (int i = 0; i < N_SRV; i++)
+		stop(&srv[i]);
 	bench_remove_tree(dir);
 	return rc;
 }

@@ -6,7 +6,8 @@
  *   put     kvt_put of 32 MiB chunks (the client writes its image straight
  *           into the daemon's pages, checksummed in the same pass, then the
  *           daemon publishes it) against memcpy of the same bytes between
- *           two buffers of this process: ratio_vs_memcpy (target >= 0.7);
+ *           two buffers of this process: ratio_vs_memcpy (target >= 0.8,
+ *           and no round under 0.5: ratio_rounds lists them);
  *   get     kvt_get of those chunks into a buffer (read in place from the
  *           daemon's pages), the same bound and target;
  *   borrow  kvt_borrow + kvt_release of a 32 MiB chunk, in microseconds per
@@ -21,7 +22,8 @@
  *           around it.
  *
  * kvtierd serves a 1 GiB DRAM tier alone, started here from beside this
- * program, pre-faulted like a production arena.
+ * program, its arena pre-faulted like a production one (in the daemon;
+ * this process's mapping of it the library fills in, src/tier/daemon.c).
  */
 #include <errno.h>
 #include <sched.h>
@@ -108,7 +110,7 @@ static void usage(FILE *f)
 		"usage: kvtier-bench daemon-local [--json] [--quick]\n"
 		"The library opened on a kvtierd (started here, DRAM tier alone) through\n"
 		"the daemon key: put and get of 32 MiB chunks through the shared-memory\n"
-		"path against memcpy (ratio_vs_memcpy, target >= 0.7), and borrow latency\n"
+		"path against memcpy (ratio_vs_memcpy, target >= 0.8), and borrow latency\n"
 		"(target <= 10 us) and the put of a small chunk against one bare\n"
 		"SOCK_SEQPACKET round trip (ratio_vs_roundtrip).\n");
 }
@@ -136,7 +138,11 @@ static void json_fig(const char *name, const struct fig *f, int rounds, const ch
 	bench_json_summary(su, bench_summarize(f->subj, rounds));
 	printf(",\"%s\":%.6g,", ratio, r.median);
 	bench_json_summary("ratio_range", r);
-	printf(",\"target\":%.6g}", target);
+	/* each round's, in order: a slow first round shows as such */
+	printf(",\"ratio_rounds\":[");
+	for (int i = 0; i < rounds; i++)
+		printf("%s%.4g", i ? "," : "", f->ratio[i]);
+	printf("],\"target\":%.6g}", target);
 	(void)higher;
 }
 
@@ -283,10 +289,10 @@ int bench_daemon_local(int argc, char **argv)
 		       KVT_VERSION_STRING, rounds, o.quick ? "true" : "false", len, 1ull << 30,
 		       2u << 20);
 		json_fig("put", &put, rounds, "memcpy_gbps", "kvt_put_gbps", "ratio_vs_memcpy",
-			 0.7, 1);
+			 0.8, 1);
 		putchar(',');
 		json_fig("get", &get, rounds, "memcpy_gbps", "kvt_get_gbps", "ratio_vs_memcpy",
-			 0.7, 1);
+			 0.8, 1);
 		putchar(',');
 		json_fig("borrow", &bor, rounds, "round_trip_us", "borrow_us",
 			 "ratio_vs_roundtrip", 1.0, 1);
@@ -302,8 +308,8 @@ int bench_daemon_local(int argc, char **argv)
 		       "kvtierd's shared memory;\nmedian [min..max] over rounds\n\n",
 		       rounds, CHUNKS, len >> 20);
 		printf("%-8s %-26s %-26s %-22s %s\n", "op", "bound", "subject", "ratio", "target");
-		row("put", &put, rounds, "GB/s", "memcpy GB/s vs kvt_put GB/s, >= 0.7");
-		row("get", &get, rounds, "GB/s", "memcpy GB/s vs kvt_get GB/s, >= 0.7");
+		row("put", &put, rounds, "GB/s", "memcpy GB/s vs kvt_put GB/s, >= 0.8");
+		row("get", &get, rounds, "GB/s", "memcpy GB/s vs kvt_get GB/s, >= 0.8");
 		row("borrow", &bor, rounds, "us", "round trip us vs borrow us, borrow <= 10 us");
 		row("small", &small, rounds, "us", "round trip us vs 8 KiB put us");
 		{

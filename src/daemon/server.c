@@ -438,8 +438,11 @@ static void on_readable(struct kvtd_conn *c)
 						     c->tls ? SIZE_MAX : RECV_PLACED, &room);
 		int direct = nd > 0;
 		int fresh = !c->in_len && !resp_busy(&c->parser); /* a new command starts */
+		size_t asked = 0;
 		ssize_t n;
 
+		for (int i = 0; i < nd; i++)
+			asked += dv[i].iov_len;
 		if (direct && !c->tls) {
 			/* A value placed in the store's pages is read across
 			 * them, RECV_PLACED bytes a call: a page at a time, a
@@ -452,6 +455,7 @@ static void on_readable(struct kvtd_conn *c)
 			n = conn_recv(c, dv[0].iov_base, dv[0].iov_len);
 		} else {
 			room = IN_CAP - c->in_len;
+			asked = room;
 			n = conn_recv(c, c->in + c->in_len, room);
 		}
 		if (n < 0) {
@@ -498,6 +502,12 @@ static void on_readable(struct kvtd_conn *c)
 				c->closing = 1;
 			}
 		}
+		/* A plain socket read that came back short emptied the socket:
+		 * the next would say EAGAIN, a system call per command for
+		 * nothing (strace: one failed recvfrom per GET), and what
+		 * comes later epoll reports.  TLS may hold decrypted bytes. */
+		if (!c->tls && (size_t)n < asked)
+			break;
 	}
 	/* Commands left in the buffer by back-pressure run once output
 	 * drains (on_writable). */

@@ -7,8 +7,9 @@
  *     H(tenant namespace digest, sequence, boot nonce, user key)
  * (SHA-256), a name no other version, tenant or node can claim, and this
  * module maps (tenant, user key) to the current version.  The old version
- * is deleted once the new one is in the map; a reader that borrowed it
- * keeps its view until it lets go.
+ * is deleted once the new one is in the map, off the SET's path by a
+ * thread of this module's (values.c, deleter_main); a reader that borrowed
+ * it keeps its view until it lets go.
  *
  * Object image.  A value of any length is a payload of int8 "KV" whose
  * layout is a function of the payload length alone (vals_layout): one

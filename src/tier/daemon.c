@@ -27,6 +27,23 @@
  * while there are borrows, and sleeps once the client has been quiet for
  * a tenth of a second.
  *
+ * First touch.  The daemon's arena is faulted in, but this process's
+ * mapping of it starts with no page table entries, and the arena's pages
+ * are 4 KiB ones wherever the node gives shared memory no huge pages
+ * (shmem_enabled never, no hugetlb pool): the first write of each page
+ * here was a fault, 8,193 for a 32 MiB put, which made a put into pages
+ * this process had not used 4 to 8 times slower than memcpy on the 2-core
+ * test machine (docs/DAEMON.md, "Local clients").  So the mapping is
+ * filled in ahead of use, 2 MiB at a time with MADV_POPULATE_READ (a read
+ * fault maps the 16 pages around it, and a shared memfd's pages are mapped
+ * writable, so the writes that follow take no fault): by a thread started
+ * at connect, on idle CPU time, over the whole arena in the order the
+ * daemon hands pages out, and by a put or get itself for any of its 2 MiB
+ * not done yet.  A bit per 2 MiB says what is done; each is done once per
+ * mapping.  The price is the page tables, 2 MiB per GiB of arena, which a
+ * long-lived client that is handed pages from the whole arena pays
+ * anyway.
+ *
  * A daemon that goes away (stopped, restarted) fails the call that finds
  * the socket closed with an error naming it; the next call connects
  * again.  Borrows and writes of the old connection were released by the
@@ -39,6 +56,8 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,9 +70,18 @@
 #include "common/err.h"
 #include "tier/local_proto.h"
 
+/* What a mapping's page tables are filled in by (see "First touch"). */
+#define DMN_PREMAP_SHIFT 21
+#define DMN_PREMAP_BYTES ((size_t)1 << DMN_PREMAP_SHIFT)
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+
 struct dmn_map {
 	void *p;
 	size_t len;
+	_Atomic uint64_t *premapped; /* a bit per DMN_PREMAP_BYTES done */
+	atomic_int premap_stop;      /* its thread stops */
 };
 
 struct dmn_tier {
@@ -64,7 +92,8 @@ struct dmn_tier {
 	uint64_t gen;      /* connections made so far */
 	uint8_t *arena;
 	size_t arena_len;
-	struct dmn_map *maps; /* every mapping made, unmapped at close */
+	struct dmn_map **maps; /* every mapping made, unmapped at close */
+	struct dmn_map *map;   /* the current one's */
 	size_t n_maps;
 	uint8_t *msg;      /* the reply being read, under mu */
 	/* Released borrows of connection `gen` not yet told, under mu. */
@@ -76,6 +105,10 @@ struct dmn_tier {
 	pthread_cond_t cv;  /* wakes the flusher */
 	pthread_t flusher;
 	int flusher_on, flusher_idle, stopping;
+	/* The thread filling in the current mapping's page tables; it takes
+	 * no lock of this tier and touches only that mapping. */
+	pthread_t premapper;
+	int premapper_on;
 };
 
 struct dmn_buf {
@@ -84,6 +117,7 @@ struct dmn_buf {
 		kvt_tier_rbuf r;
 	} u;
 	uint64_t id, gen;
+	const struct dmn_map *map; /* the mapping the segments lie in */
 	struct iovec iov[];
 };
 
@@ -94,6 +128,64 @@ static const struct kvt_tier_ops dmn_ops;
 static struct dmn_tier *dmn_of(kvt_tier *t)
 {
 	return (struct dmn_tier *)t;
+}
+
+/* Fill in the page tables of granule g of mapping m, once. */
+static void dmn_premap_one(const struct dmn_map *m, size_t g)
+{
+	uint64_t bit = 1ull << (g % 64);
+	uint8_t *p = (uint8_t *)m->p + (g << DMN_PREMAP_SHIFT);
+	size_t n = m->len - (g << DMN_PREMAP_SHIFT);
+
+	if (atomic_load_explicit(&m->premapped[g / 64], memory_order_relaxed) & bit)
+		return;
+	if (n > DMN_PREMAP_BYTES)
+		n = DMN_PREMAP_BYTES;
+	if (madvise(p, n, MADV_POPULATE_READ)) {
+		/* A kernel before 5.14: a read per page does it, the fault of
+		 * one mapping the pages around it. */
+		for (size_t o = 0; o < n; o += 4096)
+			(void)*(volatile uint8_t *)(p + o);
+	}
+	atomic_fetch_or_explicit(&m->premapped[g / 64], bit, memory_order_relaxed);
+}
+
+/* The granules segments iov[0..n) touch, filled in now where not done. */
+static void dmn_premap_iov(const struct dmn_map *m, const struct iovec *iov, int n)
+{
+	for (int i = 0; i < n; i++) {
+		size_t a = (size_t)((uint8_t *)iov[i].iov_base - (uint8_t *)m->p);
+		size_t e = a + iov[i].iov_len;
+		for (size_t g = a >> DMN_PREMAP_SHIFT; g << DMN_PREMAP_SHIFT < e; g++)
+			dmn_premap_one(m, g);
+	}
+}
+
+/* The whole mapping, from its start: a fresh daemon hands pages out
+ * from there, and a put that catches up does its own granules. */
+static void *dmn_premapper(void *arg)
+{
+	struct dmn_map *m = arg;
+	size_t n = (m->len + DMN_PREMAP_BYTES - 1) >> DMN_PREMAP_SHIFT;
+	struct sched_param sp = { 0 };
+
+	/* On CPU time nobody else wants: a busy process's own puts and gets
+	 * fill in what they touch themselves, at a third of a fault's cost,
+	 * instead of sharing their CPU with this thread. */
+	(void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+	for (size_t g = 0; g < n && !atomic_load(&m->premap_stop); g++)
+		dmn_premap_one(m, g);
+	return NULL;
+}
+
+/* Under t->mu (or with no other thread left). */
+static void dmn_premapper_stop(struct dmn_tier *t)
+{
+	if (!t->premapper_on)
+		return;
+	atomic_store(&t->map->premap_stop, 1);
+	pthread_join(t->premapper, NULL);
+	t->premapper_on = 0;
 }
 
 static void dmn_disconnect(struct dmn_tier *t)
@@ -180,6 +272,7 @@ static int dmn_connect(struct dmn_tier *t)
 	struct kvt_lp_rep rep;
 	const void *body;
 	size_t blen;
+	struct dmn_map *m;
 	void *p;
 	int rc, memfd = -1;
 
@@ -209,7 +302,7 @@ static int dmn_connect(struct dmn_tier *t)
 		return kvt_err(-EPROTO, "kvtierd at %s passed no shared arena", t->path);
 	}
 	{
-		struct dmn_map *nm = realloc(t->maps, (t->n_maps + 1) * sizeof(*nm));
+		struct dmn_map **nm = realloc(t->maps, (t->n_maps + 1) * sizeof(*nm));
 		if (!nm) {
 			close(memfd);
 			dmn_disconnect(t);
@@ -217,15 +310,40 @@ static int dmn_connect(struct dmn_tier *t)
 		}
 		t->maps = nm;
 	}
+	m = calloc(1, sizeof(*m));
+	if (m)
+		m->premapped = calloc(((rep.size + DMN_PREMAP_BYTES - 1) >> DMN_PREMAP_SHIFT) / 64 + 1,
+				      sizeof(*m->premapped));
+	if (!m || !m->premapped) {
+		free(m);
+		close(memfd);
+		dmn_disconnect(t);
+		return kvt_err(KVT_ENOMEM, "out of memory");
+	}
 	p = mmap(NULL, rep.size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
 	close(memfd);
 	if (p == MAP_FAILED) {
 		int e = errno;
+		free((void *)m->premapped);
+		free(m);
 		dmn_disconnect(t);
 		return kvt_err(-e, "kvtierd at %s: cannot map its %" PRIu64 "-byte arena: %s",
 			       t->path, rep.size, strerror(e));
 	}
-	t->maps[t->n_maps++] = (struct dmn_map){ p, rep.size };
+	/* Where the node gives shared memory huge pages on advice
+	 * (shmem_enabled advise), as the daemon's arena asks for them, this
+	 * mapping takes them too: 2 MiB a page table entry, not 4 KiB. */
+	(void)madvise(p, rep.size, MADV_HUGEPAGE);
+	m->p = p;
+	m->len = rep.size;
+	t->maps[t->n_maps++] = m;
+	/* The last mapping's thread, if still going, gives way: that mapping
+	 * takes no new requests.  Without a thread, each put and get fills in
+	 * its own granules. */
+	dmn_premapper_stop(t);
+	t->map = m;
+	if (pthread_create(&t->premapper, NULL, dmn_premapper, m) == 0)
+		t->premapper_on = 1;
 	t->arena = p;
 	t->arena_len = rep.size;
 	t->gen++;
@@ -276,6 +394,7 @@ static int dmn_buf_new(struct dmn_tier *t, const struct kvt_lp_rep *rep, const v
 	}
 	b->id = rep->id;
 	b->gen = t->gen;
+	b->map = t->map;
 	b->u.w.key = *key;
 	b->u.w.len = rep->size;
 	b->u.w.iov = b->iov;
@@ -315,6 +434,7 @@ static int dmn_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len, kvt_tie
 		t->ahead = NULL;
 		b->u.w.key = *key;
 		pthread_mutex_unlock(&t->mu);
+		dmn_premap_iov(b->map, b->iov, b->u.w.n_iov);
 		*w = &b->u.w;
 		return 0;
 	}
@@ -325,8 +445,10 @@ static int dmn_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len, kvt_tie
 	if (rc == 0 && (rc = dmn_buf_new(t, &rep, body, key, &b)))
 		(void)dmn_send(t, KVT_LP_PUT_ABORT, rep.id, 0, 0, NULL);
 	pthread_mutex_unlock(&t->mu);
-	if (rc == 0)
+	if (rc == 0) {
+		dmn_premap_iov(b->map, b->iov, b->u.w.n_iov);
 		*w = &b->u.w;
+	}
 	return rc;
 }
 
@@ -393,8 +515,10 @@ static int dmn_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **r)
 	pthread_mutex_unlock(&t->mu);
 	if (rc == KVT_ENOTFOUND)
 		kvt_err_clear(); /* a miss is the common answer, not a fault */
-	if (rc == 0)
+	if (rc == 0) {
+		dmn_premap_iov(b->map, b->iov, b->u.r.n_iov);
 		*r = &b->u.r;
+	}
 	return rc;
 }
 
@@ -586,8 +710,12 @@ static void dmn_close(kvt_tier *tt)
 		pthread_join(t->flusher, NULL);
 	}
 	dmn_disconnect(t); /* the write reserved ahead goes with it */
-	for (size_t i = 0; i < t->n_maps; i++)
-		munmap(t->maps[i].p, t->maps[i].len);
+	dmn_premapper_stop(t);
+	for (size_t i = 0; i < t->n_maps; i++) {
+		munmap(t->maps[i]->p, t->maps[i]->len);
+		free((void *)t->maps[i]->premapped);
+		free(t->maps[i]);
+	}
 	free(t->maps);
 	free(t->msg);
 	pthread_cond_destroy(&t->cv);

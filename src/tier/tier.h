@@ -60,6 +60,15 @@ struct kvt_tier_ops {
 	 * is consumed whatever the result. */
 	int (*put_commit)(kvt_tier *t, kvt_tier_wbuf *w, int durability);
 	void (*put_abort)(kvt_tier *t, kvt_tier_wbuf *w);
+	/* Optional: put_begin for an image that lies whole, already written,
+	 * in the caller's memory at src[0..n_src) (another tier's pages): the
+	 * wbuf has no segments to fill (n_iov 0), and put_commit writes the
+	 * image from src as it is, with no copy into a buffer of the tier's.
+	 * src must stay mapped and unchanged until put_commit or put_abort
+	 * returns.  KVT_ENOTSUP when src is not laid out as the tier needs
+	 * (O_DIRECT's alignment): the caller then copies, through put_begin. */
+	int (*put_begin_from)(kvt_tier *t, const kvt_key *key, uint64_t len,
+			      const struct iovec *src, int n_src, kvt_tier_wbuf **w);
 
 	/* Borrow the image of `key`.  KVT_ENOTFOUND if absent. */
 	int (*get)(kvt_tier *t, const kvt_key *key, kvt_tier_rbuf **r);
