@@ -3,7 +3,8 @@
  * the operations guide): the existence cache and its refresh, put (single
  * and multipart), get (single and parallel ranges), delete, eviction, GC,
  * the bad list, the vtable and open.  HTTP is s3_http.c, the listing
- * s3_list.c, credentials s3_creds.c (s3_int.h says what they share).
+ * s3_list.c, credentials s3_creds.c, the image buffers s3_buf.c (s3_int.h
+ * says what they share).
  *
  * Index: the keys known present with their sizes and times, in the shared
  * index of findex.c (a hash table and a list), under its mutex, which is
@@ -29,14 +30,20 @@
 #include "common/hex.h"
 #include "common/log.h"
 
+/* Image buffers come from the tier's cache (t->bufs, s3_buf.c) and go back:
+ * a write buffer always, a read image when the answer's headers sized it
+ * (pooled), else it was malloc'd. */
 typedef struct s3_wbuf {
 	kvt_tier_wbuf w;
 	struct iovec iov;
+	size_t cap;
 } s3_wbuf;
 
 typedef struct s3_rbuf {
 	kvt_tier_rbuf r;
 	struct iovec iov;
+	size_t cap;
+	int pooled;
 	char etag[128];
 } s3_rbuf;
 
@@ -466,7 +473,7 @@ static int s3_put_begin(kvt_tier *tier, const kvt_key *key, uint64_t len,
 	if (hit)
 		return KVT_EEXIST;
 	b = calloc(1, sizeof(*b));
-	if (!b || !(b->iov.iov_base = malloc(len ? len : 1))) {
+	if (!b || !(b->iov.iov_base = s3_buf_get(&t->bufs, len, &b->cap))) {
 		free(b);
 		return KVT_ENOMEM;
 	}
@@ -483,9 +490,16 @@ static void s3_put_abort(kvt_tier *tier, kvt_tier_wbuf *w)
 {
 	s3_wbuf *b = (s3_wbuf *)w;
 
-	(void)tier;
-	free(b->iov.iov_base);
+	s3_buf_put(&((s3_tier *)tier)->bufs, b->iov.iov_base, b->cap);
 	free(b);
+}
+
+static void s3_img_free(s3_tier *t, uint8_t *img, size_t cap, int pooled)
+{
+	if (pooled)
+		s3_buf_put(&t->bufs, img, cap);
+	else
+		free(img);
 }
 
 static int s3_put_single(s3_tier *t, const char *name, const uint8_t *img,
@@ -746,14 +760,15 @@ static int s3_get(kvt_tier *tier, const kvt_key *key, kvt_tier_rbuf **out)
 	s3_rbuf *rb = NULL;
 	uint8_t *img = NULL;
 	uint64_t total, got;
-	size_t nr = 0, i;
+	size_t nr = 0, i, img_cap = 0;
 	kvt_obj_hdr h;
-	int rc;
+	int rc, img_pooled = 0;
 
 	/* A key listed bad is read again: another node may have replaced
 	 * the object since (the index, and so lookup, leaves it out). */
 	s3_obj_name(t, key, name, sizeof(name));
 	rc = s3_req_init(t, &first, "GET", name, NULL);
+	first.pool = &t->bufs;
 	/* One request moves objects up to multipart_bytes; a larger one
 	 * answers 206 with its total and the rest comes as parallel ranges. */
 	{
@@ -797,13 +812,17 @@ static int s3_get(kvt_tier *tier, const kvt_key *key, kvt_tier_rbuf **out)
 	if (got < total) {
 		if (first.cap >= total) { /* sized from Content-Range */
 			img = first.buf;
+			img_cap = first.cap;
+			img_pooled = first.pooled;
 			first.buf = NULL;
+			first.pooled = 0;
 		} else {
-			img = malloc(total);
+			img = s3_buf_get(&t->bufs, total, &img_cap);
 			if (!img) {
 				rc = KVT_ENOMEM;
 				goto out;
 			}
+			img_pooled = 1;
 			memcpy(img, first.buf, got);
 		}
 		nr = (total - got + t->part_bytes - 1) / t->part_bytes;
@@ -855,7 +874,10 @@ static int s3_get(kvt_tier *tier, const kvt_key *key, kvt_tier_rbuf **out)
 			goto out;
 	} else {
 		img = first.buf;
+		img_cap = first.cap;
+		img_pooled = first.pooled;
 		first.buf = NULL;
+		first.pooled = 0;
 	}
 	rc = kvt_obj_hdr_decode(img, total, &h);
 	if (first.status == 200 && first.clen < 0 &&
@@ -900,6 +922,8 @@ static int s3_get(kvt_tier *tier, const kvt_key *key, kvt_tier_rbuf **out)
 	}
 	rb->iov.iov_base = img;
 	rb->iov.iov_len = total;
+	rb->cap = img_cap;
+	rb->pooled = img_pooled;
 	rb->r.key = *key;
 	rb->r.len = total;
 	rb->r.iov = &rb->iov;
@@ -929,7 +953,7 @@ out:
 		s3_req_fini(&rs[i]);
 	free(rs);
 	free(rp);
-	free(img);
+	s3_img_free(t, img, img_cap, img_pooled);
 	s3_req_fini(&first);
 	return rc;
 }
@@ -939,7 +963,7 @@ static void s3_release(kvt_tier *tier, kvt_tier_rbuf *r)
 	s3_tier *t = (s3_tier *)tier;
 	s3_rbuf *rb = (s3_rbuf *)r;
 
-	free(rb->iov.iov_base);
+	s3_img_free(t, rb->iov.iov_base, rb->cap, rb->pooled);
 	free(rb);
 	atomic_fetch_sub(&t->borrowed, 1);
 }
@@ -1079,6 +1103,7 @@ static void s3_close(kvt_tier *tier)
 	curl_slist_free_all(t->common);
 	kvt_findex_fini(&t->ix);
 	kvt_findex_fini(&t->bad);
+	s3_bufs_fini(&t->bufs); /* every image given back by now */
 	pthread_mutex_destroy(&t->pool_mu);
 	pthread_cond_destroy(&t->pool_cv);
 	pthread_mutex_destroy(&t->stop_mu);
@@ -1262,6 +1287,7 @@ int kvt_s3_open(const kvt_s3_opts *o, kvt_tier **out)
 	t->bucket = strdup(o->bucket);
 	t->prefix = strdup(o->prefix ? o->prefix : "");
 	if (kvt_findex_init(&t->ix, t->capacity) || kvt_findex_init(&t->bad, UINT64_MAX) ||
+	    s3_bufs_init(&t->bufs) ||
 	    !t->pool || !t->bucket || !t->prefix) {
 		rc = KVT_ENOMEM;
 		goto fail;

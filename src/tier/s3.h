@@ -27,6 +27,13 @@
  * every ranged part of a large GET carries If-Match with the ETag of the
  * first part, and each image names its key and checksums its layers.
  *
+ * Memory: put_begin's write buffer and a get's image come from a cache of
+ * image buffers the tier owns; put_commit, put_abort and release give them
+ * back, and up to 8 idle buffers (256 MiB) stay for the next put or get,
+ * so a chunk is not an mmap, a page fault per 4 KiB and a munmap each time
+ * (docs/S3.md, "32 MiB").  close frees them; every rbuf must be released
+ * before it.
+ *
  * Every call has a deadline of timeout_ms: retries (5xx, 503 SlowDown,
  * 429, connection errors, timeouts, truncated bodies) back off
  * exponentially with full jitter and stop when the deadline would pass, so a

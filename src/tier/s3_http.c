@@ -188,7 +188,16 @@ static size_t s3_write_cb(char *p, size_t sz, size_t nm, void *u)
 			want = r->total;
 		else if (cl > 0 && (uint64_t)cl <= S3_PREALLOC_MAX)
 			want = (uint64_t)cl;
-		if (want >= r->len + n) {
+		if (want >= r->len + n && r->pool) {
+			/* An image: from the tier's buffers, already
+			 * faulted in when reused. */
+			size_t cap = 0;
+			r->buf = s3_buf_get(r->pool, want, &cap);
+			if (r->buf) {
+				r->cap = cap;
+				r->pooled = 1;
+			}
+		} else if (want >= r->len + n) {
 			r->buf = malloc((size_t)want);
 			if (r->buf)
 				r->cap = (size_t)want;
@@ -199,9 +208,15 @@ static size_t s3_write_cb(char *p, size_t sz, size_t nm, void *u)
 		uint8_t *nb;
 		while (nc < r->len + n)
 			nc *= 2;
-		nb = realloc(r->buf, nc);
+		/* A pooled buffer is not realloc's to grow: move out of it. */
+		nb = r->pooled ? malloc(nc) : realloc(r->buf, nc);
 		if (!nb)
 			return 0;
+		if (r->pooled) {
+			memcpy(nb, r->buf, r->len);
+			s3_buf_put(r->pool, r->buf, r->cap);
+			r->pooled = 0;
+		}
 		r->buf = nb;
 		r->cap = nc;
 	}
@@ -299,9 +314,13 @@ int s3_req_hdr(s3_req *r, const char *fmt, const char *v)
 void s3_req_fini(s3_req *r)
 {
 	curl_slist_free_all(r->hdrs);
-	free(r->buf);
+	if (r->pooled)
+		s3_buf_put(r->pool, r->buf, r->cap);
+	else
+		free(r->buf);
 	r->hdrs = NULL;
 	r->buf = NULL;
+	r->pooled = 0;
 }
 
 static void s3_req_setup(s3_tier *t, s3_req *r, int64_t deadline)

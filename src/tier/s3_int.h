@@ -1,12 +1,13 @@
 /*
- * s3_int.h — what the four files of the S3 tier share.
+ * s3_int.h — what the five files of the S3 tier share.
  *
  * s3.c is the tier proper (the existence cache, put, get, eviction, GC, the
  * bad list, the vtable, open); s3_http.c drives every request (curl handles
  * and their pool, request set-up, signing, retry with backoff, and the
  * taxonomy of results); s3_list.c reads a prefix's listing (the page parser
  * and the bounded listing loop); s3_creds.c finds the credentials and region
- * (options, environment, the AWS shared credentials and config files).
+ * (options, environment, the AWS shared credentials and config files);
+ * s3_buf.c keeps the image buffers that puts and gets reuse.
  * Nothing here is exported: s3.h is the interface.
  */
 #ifndef KVT_S3_INT_H
@@ -38,6 +39,22 @@
 #define S3_TOKEN_MAX 4096        /* longest continuation token accepted */
 #define S3_LIST_PAGES 10000      /* default list_max_pages */
 #define S3_LIST_TIMEOUT_MULT 10  /* default list deadline, x timeout_ms */
+/* Idle image buffers kept for reuse (s3_buf.c says why); the same bounds
+ * as the file tiers' caches (fsdir). */
+#define S3_BUF_SLOTS 8
+#define S3_BUF_BYTES (256ull << 20)
+
+/* The cache of image buffers (s3_buf.c); its mutex guards the rest. */
+typedef struct s3_bufs {
+	pthread_mutex_t mu;
+	struct {
+		void *p;
+		size_t cap;
+	} slot[S3_BUF_SLOTS + 1];
+	uint32_t n;     /* cached */
+	uint64_t bytes; /* cached */
+	int live;       /* initialised */
+} s3_bufs;
 
 typedef struct s3_ent {
 	struct kvt_findex_ent fe; /* key, len; charge = len */
@@ -67,6 +84,10 @@ typedef struct s3_tier {
 	uint32_t list_max_pages;
 	uint8_t *hmac_key;
 	size_t hmac_key_len;
+
+	/* Image buffers: put_begin's write buffers and the bodies of gets,
+	 * given back by put_commit/put_abort and release. */
+	s3_bufs bufs;
 
 	CURLSH *share;
 	pthread_mutex_t share_mu[CURL_LOCK_DATA_LAST];
@@ -102,9 +123,14 @@ typedef struct s3_req {
 	size_t up_len, up_off;
 	uint8_t *dst;              /* fixed sink, or NULL: grow buf */
 	size_t dst_cap;
+	/* Where buf comes from when the answer's headers size it (NULL:
+	 * malloc).  A pooled buf (pooled = 1) goes back to the pool in
+	 * s3_req_fini; whoever takes it over gives it back with cap. */
+	s3_bufs *pool;
 	/* out */
 	uint8_t *buf;              /* grown body when dst is NULL */
 	size_t len, cap;           /* bytes received this attempt */
+	int pooled;                /* buf is from pool, cap bytes */
 	char errbody[S3_ERRBODY];
 	size_t errlen;
 	long status;
@@ -174,6 +200,19 @@ int s3_one(s3_tier *t, s3_req *r, const char *what);
  * decoded) into out: 0, -1 if absent ("" then), -2 if longer than cap
  * (cut to fit). */
 int s3_xml_tag(const char *body, const char *tag, char *out, size_t cap);
+
+/* --- s3_buf.c -------------------------------------------------------------- */
+
+/* 0 or KVT_ENOMEM. */
+int s3_bufs_init(s3_bufs *b);
+/* Free what is cached (every buffer given back by now); safe on a cache
+ * that was zeroed and never initialised. */
+void s3_bufs_fini(s3_bufs *b);
+/* A buffer of at least n bytes, *cap its size; its contents are what its
+ * last user left.  NULL if memory is short.  Any thread. */
+void *s3_buf_get(s3_bufs *b, uint64_t n, size_t *cap);
+/* Give back a buffer s3_buf_get returned with `cap` (NULL: nothing). */
+void s3_buf_put(s3_bufs *b, void *p, size_t cap);
 
 /* --- s3_list.c ------------------------------------------------------------- */
 
