@@ -615,7 +615,12 @@ int bench_plan(int argc, char **argv)
 	/* libCacheSim beside the planner, in one process. */
 	char lcs_why[9000] = "";
 	char *lcs = libcachesim_run(trace, caps_arg, rounds, lcs_why, sizeof(lcs_why));
-	int lcs_exact = lcs && strstr(lcs, "\"exact\": true") != NULL;
+	int lcs_exact = 0;
+	if (lcs) {
+		json_t *d = json_loads(lcs, 0, NULL);
+		lcs_exact = json_is_true(json_object_get(d, "exact"));
+		json_decref(d);
+	}
 
 	int bad = 0;
 	double ref_sum = 0, plan_sum = 0, plan_e2e = parse_s;

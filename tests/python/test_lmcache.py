@@ -107,27 +107,10 @@ def kvtierd_bin():
 
 
 def write_config(env, tier, name, daemon=None):
-    """A kvtier YAML for `tier` (tier_env's settings), medium named `name`;
+    """A kvtier YAML for `tier` (tier_env's settings over 8 MiB of DRAM; the
+    client of the kvtierd on `daemon` for "kvtierd"), medium named `name`;
     its path."""
-    lines = ["max_local_cpu_size: 8MiB", "dram_page_size: 4KiB", "dram_lock_memory: false",
-             "dram_prefault: false", "verify_dram_reads: true"]
-    if tier == "nvme":
-        lines += ["local_disk: " + env.medium(tier, name), "max_local_disk_size: 64MiB"]
-    elif tier == "shared_fs":
-        lines += ["shared_fs: " + env.medium(tier, name), "max_shared_fs_size: 64MiB"]
-    elif tier == "s3":
-        env.start_s3()
-        lines += ["remote_url: s3://%s/%s/" % (tier_env.BUCKET, name),
-                  "s3_endpoint: " + env.endpoint, "s3_region: us-east-1",
-                  "s3_admission: always"]
-    elif tier == "kvtierd":
-        lines = ["daemon: unix://" + daemon]
-    elif tier != "dram":
-        raise ValueError(tier)
-    path = os.path.join(env.root, "%s-%s.yaml" % (tier, name))
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    return path
+    return env.yaml(tier, name, dram="8MiB", daemon=daemon if tier == "kvtierd" else None)
 
 
 def adapter_spec(kind, config, **params):

@@ -68,6 +68,8 @@ from lmcache.v1.memory_management import MemoryFormat  # noqa: E402
 from lmcache.v1.metadata import LMCacheMetadata  # noqa: E402
 from lmcache.v1.protocol import RemoteMetadata  # noqa: E402
 
+import tier_env  # noqa: E402
+
 MODEL = "kvtier-test/lmcache-redis"
 CHUNK, LAYERS, HEADS, HEAD_DIM = 16, 2, 2, 64
 CHUNK_BYTES = 2 * LAYERS * CHUNK * HEADS * HEAD_DIM * 2       # K and V, bf16
@@ -428,11 +430,7 @@ class RedisConnector(unittest.TestCase):
         damaged = 0
         for p in set(self.disk_files()) - before:
             if os.path.getsize(p) > 4096 + 200:     # the values, not the metadata
-                with open(p, "r+b") as f:
-                    f.seek(4096 + 100)
-                    b = f.read(1)
-                    f.seek(4096 + 100)
-                    f.write(bytes([b[0] ^ 0x5A]))
+                tier_env.flip_byte(p)
                 damaged += 1
         self.assertEqual(damaged, 4)
         self.kvtierd.start()

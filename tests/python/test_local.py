@@ -9,40 +9,24 @@ disk tier under it) and stops it at the end.
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 import torch
 
 import kvtier
+import tier_env
 
 LAYOUT = dict(num_layers=4, num_kv_heads=2, head_dim=64, dtype="bf16", chunk_tokens=32,
               block_size=16)
 
 
 def start_daemon(bin_, data, sock, extra=()):
-    p = subprocess.Popen([bin_, "--port", "0", "--data-dir", data, "--local", sock,
-                          "--threads", "2", "--set", "max_local_cpu_size=64MiB",
-                          "--set", "dram_prefault=false", "--set", "dram_lock_memory=false",
-                          *extra],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(400):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            s.connect(sock)
-            return p
-        except OSError:
-            if p.poll() is not None:
-                raise RuntimeError("kvtierd exited at start")
-            time.sleep(0.025)
-        finally:
-            s.close()
-    p.kill()
-    raise RuntimeError("kvtierd did not listen on " + sock)
+    """kvtierd with a disk tier in `data` and 64 MiB of DRAM, serving the
+    node on `sock` (test_pd and test_lmcache start theirs the same way)."""
+    return tier_env.start_kvtierd(sock, ["--data-dir", data, *extra], dram="64MiB", bin_=bin_)
 
 
 class Local(unittest.TestCase):

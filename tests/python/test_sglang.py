@@ -51,11 +51,9 @@ import logging
 import multiprocessing
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 import unittest
 
 import torch
@@ -194,29 +192,6 @@ def hashes_of(tokens):
     return get_storage_hash_str(tokens, None, page_size=P)
 
 
-def tier_yaml(env, tier, name, daemon=None):
-    """A kvtier YAML of tier_env.config's settings: SGLang's factory makes
-    the backend, which opens its store from the extra config's
-    kvtier_config."""
-    lines = ["max_local_cpu_size: 4MiB", "dram_page_size: 4KiB", "dram_lock_memory: false",
-             "dram_prefault: false", "verify_dram_reads: true"]
-    if daemon:
-        lines = ["daemon: unix://" + daemon]
-    elif tier == "nvme":
-        lines += ["local_disk: " + env.medium(tier, name), "max_local_disk_size: 64MiB"]
-    elif tier == "shared_fs":
-        lines += ["shared_fs: " + env.medium(tier, name), "max_shared_fs_size: 64MiB"]
-    elif tier == "s3":
-        env.start_s3()
-        lines += ["remote_url: s3://%s/%s/" % (tier_env.BUCKET, name),
-                  "s3_endpoint: " + env.endpoint, "s3_region: us-east-1",
-                  "s3_admission: always"]
-    path = os.path.join(env.root, "%s-%s.yaml" % (tier, name))
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    return path
-
-
 class Engine:
     """One SGLang rank's HiCache storage side: SGLang's HiCacheController
     over a device pool and a host pool, kvtier attached from the extra
@@ -332,31 +307,6 @@ def reload_pages(job):
     return os.getpid(), hit, done, pages
 
 
-def start_kvtierd(root):
-    """kvtierd --local: the node daemon's DRAM, shared by its processes."""
-    bin_ = os.environ.get("KVTIER_KVTIERD") or os.environ.get("KVT_KVTIERD")
-    if not bin_ or not os.access(bin_, os.X_OK):
-        raise RuntimeError("KVT_KVTIERD names no kvtierd (run through <build>/pytest.sh)")
-    sock = os.path.join(root, "kvtierd.sock")
-    p = subprocess.Popen([bin_, "--port", "0", "--local", sock, "--threads", "2",
-                          "--set", "max_local_cpu_size=16MiB", "--set", "dram_prefault=false",
-                          "--set", "dram_lock_memory=false"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(400):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            s.connect(sock)
-            return p, sock
-        except OSError:
-            if p.poll() is not None:
-                raise RuntimeError("kvtierd exited at start")
-            time.sleep(0.025)
-        finally:
-            s.close()
-    p.kill()
-    raise RuntimeError("kvtierd did not listen on " + sock)
-
-
 # --- the tests --------------------------------------------------------------------
 
 class SGLangHybrid(unittest.TestCase):
@@ -387,7 +337,7 @@ class SGLangHybrid(unittest.TestCase):
                 alloc, self.group, P, None, threading.Event(), io_backend="kernel",
                 storage_backend="dynamic", model_name=MODEL,
                 storage_backend_extra_config=dict(
-                    EXTRA, kvtier_config=tier_yaml(self.env, "dram", "hybrid")),
+                    EXTRA, kvtier_config=self.env.yaml("dram", "hybrid")),
                 transfer_layer_id_max=5)
         self.backend = self.cc.storage_backend
 
@@ -566,7 +516,7 @@ class SGLangAttach(unittest.TestCase):
 
     def setUp(self):
         self.env = tier_env.Env()
-        self.yaml = tier_yaml(self.env, "nvme", "attach")
+        self.yaml = self.env.yaml("nvme", "attach")
         self.extra = {"kvtier_config": self.yaml, "kvtier_durability": "crash_safe"}
 
     def tearDown(self):
@@ -661,7 +611,7 @@ class SGLangBadInput(unittest.TestCase):
         """Back up 5 pages to NVMe, damage page `page` there, restart, and
         batch_get_v1 the 5 pages into a fresh pool: (batch_exists, the
         per-page results); the pages before `page` must be the source's."""
-        extra = {"kvtier_config": tier_yaml(self.env, "nvme", name),
+        extra = {"kvtier_config": self.env.yaml("nvme", name),
                  "kvtier_durability": "crash_safe"}
         dev = device_pool()
         src = host_pool(dev, "page_first", seed=6)
@@ -770,7 +720,7 @@ class SGLangContract(unittest.TestCase):
         # Without interface_v1 SGLang moves flat pages (_generic_page_set,
         # _generic_page_get); they are the same chunks, so zero-copy reads
         # them back too.
-        yaml = tier_yaml(self.env, "shared_fs", "generic")
+        yaml = self.env.yaml("shared_fs", "generic")
         dev = device_pool()
         src = host_pool(dev, "page_first", seed=8)
         tokens = tokens_for(5, seed=8)
@@ -789,7 +739,7 @@ class SGLangContract(unittest.TestCase):
             eng.close()
 
     def test_tensor_parallel_ranks_are_namespaces(self):
-        yaml = tier_yaml(self.env, "shared_fs", "tp")
+        yaml = self.env.yaml("shared_fs", "tp")
         tokens = tokens_for(3, seed=9)
         dev = device_pool()
         src = [host_pool(dev, "page_first", seed=10 + r) for r in range(2)]
@@ -877,7 +827,7 @@ class SGLangContract(unittest.TestCase):
     def test_stats(self):
         dev = device_pool()
         src = host_pool(dev, "page_first", seed=12)
-        eng = Engine(dev, src, {"kvtier_config": tier_yaml(self.env, "dram", "stats")},
+        eng = Engine(dev, src, {"kvtier_config": self.env.yaml("dram", "stats")},
                      metrics=True)
         tokens = tokens_for(4, seed=12)
         eng.backup(tokens, src.alloc(4 * P))
@@ -910,7 +860,7 @@ class SGLangTiers(unittest.TestCase):
 
     def test_dram(self):
         # 130 pages: two storage batches (STORAGE_BATCH_SIZE 128), both ways.
-        yaml = tier_yaml(self.env, "dram", "mha")
+        yaml = self.env.yaml("dram", "mha")
         n = STORAGE_BATCH_SIZE + 2
         dev = device_pool(pages=n + 8)
         pool = host_pool(dev, "page_first", seed=1)
@@ -931,7 +881,7 @@ class SGLangTiers(unittest.TestCase):
         """MHA from page_first (bf16) and MLA from page_first_direct (f16),
         backed up here; reloaded in the other process into layer_first and
         page_head (MHA), page_first and layer_first (MLA ranks 0 and 1)."""
-        yaml = tier_yaml(self.env, tier, name, daemon)
+        yaml = self.env.yaml(tier, name, daemon=daemon)
         extra = {"kvtier_config": yaml, "kvtier_durability":
                  "cached" if daemon else "crash_safe"}
         n = 5
@@ -994,7 +944,8 @@ class SGLangTiers(unittest.TestCase):
 
     def test_node_daemon_dram(self):
         # Engines on one node reach one DRAM through kvtierd --local.
-        daemon, sock = start_kvtierd(self.env.root)
+        sock = os.path.join(self.env.root, "kvtierd.sock")
+        daemon = tier_env.start_kvtierd(sock)
         try:
             self.tier_roundtrip("daemon", "node", daemon=sock)
         finally:

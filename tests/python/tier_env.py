@@ -10,8 +10,10 @@ a test that does not find them fails, as the C tests do.
 
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
+import time
 
 import kvtier
 
@@ -65,31 +67,78 @@ class Env:
             return os.path.join(self.root, "s3data", BUCKET, name)
         return os.path.join(self.root, "%s-%s" % (tier, name))
 
-    def config(self, tier, name, dram="4MiB"):
-        """A kvtier.Config: a DRAM tier of `dram`, and below it `tier`
-        (none for "dram"), its medium named `name` (the same name opens the
-        same medium again: a restart)."""
-        c = kvtier.Config()
-        c.set("max_local_cpu_size", dram)
-        c.set("dram_page_size", "4KiB")
-        c.set("dram_lock_memory", False)
-        c.set("dram_prefault", False)
-        c.set("verify_dram_reads", True)
+    def settings(self, tier, name, dram="4MiB"):
+        """The configuration keys of a DRAM tier of `dram` and below it
+        `tier` (none for "dram"), its medium named `name` (the same name
+        opens the same medium again: a restart), as (key, value) pairs."""
+        kv = [("max_local_cpu_size", dram), ("dram_page_size", "4KiB"),
+              ("dram_lock_memory", "false"), ("dram_prefault", "false"),
+              ("verify_dram_reads", "true")]
         if tier == "nvme":
-            c.set("local_disk", self.medium(tier, name))
-            c.set("max_local_disk_size", "64MiB")
+            kv += [("local_disk", self.medium(tier, name)), ("max_local_disk_size", "64MiB")]
         elif tier == "shared_fs":
-            c.set("shared_fs", self.medium(tier, name))
-            c.set("max_shared_fs_size", "64MiB")
+            kv += [("shared_fs", self.medium(tier, name)), ("max_shared_fs_size", "64MiB")]
         elif tier == "s3":
             self.start_s3()
-            c.set("remote_url", "s3://%s/%s/" % (BUCKET, name))
-            c.set("s3_endpoint", self.endpoint)
-            c.set("s3_region", "us-east-1")
-            c.set("s3_admission", "always")
+            kv += [("remote_url", "s3://%s/%s/" % (BUCKET, name)),
+                   ("s3_endpoint", self.endpoint), ("s3_region", "us-east-1"),
+                   ("s3_admission", "always")]
         elif tier != "dram":
             raise ValueError("no tier %r" % tier)
+        return kv
+
+    def config(self, tier, name, dram="4MiB"):
+        """settings() as a kvtier.Config."""
+        c = kvtier.Config()
+        for k, v in self.settings(tier, name, dram):
+            c.set(k, v)
         return c
+
+    def yaml(self, tier, name, dram="4MiB", daemon=None):
+        """settings() as a YAML file, for an engine that opens its store
+        from a path (or, with `daemon`, a store that is the client of the
+        kvtierd on that socket); its path."""
+        kv = [("daemon", "unix://" + daemon)] if daemon else self.settings(tier, name, dram)
+        path = os.path.join(self.root, "%s-%s.yaml" % (tier, name))
+        with open(path, "w") as f:
+            f.writelines("%s: %s\n" % pair for pair in kv)
+        return path
+
+
+def start_kvtierd(sock, extra=(), dram="16MiB", bin_=None):
+    """kvtierd (`bin_`, else KVT_KVTIERD, set by <build>/pytest.sh) serving
+    the node's processes on the Unix socket `sock`, `extra` arguments after
+    kvtier's own; returns once it takes a connection (10 s at most)."""
+    bin_ = bin_ or os.environ.get("KVTIER_KVTIERD") or os.environ.get("KVT_KVTIERD")
+    if not bin_ or not os.access(bin_, os.X_OK):
+        raise RuntimeError("KVT_KVTIERD names no kvtierd (run through <build>/pytest.sh)")
+    p = subprocess.Popen([bin_, "--port", "0", "--local", sock, "--threads", "2",
+                          "--set", "max_local_cpu_size=" + dram, "--set", "dram_prefault=false",
+                          "--set", "dram_lock_memory=false", *extra],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(400):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            s.connect(sock)
+            return p
+        except OSError:
+            if p.poll() is not None:
+                raise RuntimeError("kvtierd exited at start")
+            time.sleep(0.025)
+        finally:
+            s.close()
+    p.kill()
+    raise RuntimeError("kvtierd did not listen on " + sock)
+
+
+def flip_byte(path, at=4096 + 100):
+    """Flip one byte of the file at `path` (by default a payload byte of a
+    chunk image: past its 4 KiB header)."""
+    with open(path, "r+b") as fp:
+        fp.seek(at)
+        b = fp.read(1)
+        fp.seek(at)
+        fp.write(bytes([b[0] ^ 0x5A]))
 
 
 def flip_payload_byte(env, tier, name, key):
@@ -104,10 +153,6 @@ def flip_payload_byte(env, tier, name, key):
             p = os.path.join(dirpath, f)
             if os.path.getsize(p) < 4096 + 200:
                 continue
-            with open(p, "r+b") as fp:
-                fp.seek(4096 + 100)
-                b = fp.read(1)
-                fp.seek(4096 + 100)
-                fp.write(bytes([b[0] ^ 0x5A]))
+            flip_byte(p)
             n += 1
     return n
