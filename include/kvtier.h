@@ -885,6 +885,23 @@ typedef struct kvt_tier_stats {
 	char state[160];          /* why the tier is degraded ("" if healthy) */
 } kvt_tier_stats;
 
+/* The store's KV events (the configuration's kv_events; docs/EVENTS.md). */
+typedef struct kvt_events_stats {
+	uint64_t batches;       /* KVEventBatch messages published */
+	uint64_t events;        /* events in them */
+	uint64_t dropped;       /* events dropped: the publisher's queue was full */
+	uint64_t send_failures; /* batches the PUB socket refused (kept for replay) */
+	uint64_t replays;       /* replay requests answered */
+	uint64_t replay_errors; /* malformed replay requests (answered with an error) */
+	uint64_t last_seq;      /* the last batch's sequence number */
+	uint64_t queued;        /* events waiting for the publisher now */
+	uint32_t enabled;       /* 1 when the store publishes events */
+} kvt_events_stats;
+
+/* Fill `out` with the store's event counters (all zero, enabled 0, when it
+ * publishes none).  0 or KVT_EINVAL. */
+KVT_API int kvt_store_events_stats(kvt_store *st, kvt_events_stats *out);
+
 /* Wait until the background work queued so far (promotions of hits in lower
  * tiers, write-through to lower tiers, demotions, and what those queue in
  * turn) has run, or `timeout_ms` passes (-1: no limit).  0 or

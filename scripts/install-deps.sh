@@ -14,7 +14,7 @@ pkgs=(
   build-essential cmake pkg-config clang libclang-rt-dev
   libssl-dev libxxhash-dev libyaml-dev liburing-dev libcurl4-openssl-dev libjansson-dev libexpat1-dev
   fio python3 python3-cbor2 nodejs npm awscli gnuplot-nox chromium
-  python3-dev python3-redis redis-server redis-tools libmicrohttpd-dev
+  python3-dev python3-redis redis-server redis-tools libmicrohttpd-dev libzmq3-dev libmsgpack-dev
   openssl curl git
   # What `pkg-config --static --libs kvtier` names through libcurl's
   # Requires.private: a static link against libkvtier.a needs them.

@@ -958,6 +958,12 @@ class Store(_Handle):
         _check(lib.kvt_store_stats(self._handle(), int(tier), ctypes.byref(s)))
         return _stats_dict(s)
 
+    def events_stats(self):
+        """The KV event publisher's counters (kvt_events_stats) as a dict."""
+        s = _lib.kvt_events_stats()
+        _check(lib.kvt_store_events_stats(self._handle(), ctypes.byref(s)))
+        return {f: getattr(s, f) for f, _ in s._fields_}
+
     def connector(self, ns, paged, **kw):
         """Connector(self, ns, paged, **kw)."""
         return Connector(self, ns, paged, **kw)

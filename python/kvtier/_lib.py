@@ -85,6 +85,12 @@ class kvt_tier_stats(ctypes.Structure):
                 ("read_errors", c_u64), ("state", ctypes.c_char * 160)]
 
 
+class kvt_events_stats(ctypes.Structure):
+    _fields_ = [("batches", c_u64), ("events", c_u64), ("dropped", c_u64),
+                ("send_failures", c_u64), ("replays", c_u64), ("replay_errors", c_u64),
+                ("last_seq", c_u64), ("queued", c_u64), ("enabled", c_u32)]
+
+
 class kvt_paged_plane(ctypes.Structure):
     _fields_ = [("base", c_vp), ("block_stride", c_u64), ("token_stride", c_u64),
                 ("head_stride", c_u64), ("elem_stride", c_u64)]
@@ -142,6 +148,7 @@ _PROTOS = {
     "kvt_store_flush": (c_int, [c_vp, c_int]),
     "kvt_store_tiers": (c_int, [c_vp]),
     "kvt_store_stats": (c_int, [c_vp, c_int, P(kvt_tier_stats)]),
+    "kvt_store_events_stats": (c_int, [c_vp, P(kvt_events_stats)]),
     "kvt_ns_init": (c_int, [c_vp, P(kvt_ns_desc), P(kvt_ns)]),
     "kvt_put": (c_int, [c_vp, P(kvt_ns), P(kvt_key), c_vp, c_size, c_int]),
     "kvt_get": (c_int, [c_vp, P(kvt_ns), P(kvt_key), c_vp, c_size, P(c_size)]),

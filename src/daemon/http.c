@@ -201,6 +201,46 @@ static const struct tier_family tier_families[] = {
 
 #define MAX_TIERS 8
 
+/* The KV event publisher's counters (docs/EVENTS.md), when it runs. */
+static void metrics_events(kvt_store *st, struct kvtd_text *o)
+{
+	static const struct {
+		const char *name, *type, *help;
+		size_t off;
+	} fam[] = {
+		{ "kvtier_events_batches_total", "counter", "KV event batches published.",
+		  offsetof(kvt_events_stats, batches) },
+		{ "kvtier_events_total", "counter", "KV events published.",
+		  offsetof(kvt_events_stats, events) },
+		{ "kvtier_events_dropped_total", "counter",
+		  "KV events dropped because the publisher's queue was full.",
+		  offsetof(kvt_events_stats, dropped) },
+		{ "kvtier_events_send_failures_total", "counter",
+		  "KV event batches the socket refused (still replayable).",
+		  offsetof(kvt_events_stats, send_failures) },
+		{ "kvtier_events_replays_total", "counter", "Replay requests answered.",
+		  offsetof(kvt_events_stats, replays) },
+		{ "kvtier_events_replay_errors_total", "counter",
+		  "Malformed replay requests (answered with an error).",
+		  offsetof(kvt_events_stats, replay_errors) },
+		{ "kvtier_events_last_sequence", "gauge", "The last published batch's sequence number.",
+		  offsetof(kvt_events_stats, last_seq) },
+		{ "kvtier_events_queued", "gauge", "KV events waiting for the publisher.",
+		  offsetof(kvt_events_stats, queued) },
+	};
+	kvt_events_stats es;
+
+	if (kvt_store_events_stats(st, &es) || !es.enabled)
+		return;
+	for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
+		uint64_t v;
+		memcpy(&v, (const char *)&es + fam[f].off, sizeof(v));
+		kvtd_text_printf(o, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", fam[f].name,
+				 fam[f].help, fam[f].name, fam[f].type, fam[f].name,
+				 (unsigned long long)v);
+	}
+}
+
 void kvtd_metrics_store(kvt_store *st, struct kvtd_text *o)
 {
 	kvt_tier_stats s[MAX_TIERS];
@@ -253,6 +293,7 @@ void kvtd_metrics_store(kvt_store *st, struct kvtd_text *o)
 				 s[i].name, (unsigned long long)cum, s[i].name, sum, s[i].name,
 				 (unsigned long long)cum);
 	}
+	metrics_events(st, o);
 }
 
 void kvtd_metrics_tenants(kvt_store *st, const char *const *names,

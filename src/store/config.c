@@ -38,6 +38,11 @@ kvt_config *kvt_config_new(void)
 	c->chunk_size = 256;
 	c->hash_scheme = KVT_HASH_SHA256;
 	c->workers = 4;
+	/* vLLM's --kv-events-config defaults */
+	snprintf(c->kv_events.endpoint, sizeof(c->kv_events.endpoint), "tcp://*:5557");
+	c->kv_events.buffer_steps = 10000;
+	c->kv_events.hwm = 100000;
+	c->kv_events.max_queue = 100000;
 	for (int i = 0; i < KVT_CT_KINDS; i++) {
 		c->tier[i].eviction = 1; /* LRU: docs/POLICIES.md */
 		c->tier[i].write = KVT_WRITE_THROUGH;
@@ -530,6 +535,17 @@ static int set_ttl(kvt_config *c, const char *v)
 }
 
 /* The store's own keys; each tier kind brings its own (store/tiers.h). */
+static int set_kv_events_publisher(kvt_config *c, const char *v)
+{
+	if (!strcmp(v, "zmq"))
+		c->kv_events_on = 1;
+	else if (!strcmp(v, "null") || !*v)
+		c->kv_events_on = 0;
+	else
+		return kvt_err(KVT_ECONFIG, "\"%s\": the publisher is zmq or null", v);
+	return 0;
+}
+
 static const kvt_config_key config_keys[] = {
 	KVT_CKEY_U32("chunk_size", chunk_size, 1, 1u << 20, "tokens per chunk, 1..1048576"),
 	KVT_CKEY_BOOL("read_only", read_only),
@@ -538,6 +554,18 @@ static const kvt_config_key config_keys[] = {
 	KVT_CKEY_FN("tenants", set_tenants, "name=hexsecret,..."),
 	KVT_CKEY_FN("ttl", set_ttl, "a duration: 3600, 90s, 30m, 1.5h, 7d, 2w, at most 36500d; 0 = none"),
 	KVT_CKEY_FN("object_auth_key", set_object_auth_key, "32..128 hex digits"),
+	KVT_CKEY_FN("kv_events_publisher", set_kv_events_publisher, "zmq or null"),
+	KVT_CKEY_STR("kv_events_endpoint", kv_events.endpoint,
+		     "a ZeroMQ address: tcp://*:5557 (bound), tcp://host:port (connected), ipc://path"),
+	KVT_CKEY_STR("kv_events_replay_endpoint", kv_events.replay_endpoint,
+		     "a ZeroMQ address the replay socket binds; \"\" = no replay"),
+	KVT_CKEY_STR("kv_events_topic", kv_events.topic, "the topic every message is sent under"),
+	KVT_CKEY_U32("kv_events_buffer_steps", kv_events.buffer_steps, 1, 10000000,
+		     "batches kept for replay, 1..10000000"),
+	KVT_CKEY_U32("kv_events_hwm", kv_events.hwm, 0, 100000000,
+		     "the PUB socket's high-water mark in messages, 0..100000000 (0: none)"),
+	KVT_CKEY_U32("kv_events_max_queue_size", kv_events.max_queue, 1, 100000000,
+		     "events waiting for the publisher thread, 1..100000000"),
 };
 #define N_KEYS (sizeof(config_keys) / sizeof(config_keys[0]))
 
@@ -728,6 +756,55 @@ static int yaml_no_duplicate(yaml_document_t *doc, yaml_node_t *map,
 	return 0;
 }
 
+/* One key: value pair of the configuration, `key` a row's name. */
+static int yaml_scalar(kvt_config *c, const char *key, size_t line, yaml_node_t *v,
+		       const char *name)
+{
+	struct config_found f;
+	int rc;
+
+	if (!config_find(key, &f))
+		return kvt_err(KVT_ECONFIG, "%s:%zu: unknown key \"%s\"", name, line, key);
+	if (v->type != YAML_SCALAR_NODE)
+		return kvt_err(KVT_ECONFIG, "%s:%zu: %s: expected %s, not a %s",
+			       name, v->start_mark.line + 1, key, config_expect(&f),
+			       v->type == YAML_MAPPING_NODE ? "mapping" : "list");
+	/* A quoted "\0" would cut the value short unseen: "/tmp/a\0/../x"
+	 * is not "/tmp/a". */
+	if (strlen((const char *)v->data.scalar.value) != v->data.scalar.length)
+		return kvt_err(KVT_ECONFIG, "%s:%zu: %s: the value holds a NUL byte",
+			       name, v->start_mark.line + 1, key);
+	if ((rc = config_apply(&f, c, (const char *)v->data.scalar.value)))
+		return kvt_err_prefix(rc, "%s:%zu: %s: ", name, v->start_mark.line + 1, key);
+	return 0;
+}
+
+/* kv_events: {publisher: zmq, endpoint: ..., ...}, vLLM's --kv-events-config
+ * as a mapping: each key is the row kv_events_<key>. */
+static int yaml_kv_events(kvt_config *c, yaml_document_t *doc, yaml_node_t *map,
+			  const char *name)
+{
+	for (yaml_node_pair_t *p = map->data.mapping.pairs.start;
+	     p < map->data.mapping.pairs.top; p++) {
+		yaml_node_t *k = yaml_document_get_node(doc, p->key);
+		yaml_node_t *v = yaml_document_get_node(doc, p->value);
+		char key[64];
+		int rc;
+
+		if (!k || !v || k->type != YAML_SCALAR_NODE)
+			return kvt_err(KVT_ECONFIG, "%s: kv_events: keys must be plain scalars", name);
+		if ((rc = yaml_no_duplicate(doc, map, p, name)))
+			return rc;
+		if (snprintf(key, sizeof(key), "kv_events_%s", (const char *)k->data.scalar.value) >=
+		    (int)sizeof(key))
+			return kvt_err(KVT_ECONFIG, "%s:%zu: kv_events: unknown key \"%s\"", name,
+				       k->start_mark.line + 1, (const char *)k->data.scalar.value);
+		if ((rc = yaml_scalar(c, key, k->start_mark.line + 1, v, name)))
+			return rc;
+	}
+	return 0;
+}
+
 static int yaml_tenants(kvt_config *c, yaml_document_t *doc, yaml_node_t *seq,
 			const char *name)
 {
@@ -784,7 +861,6 @@ static int yaml_apply(kvt_config *c, yaml_document_t *doc, const char *name)
 	     p < root->data.mapping.pairs.top; p++) {
 		yaml_node_t *k = yaml_document_get_node(doc, p->key);
 		yaml_node_t *v = yaml_document_get_node(doc, p->value);
-		struct config_found f;
 		const char *key;
 		size_t line;
 		int rc;
@@ -800,22 +876,13 @@ static int yaml_apply(kvt_config *c, yaml_document_t *doc, const char *name)
 				return rc;
 			continue;
 		}
-		if (!config_find(key, &f))
-			return kvt_err(KVT_ECONFIG, "%s:%zu: unknown key \"%s\"", name,
-				       line, key);
-		if (v->type != YAML_SCALAR_NODE)
-			return kvt_err(KVT_ECONFIG, "%s:%zu: %s: expected %s, not a %s",
-				       name, v->start_mark.line + 1, key,
-				       config_expect(&f),
-				       v->type == YAML_MAPPING_NODE ? "mapping" : "list");
-		/* A quoted "\0" would cut the value short unseen: "/tmp/a\0/../x"
-		 * is not "/tmp/a". */
-		if (strlen((const char *)v->data.scalar.value) != v->data.scalar.length)
-			return kvt_err(KVT_ECONFIG, "%s:%zu: %s: the value holds a NUL byte",
-				       name, v->start_mark.line + 1, key);
-		if ((rc = config_apply(&f, c, (const char *)v->data.scalar.value)))
-			return kvt_err_prefix(rc, "%s:%zu: %s: ", name,
-					      v->start_mark.line + 1, key);
+		if (!strcmp(key, "kv_events") && v->type == YAML_MAPPING_NODE) {
+			if ((rc = yaml_kv_events(c, doc, v, name)))
+				return rc;
+			continue;
+		}
+		if ((rc = yaml_scalar(c, key, line, v, name)))
+			return rc;
 	}
 	return 0;
 }

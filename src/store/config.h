@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "kvtier.h"
+#include "store/events.h"
 
 #define KVT_MAX_TENANTS 64
 #define KVT_TENANT_NAME_MAX 64
@@ -92,6 +93,9 @@ struct kvt_config {
 					  * demotion; 0 = unlimited */
 	} tier[KVT_CT_KINDS];
 	uint64_t ttl_s;               /* chunks older than this are misses; 0 = none */
+	/* KV events in vLLM's format (events.h): publisher zmq or null. */
+	int kv_events_on;
+	struct kvt_events_conf kv_events;
 	uint32_t n_tenants;
 	kvt_tenant tenants[KVT_MAX_TENANTS];
 };

@@ -428,7 +428,7 @@ static int serve_one(struct lconn *c, const struct kvt_lp_req *q)
 			kvt_log(KVT_LOG_WARN, "local client pid %d: chunk %s failed verification",
 				(int)c->pid, hex);
 			t0->ops->corrupt(t0, rb);
-			hier_remove(st->hier, 0, &rb->key);
+			store_forget(st, 0, &rb->key);
 			return 0;
 		}
 		t0->ops->release(t0, s->buf);

@@ -290,7 +290,7 @@ int store_promote_into(kvt_store *st, const kvt_ns *ns, const kvt_key *key, int 
 		} else {
 			drop_bad(t, key, rc);
 		}
-		hier_remove(st->hier, src, key);
+		store_forget(st, src, key);
 		return rc;
 	}
 	rc = dram->ops->put_commit(dram, c.w, KVT_DUR_CACHED);

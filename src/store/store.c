@@ -130,6 +130,15 @@ static int store_has_persistent(const kvt_store *st)
 	return 0;
 }
 
+/* A tier dropped `key` on its own to make room (its policy's share
+ * leaves a margin, so this is rare: a chunk large against the tier). */
+static void tier_evicted(void *arg, const kvt_key *key)
+{
+	const struct tier_watch *w = arg;
+
+	store_forget(w->st, w->tier, key);
+}
+
 static int add_tier(kvt_store *st, kvt_tier *t, const kvt_tier_class *cls)
 {
 	struct tier_perf *p = &st->perf[st->n_tiers];
@@ -142,11 +151,37 @@ static int add_tier(kvt_store *st, kvt_tier *t, const kvt_tier_class *cls)
 	st->n_remote += cls->remote;
 	st->kind[st->n_tiers] = cls->kind;
 	st->cls[st->n_tiers] = cls;
+	st->watch[st->n_tiers] = (struct tier_watch){ st, st->n_tiers };
+	t->on_evict = tier_evicted;
+	t->on_evict_arg = &st->watch[st->n_tiers];
 	st->tiers[st->n_tiers++] = t;
 	return 0;
 }
 
 static void evict_victims(kvt_store *st, int tier, kvt_key *v, size_t n);
+
+/* The medium a tier's KV events name (docs/EVENTS.md); NULL: the tier
+ * publishes nothing of its own (kvtierd's and other nodes' tiers, whose
+ * own daemons publish). */
+static const char *event_medium(const kvt_store *st, int tier)
+{
+	switch (st->kind[tier]) {
+	case KVT_CT_DEVICE: return "GPU";
+	case KVT_CT_DRAM: return "DRAM";
+	case KVT_CT_NVME: return "NVME";
+	case KVT_CT_SHARED: return "SHARED_FS";
+	case KVT_CT_S3: return "S3";
+	default: return NULL;
+	}
+}
+
+static void store_event(kvt_store *st, int type, int tier, const kvt_key *key)
+{
+	const char *medium = st->events ? event_medium(st, tier) : NULL;
+
+	if (medium)
+		kvt_events_post(st->events, type, medium, key, st->cfg.chunk_size);
+}
 
 /* Teach the policies what the tiers already hold (a warm restart). */
 static int warm_one(void *arg, const kvt_key *key, uint64_t len)
@@ -161,6 +196,10 @@ static int warm_one(void *arg, const kvt_key *key, uint64_t len)
 	 * digest only, which no tenant's secret can be recovered from. */
 	hier_insert(st->hier, tier, key, len, 0, &v, &n);
 	free(v); /* over the policy's share: dropped after the walk */
+	/* A router learns what a restarted node holds, up to the events
+	 * the publisher's queue takes at once (the rest are counted as
+	 * dropped: a router that needs them all replays or asks `where`). */
+	store_event(st, KVT_EV_STORED, tier, key);
 	return 0;
 }
 
@@ -256,6 +295,8 @@ kvt_store *store_open_io(const kvt_config *cfg, kvt_io *io, int *err)
 		add_tier(st, t, cls);
 	}
 
+	if (st->cfg.kv_events_on && (rc = kvt_events_open(&st->cfg.kv_events, &st->events)))
+		goto fail;
 	if ((rc = hier_setup(st)))
 		goto fail;
 	{
@@ -301,6 +342,7 @@ void kvt_store_close(kvt_store *st)
 	for (int i = 0; i < st->n_tiers; i++)
 		st->tiers[i]->ops->close(st->tiers[i]);
 	hier_close(st->hier);
+	kvt_events_close(st->events); /* what is queued is published first */
 	for (int i = 0; i < st->n_tiers; i++)
 		pthread_mutex_destroy(&st->perf[i].mu);
 	free(st->flight);
@@ -655,12 +697,28 @@ static unsigned put_mask(kvt_store *st, int durability, int *async_through)
 	return mask;
 }
 
+void store_forget(kvt_store *st, int tier, const kvt_key *key)
+{
+	hier_remove(st->hier, tier, key);
+	store_event(st, KVT_EV_REMOVED, tier, key);
+}
+
+int kvt_store_events_stats(kvt_store *st, kvt_events_stats *out)
+{
+	if (!st || !out)
+		return kvt_err(KVT_EINVAL, "NULL argument");
+	kvt_events_counters(st->events, out);
+	out->enabled = st->events != NULL;
+	return 0;
+}
+
 void store_after_insert(kvt_store *st, int tier, const kvt_key *key,
 			 uint64_t len, int acct)
 {
 	kvt_key *v;
 	size_t n;
 
+	store_event(st, KVT_EV_STORED, tier, key);
 	hier_insert(st->hier, tier, key, len, acct, &v, &n);
 	if (n)
 		evict_victims(st, tier, v, n);
@@ -685,7 +743,7 @@ static int drop_expired(kvt_store *st, int i, const kvt_key *key)
 	t->ops->release(t, rb);
 	if (!old || t->ops->del(t, key))
 		return 0;
-	hier_remove(st->hier, i, key);
+	store_forget(st, i, key);
 	return 1;
 }
 
@@ -1036,7 +1094,7 @@ static void move_run(kvt_store *st, struct job *j)
 				 * the winner. */
 				for (int u = 0; u < d; u++) {
 					st->tiers[u]->ops->del(st->tiers[u], &m->key);
-					hier_remove(st->hier, u, &m->key);
+					store_forget(st, u, &m->key);
 				}
 				break;
 			}
@@ -1110,7 +1168,8 @@ static void evict_victims(kvt_store *st, int tier, kvt_key *v, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		if (demote_target(st, tier, &v[i]) >= 0)
 			move_submit(st, MOVE_DEMOTE, tier, &v[i]);
-		t->ops->del(t, &v[i]);
+		if (t->ops->del(t, &v[i]) == 0) /* the policy has forgotten it */
+			store_event(st, KVT_EV_REMOVED, tier, &v[i]);
 	}
 }
 
@@ -1306,7 +1365,7 @@ int store_image_get(kvt_store *st, const kvt_key *key, kvt_tier_rbuf **rb)
 			rc = store_copy_verified(st, 0, src, &h);
 		if (rc <= KVT_EBADMAGIC && rc >= KVT_EMALFORMED) { /* the image is bad */
 			t->ops->corrupt(t, src);
-			hier_remove(st->hier, i, key);
+			store_forget(st, i, key);
 		}
 		t->ops->release(t, src);
 		if (rc && rc != KVT_EEXIST)
@@ -1336,7 +1395,7 @@ int store_image_del(kvt_store *st, const kvt_key *key)
 	for (int i = 0; i < st->n_tiers; i++) {
 		rc = st->tiers[i]->ops->del(st->tiers[i], key);
 		if (rc == 0 || rc == KVT_ENOTFOUND)
-			hier_remove(st->hier, i, key);
+			store_forget(st, i, key);
 		if (rc == 0)
 			found = 1;
 		else if (rc != KVT_ENOTFOUND && !err)
@@ -1676,7 +1735,7 @@ fetch_plain:
 				note_failure(why, sizeof(why), &bad, rc, t->ops->name);
 			if (rc != KVT_ENOMEM) {
 				t->ops->corrupt(t, rb);
-				hier_remove(st->hier, i, key);
+				store_forget(st, i, key);
 			}
 			t->ops->release(t, rb);
 			free(ref);
@@ -1706,6 +1765,7 @@ fetch_plain:
 				if (!failed)
 					note_failure(why, sizeof(why), &bad, rc, t->ops->name);
 				t->ops->corrupt(t, rb);
+				store_forget(st, i, key);
 				free(ref->iov);
 				t->ops->release(t, rb);
 				free(ref);
@@ -1753,7 +1813,7 @@ void store_drop_corrupt(kvt_ref *ref, const kvt_key *key)
 	t->ops->corrupt(t, ref->rb);
 	for (int i = 0; i < ref->st->n_tiers; i++)
 		if (ref->st->tiers[i] == t)
-			hier_remove(ref->st->hier, i, key);
+			store_forget(ref->st, i, key);
 	store_ref_free(ref);
 }
 
@@ -1931,7 +1991,7 @@ int kvt_image_borrow(kvt_store *st, const kvt_key *key, kvt_ref **out)
 			kvt_log(KVT_LOG_WARN, "%s tier: not serving %s to a peer: %s (%s)",
 				t->ops->name, hex, kvt_strerror(rc), kvt_errmsg());
 			t->ops->corrupt(t, rb);
-			hier_remove(st->hier, i, key);
+			store_forget(st, i, key);
 			t->ops->release(t, rb);
 			free(ref);
 			continue;

@@ -18,6 +18,7 @@
 #include "format/object.h"
 #include "kvtier.h"
 #include "store/config.h"
+#include "store/events.h"
 #include "store/hier.h"
 #include "tier/tier.h"
 
@@ -92,6 +93,12 @@ struct kvt_store {
 	/* Namespace digest -> account (hier.h) of the tenant kvt_ns_init
 	 * resolved it for: what a put is charged to.  Open addressing, a
 	 * power of two of slots; a digest of all zeros marks a free slot. */
+	kvt_events *events;        /* KV events (kv_events); NULL when off */
+	struct tier_watch {        /* each tier's on_evict argument */
+		kvt_store *st;
+		int tier;
+	} watch[KVT_MAX_TIERS];
+
 	pthread_rwlock_t nsa_lock;
 	struct ns_acct {
 		uint8_t digest[32];
@@ -158,6 +165,9 @@ int store_ns_acct(kvt_store *st, const kvt_ns *ns);
 /* Tell tier `tier`'s policy that `key` (len bytes) arrived, charged to
  * account `acct` (-1: the one another tier charges it to; hier_insert);
  * demote or drop the victims it names. */
+/* Tier `tier` no longer holds `key` (deleted, evicted, dropped as bad,
+ * repaired away): its policy forgets it and the KV events say so. */
+void store_forget(kvt_store *st, int tier, const kvt_key *key);
 void store_after_insert(kvt_store *st, int tier, const kvt_key *key, uint64_t len,
 			int acct);
 /* Fold a read of `bytes` in `secs` into tier i's measured speed. */

@@ -20,6 +20,7 @@
 struct verify_ctx {
 	kvt_store *st;
 	kvt_tier *t;
+	int tier; /* its index */
 	int drop;
 	void (*bad_fn)(void *arg, const kvt_key *key, int err, const char *why);
 	void *arg;
@@ -74,8 +75,10 @@ static void verify_one(struct verify_ctx *c, const kvt_key *key)
 			rc = kvt_obj_verify_iov(h, rb->iov, rb->n_iov);
 		if (rc == 0)
 			c->res->bytes += h->payload_len;
-		else
+		else {
 			c->t->ops->corrupt(c->t, rb);
+			store_forget(c->st, c->tier, key);
+		}
 		c->t->ops->release(c->t, rb);
 	}
 	c->res->checked++;
@@ -108,6 +111,7 @@ static int verify_listed(void *arg, const kvt_key *key, const char *where,
 	if (c->drop) {
 		int r = c->t->ops->repair(c->t, key);
 		if (r == 0) {
+			store_forget(c->st, c->tier, key);
 			c->res->repaired++;
 			snprintf(msg, sizeof(msg), "%s: %s; moved to the quarantine", where, why);
 		} else {
@@ -142,6 +146,7 @@ int kvt_store_verify(kvt_store *st, int tier, int drop,
 		return kvt_err(-EROFS, "the store is open read-only: repair needs a writable open");
 	c.st = st;
 	c.t = st->tiers[tier];
+	c.tier = tier;
 	c.drop = drop;
 	c.bad_fn = bad_fn;
 	c.arg = arg;

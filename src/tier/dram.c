@@ -410,8 +410,10 @@ static int evict_one(struct dram_tier *t)
 		CNT_ADD(s, evicted_bytes, e->r.len);
 	}
 	pthread_mutex_unlock(&s->lock);
-	if (e)
+	if (e) {
+		kvt_tier_evicted(&t->base, &e->r.key);
 		entry_free(t, e);
+	}
 	return 1;
 }
 

@@ -244,7 +244,7 @@ void kvt_findex_unreserve(struct kvt_findex *ix, uint64_t charge)
 	pthread_mutex_unlock(&ix->mu);
 }
 
-void kvt_findex_reap(struct kvt_findex_ent *victims, kvt_io *io,
+void kvt_findex_reap(kvt_tier *t, struct kvt_findex_ent *victims, kvt_io *io,
 		     const char *root, const char *tier)
 {
 	char path[PATH_MAX];
@@ -253,6 +253,7 @@ void kvt_findex_reap(struct kvt_findex_ent *victims, kvt_io *io,
 		struct kvt_findex_ent *e = victims;
 		int rc;
 		victims = e->hnext;
+		kvt_tier_evicted(t, &e->key);
 		kvt_fanout_final_path(root, &e->key, path);
 		rc = io->unlink(io, path);
 		if (rc && rc != -ENOENT)

@@ -114,9 +114,10 @@ int kvt_findex_reserve(struct kvt_findex *ix, const kvt_key *key,
 		       uint64_t charge, struct kvt_findex_ent **victims,
 		       uint64_t *reserved);
 void kvt_findex_unreserve(struct kvt_findex *ix, uint64_t charge);
-/* Unlink the files of evicted entries and free them; no lock held.  A file
- * already gone is what we wanted anyway. */
-void kvt_findex_reap(struct kvt_findex_ent *victims, kvt_io *io,
+/* Unlink the files of evicted entries and free them, telling `t`'s
+ * listener of each (kvt_tier_evicted); no lock held.  A file already gone
+ * is what we wanted anyway. */
+void kvt_findex_reap(kvt_tier *t, struct kvt_findex_ent *victims, kvt_io *io,
 		     const char *root, const char *tier);
 
 /* The first step of publication: create a fresh temporary for `key`

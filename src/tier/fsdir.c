@@ -54,7 +54,7 @@
 
 static void fsdir_reap(fsdir *t, struct kvt_findex_ent *victims)
 {
-	kvt_findex_reap(victims, t->io, t->root, "fsdir");
+	kvt_findex_reap(&t->base, victims, t->io, t->root, "fsdir");
 }
 
 /* --- writes --------------------------------------------------------------- */

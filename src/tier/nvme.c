@@ -155,7 +155,7 @@ static uint64_t nv_round(const nvme *t, uint64_t n)
 
 static void nv_reap(nvme *t, nv_ent *victims)
 {
-	kvt_findex_reap(victims, t->io, t->root, "nvme");
+	kvt_findex_reap(&t->base, victims, t->io, t->root, "nvme");
 }
 
 /* --- data path ------------------------------------------------------------- */

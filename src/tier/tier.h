@@ -148,6 +148,18 @@ struct kvt_tier_ops {
 
 struct kvt_tier {
 	const struct kvt_tier_ops *ops;
+	/* Set by the store once the tier is open (NULL: no one listens).  A
+	 * tier that drops an object on its own to make room — not through
+	 * del — says so through kvt_tier_evicted, holding no lock of its
+	 * own: the listener may call into the store's policies. */
+	void (*on_evict)(void *arg, const kvt_key *key);
+	void *on_evict_arg;
 };
+
+static inline void kvt_tier_evicted(kvt_tier *t, const kvt_key *key)
+{
+	if (t->on_evict)
+		t->on_evict(t->on_evict_arg, key);
+}
 
 #endif
