@@ -38,6 +38,7 @@ int bench_daemon_local(int argc, char **argv); /* the library on kvtierd, shared
 int bench_daemon_peer(int argc, char **argv); /* a decode node fetching from a prefill node */
 int bench_daemon_rebuild(int argc, char **argv); /* kvtierd's start over a disk tier */
 int bench_llama(int argc, char **argv); /* built with the llama.cpp adapter */
+int bench_events(int argc, char **argv); /* KV events against none */
 
 /* Median, min and max of a figure over rounds. */
 struct summary {

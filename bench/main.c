@@ -29,6 +29,7 @@ static const struct {
 	{ "daemon-local", bench_daemon_local, "[--json] [--quick]" },
 	{ "daemon-peer", bench_daemon_peer, "[--json] [--quick]" },
 	{ "daemon-rebuild", bench_daemon_rebuild, "[--json] [--quick]" },
+	{ "events", bench_events, "[--json] [--quick] [--dir DIR]" },
 #ifdef KVT_BENCH_LLAMA
 	{ "llama", bench_llama, "[--json] [--quick] [--dir DIR] [--threads N] [--rounds N]" },
 #endif

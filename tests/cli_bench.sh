@@ -159,7 +159,19 @@ d = json.load(open(sys.argv[1]))
 f = d["fetch"]
 assert f["ratio_vs_tcp"] > 0 and f["fetch_gbps"]["median"] > 0 and f["target"] == 0.5, d
 PY
-for c in dram nvme sharedfs s3 plan hierarchy daemon daemon-peer daemon-rebuild python peers lmcache; do
+# KV events against none, both stores in this process, a subscriber reading.
+expect "events --json --quick" "$bench" events --json --quick
+$py - "$work/out" <<'PY' && ok "events JSON carries its ratios" || bad "events JSON: $(head -c 400 "$work/out")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+for shape in ("64KiB", "qwen2.5-0.5b"):
+    r = d[shape]["ratio_vs_put_rate"]
+    assert 0 < r["min"] <= r["median"] <= r["max"], d
+assert d["batches_published"] > 0 and d["events_dropped"] == 0, d
+assert 0 < d["batches_received"] <= d["batches_published"], d
+PY
+expect_fail "events: a bad option" "unknown option" "$bench" events --frobnicate
+for c in dram nvme sharedfs s3 plan hierarchy daemon daemon-peer daemon-rebuild python peers lmcache events; do
 	"$bench" "$c" --help >"$work/out" 2>&1 && grep -q "kvtier-bench $c" "$work/out" &&
 		ok "$c --help" || bad "$c --help: $(head -3 "$work/out")"
 done

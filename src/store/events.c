@@ -1,11 +1,13 @@
 /*
  * events.c — the KV event publisher (events.h; docs/EVENTS.md).
  *
- * Posters (any thread) append to a bounded queue under `mu` and, when it
- * was empty, write the eventfd the publisher thread polls beside its
- * replay socket; so an idle publisher sleeps, a busy one takes whatever
- * piled up as one batch, and a put pays one short critical section (and a
- * write(2) for the first event of a batch).  Encoding, sending and the
+ * Posters (any thread) append to a bounded queue under `mu`.  The
+ * publisher thread polls its replay socket and an eventfd: while events
+ * keep coming it wakes by itself every BATCH_MS and takes whatever piled
+ * up as one batch, so a put pays one short critical section and no system
+ * call; only a poster that finds the publisher idle (asleep for good, the
+ * queue empty) or the queue half full writes the eventfd.  An event waits
+ * at most BATCH_MS under load, and not at all when the store is quiet.  Encoding, sending and the
  * replay buffer belong to the thread alone: the ZeroMQ sockets are never
  * touched by two threads.
  *
@@ -53,6 +55,7 @@ const char *kvt_events_replay_parse(const void *const *frame, const size_t *len,
 #include <zmq.h>
 
 #define MAX_BATCH_EVENTS 1024 /* events per KVEventBatch */
+#define BATCH_MS 2            /* the publisher's round while events keep coming */
 
 struct pending {
 	uint8_t type;
@@ -78,6 +81,7 @@ struct kvt_events {
 	pthread_mutex_t mu; /* guards q, nq, stopping, the counters */
 	struct pending *q, *work;
 	uint32_t nq;
+	int idle;     /* the publisher sleeps until woken */
 	int stopping;
 	kvt_events_stats st;
 
@@ -105,7 +109,10 @@ void kvt_events_post(kvt_events *ev, int type, const char *medium,
 					  .medium = medium };
 	if (key)
 		ev->q[ev->nq].key = *key;
-	wake = ev->nq++ == 0;
+	ev->nq++;
+	wake = (ev->idle && ev->nq == 1) || ev->nq == ev->conf.max_queue / 2;
+	if (wake)
+		ev->idle = 0;
 	pthread_mutex_unlock(&ev->mu);
 	if (wake) {
 		uint64_t one = 1;
@@ -232,7 +239,8 @@ static void publish(kvt_events *ev, uint32_t n_events)
 	ev->next_seq++;
 }
 
-/* Drain the queue: every pending event, in batches. */
+/* Drain the queue: every pending event, in batches.  When there was none
+ * the publisher goes idle (posters wake it); 1 if it published. */
 static int drain(kvt_events *ev)
 {
 	struct pending *p;
@@ -244,6 +252,7 @@ static int drain(kvt_events *ev)
 	ev->q = ev->work; /* posters fill the other buffer meanwhile */
 	ev->work = p;
 	ev->nq = 0;
+	ev->idle = n == 0;
 	pthread_mutex_unlock(&ev->mu);
 	for (uint32_t at = 0; at < n; at += MAX_BATCH_EVENTS) {
 		uint32_t k = n - at < MAX_BATCH_EVENTS ? n - at : MAX_BATCH_EVENTS;
@@ -338,11 +347,11 @@ static void *publisher_main(void *arg)
 		{ .fd = ev->efd, .events = ZMQ_POLLIN },
 		{ .socket = ev->replay, .events = ZMQ_POLLIN },
 	};
-	int stop = 0;
+	int stop = 0, busy = 0;
 
 	while (!stop) {
 		uint64_t tick;
-		int n = zmq_poll(items, ev->replay ? 2 : 1, 200);
+		int n = zmq_poll(items, ev->replay ? 2 : 1, busy ? BATCH_MS : 1000);
 		if (n < 0 && zmq_errno() != EINTR)
 			break;
 		if (items[0].revents & ZMQ_POLLIN && read(ev->efd, &tick, sizeof(tick)) < 0)
@@ -350,8 +359,7 @@ static void *publisher_main(void *arg)
 		pthread_mutex_lock(&ev->mu);
 		stop = ev->stopping;
 		pthread_mutex_unlock(&ev->mu);
-		while (drain(ev))
-			;
+		busy = drain(ev);
 		if (ev->replay && items[1].revents & ZMQ_POLLIN)
 			for (int i = 0; i < 64; i++) { /* every request waiting, within reason */
 				int e = 0;
@@ -391,6 +399,7 @@ int kvt_events_open(const struct kvt_events_conf *c, kvt_events **out)
 		return kvt_err(KVT_ENOMEM, "out of memory");
 	ev->conf = *c;
 	ev->efd = -1;
+	ev->idle = 1;
 	pthread_mutex_init(&ev->mu, NULL);
 	msgpack_sbuffer_init(&ev->buf);
 	ev->q = calloc(c->max_queue, sizeof(*ev->q));
