@@ -720,6 +720,58 @@ KVT_API int kvt_lookup_tokens(kvt_store *st, const kvt_ns *ns, const uint32_t *t
 		      size_t n_tokens, const kvt_extra_keys *extra,
 		      kvt_key *keys, size_t max_keys, kvt_lookup_result *res);
 
+/* --- why a prompt missed (docs/WHY.md) ----------------------------------- */
+
+enum kvt_why_reason {
+	KVT_WHY_HIT = 0,       /* served, from `tier` */
+	KVT_WHY_PREFIX = 1,    /* held (in `tier`) but not served: an earlier chunk is missing */
+	KVT_WHY_NEVER = 2,     /* never stored under this namespace, as far as the store knows */
+	KVT_WHY_NAMESPACE = 3, /* stored under another namespace: `detail` names the fields */
+	KVT_WHY_EVICTED = 4,   /* evicted from `tier` at `when` */
+	KVT_WHY_DELETED = 5,   /* deleted (or replaced by another writer's copy) at `when` */
+	KVT_WHY_CORRUPT = 6,   /* failed its checks in `tier` at `when`, dropped */
+	KVT_WHY_EXPIRED = 7,   /* past the store's TTL, removed at `when` */
+	KVT_WHY_DEADLINE = 8,  /* a load of it missed its deadline at `when` */
+	KVT_WHY_TIER_DOWN = 9, /* `tier` does not answer: it may hold the chunk */
+	KVT_WHY_REASONS = 10
+};
+
+typedef struct kvt_why_chunk {
+	int32_t reason; /* enum kvt_why_reason */
+	int32_t tier;   /* the tier it concerns, -1 for none */
+	double when;    /* CLOCK_REALTIME seconds of the event; 0 if none */
+	char detail[192]; /* a sentence saying it, with names and values */
+} kvt_why_chunk;
+
+/* Why each of keys[0..n) is or is not served: out[i] for each.  From
+ * memory: the tiers' indexes, a bounded history of chunks that left a tier
+ * (the most recent tens of thousands), and the tiers' health.  A key the
+ * history no longer remembers and no tier holds is KVT_WHY_NEVER.  Returns
+ * how many leading chunks are served (as kvt_lookup), or KVT_EINVAL. */
+KVT_API int kvt_why(kvt_store *st, const kvt_ns *ns, const kvt_key *keys, size_t n,
+		    kvt_why_chunk *out);
+
+/* kvt_why over a prompt's chain (its whole chunks, at most max_out), and
+ * for chunks no tier holds under `ns`: the other namespaces of the same
+ * tenant this store has resolved (kvt_ns_init) are tried on the same
+ * tokens, and a prefix found under one is KVT_WHY_NAMESPACE, its detail
+ * naming each field that differs (model, revision, dtype and the rest of
+ * the layout, ranks, LoRA, hash scheme).  Another tenant's namespaces are
+ * never tried or named.  Returns the chunks written to out, or a code. */
+KVT_API int kvt_why_tokens(kvt_store *st, const kvt_ns *ns, const uint32_t *tokens,
+			   size_t n_tokens, const kvt_extra_keys *extra, kvt_why_chunk *out,
+			   size_t max_out);
+
+/* "hit", "prefix", "never", "namespace", "evicted", "deleted", "corrupt",
+ * "expired", "deadline", "tier_down"; "?" for anything else. */
+KVT_API const char *kvt_why_name(int reason);
+
+/* Misses counted by reason (kvt_get and kvt_lookup that did not find a
+ * chunk, each classified as kvt_why would), for `tenant` (NULL: the
+ * default) and tier `tier` (-1: those no tier concerns).  0 for an
+ * unknown tenant or a tier out of range. */
+KVT_API uint64_t kvt_store_misses(kvt_store *st, const char *tenant, int reason, int tier);
+
 /* --- batch forms --------------------------------------------------------- */
 
 /* Store n chunks; results[i] (may be NULL) gets each one's kvt_put code.

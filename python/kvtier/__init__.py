@@ -904,6 +904,31 @@ class Store(_Handle):
         del keep, es
         return hit
 
+    def why(self, ns, keys):
+        """Why each key is or is not served (kvt_why): a list of dicts
+        {reason, tier, when, detail}, reason one of kvt_why_name's."""
+        arr, n = _keys_array(keys)
+        out = (_lib.kvt_why_chunk * max(n, 1))()
+        _check(lib.kvt_why(self._handle(), ns._ref(), arr, n, out))
+        return [_why_dict(out[i]) for i in range(n)]
+
+    def why_tokens(self, ns, tokens, extra=None):
+        """kvt_why over a prompt's whole chunks, other namespaces of the
+        tenant tried for the chunks no tier holds (kvt_why_tokens)."""
+        p, n, keep = _u32s(tokens)
+        ep, es = _extra_struct(extra)
+        cap = max(n // max(ns.layout.chunk_tokens, 1), 1)
+        out = (_lib.kvt_why_chunk * cap)()
+        m = _check(lib.kvt_why_tokens(self._handle(), ns._ref(), p, n, ep, out, cap))
+        del keep, es
+        return [_why_dict(out[i]) for i in range(m)]
+
+    def misses(self, reason, tier=-1, tenant=None):
+        """Misses counted for `reason` (a name or code), tier and tenant."""
+        code = WHY_REASONS.index(reason) if isinstance(reason, str) else int(reason)
+        t = None if tenant is None else _cstr(tenant, "tenant")
+        return lib.kvt_store_misses(self._handle(), t, code, int(tier))
+
     def lookup_worth(self, ns, keys, recompute_s):
         """How many leading chunks are worth loading rather than recomputing
         one chunk in `recompute_s` seconds, from the tiers' measured speeds."""
@@ -967,6 +992,15 @@ class Store(_Handle):
     def connector(self, ns, paged, **kw):
         """Connector(self, ns, paged, **kw)."""
         return Connector(self, ns, paged, **kw)
+
+
+WHY_REASONS = ("hit", "prefix", "never", "namespace", "evicted", "deleted", "corrupt",
+               "expired", "deadline", "tier_down")
+
+
+def _why_dict(c):
+    return {"reason": WHY_REASONS[c.reason] if 0 <= c.reason < len(WHY_REASONS) else "?",
+            "tier": c.tier, "when": c.when, "detail": c.detail.decode(errors="replace")}
 
 
 class Op(_Handle):

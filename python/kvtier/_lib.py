@@ -91,6 +91,11 @@ class kvt_events_stats(ctypes.Structure):
                 ("last_seq", c_u64), ("queued", c_u64), ("enabled", c_u32)]
 
 
+class kvt_why_chunk(ctypes.Structure):
+    _fields_ = [("reason", ctypes.c_int32), ("tier", ctypes.c_int32), ("when", c_double),
+                ("detail", ctypes.c_char * 192)]
+
+
 class kvt_paged_plane(ctypes.Structure):
     _fields_ = [("base", c_vp), ("block_stride", c_u64), ("token_stride", c_u64),
                 ("head_stride", c_u64), ("elem_stride", c_u64)]
@@ -156,6 +161,11 @@ _PROTOS = {
     "kvt_exists": (c_int, [c_vp, P(kvt_ns), P(kvt_key)]),
     "kvt_delete": (c_int, [c_vp, P(kvt_ns), P(kvt_key)]),
     "kvt_locate": (c_int, [c_vp, P(kvt_ns), P(kvt_key), P(c_u32)]),
+    "kvt_why": (c_int, [c_vp, P(kvt_ns), c_vp, c_size, P(kvt_why_chunk)]),
+    "kvt_why_tokens": (c_int, [c_vp, P(kvt_ns), c_vp, c_size, P(kvt_extra_keys),
+                               P(kvt_why_chunk), c_size]),
+    "kvt_why_name": (c_cp, [c_int]),
+    "kvt_store_misses": (c_u64, [c_vp, c_cp, c_int, c_int]),
     "kvt_pin": (c_int, [c_vp, P(kvt_ns), P(kvt_key), c_int]),
     "kvt_lookup": (c_int, [c_vp, P(kvt_ns), c_vp, c_size, P(kvt_lookup_result)]),
     "kvt_lookup_tokens": (c_int, [c_vp, P(kvt_ns), c_vp, c_size, P(kvt_extra_keys), c_vp,

@@ -129,6 +129,7 @@ int cmd_hash(int argc, char **argv);
 int cmd_put(int argc, char **argv);
 int cmd_get(int argc, char **argv);
 int cmd_lookup(int argc, char **argv);
+int cmd_why(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
 int cmd_stat(int argc, char **argv);
 /* kvtier stat --daemon and kvtier top: a running kvtierd (cmd_daemon.c). */

@@ -432,6 +432,72 @@ int cmd_lookup(int argc, char **argv)
 	return rc;
 }
 
+static void why_usage(FILE *f)
+{
+	fprintf(f, "usage: kvtier why --tokens FILE [options]\n\n"
+		   "Why each whole chunk of the prompt is or is not served: hit, prefix (held\n"
+		   "but after a missing chunk), never stored, stored under another namespace\n"
+		   "(the fields that differ), evicted, deleted, corrupt, expired, a load past\n"
+		   "its deadline, or a tier that does not answer; with the tier and the time.\n"
+		   "With --set daemon=unix:///PATH the running kvtierd answers.\n"
+		   "  --json           machine-readable output\n%s",
+		   cli_common_help);
+}
+
+int cmd_why(int argc, char **argv)
+{
+	store_args a;
+	kvt_store *st;
+	kvt_ns ns;
+	kvt_why_chunk *out = NULL;
+	uint32_t *t = NULL;
+	size_t nt, n;
+	int m, rc = parse("why", argc, argv, &a, why_usage);
+
+	if (rc >= 0)
+		return rc;
+	if (!a.tokens) {
+		why_usage(stderr);
+		return 2;
+	}
+	a.c.read_only = 1;
+	if (cli_read_tokens(a.tokens, &t, &nt))
+		return 1;
+	if (cli_open(&a.c, &st, &ns)) {
+		free(t);
+		return 1;
+	}
+	n = nt / ns.layout.chunk_tokens;
+	out = calloc(n + 1, sizeof(*out));
+	m = out ? kvt_why_tokens(st, &ns, t, nt, NULL, out, n) : KVT_ENOMEM;
+	if (m < 0) {
+		rc = cli_fail("why", a.tokens, m);
+	} else if (a.json) {
+		json_t *rows = json_array();
+		for (int i = 0; rows && i < m; i++) {
+			kvt_tier_stats ts = { .name = "" };
+			if (out[i].tier >= 0)
+				kvt_store_stats(st, out[i].tier, &ts);
+			json_array_append_new(rows, json_pack("{s:i, s:s, s:s, s:f, s:s}", "chunk", i,
+							      "reason", kvt_why_name(out[i].reason),
+							      "tier", ts.name, "when", out[i].when,
+							      "detail", out[i].detail));
+		}
+		cli_json_print(json_pack("{s:i, s:o?}", "chunk_tokens", (int)ns.layout.chunk_tokens,
+					 "chunks", rows));
+		rc = 0;
+	} else {
+		printf("%d chunk(s) of %u tokens:\n", m, ns.layout.chunk_tokens);
+		for (int i = 0; i < m; i++)
+			printf("  %3d %-9s %s\n", i, kvt_why_name(out[i].reason), out[i].detail);
+		rc = 0;
+	}
+	free(out);
+	free(t);
+	kvt_store_close(st);
+	return rc;
+}
+
 static void ls_usage(FILE *f)
 {
 	fprintf(f, "usage: kvtier ls [options]\n\n"

@@ -17,6 +17,7 @@ static const struct {
 	{ "put", cmd_put, "store chunks of a payload file" },
 	{ "get", cmd_get, "load chunks into a file" },
 	{ "lookup", cmd_lookup, "how much of a prompt is cached, and where" },
+	{ "why", cmd_why, "why each chunk of a prompt is or is not served" },
 	{ "ls", cmd_ls, "list the chunks of each tier" },
 	{ "stat", cmd_stat, "per-tier statistics (--daemon HOST:PORT: a running kvtierd's)" },
 	{ "top", cmd_top, "a running kvtierd's hit rates, bandwidth and latency, live" },

@@ -963,6 +963,75 @@ static void cmd_kvtier_fetch(struct kvtd_conn *c, struct resp_arg *a, size_t n)
 	}
 }
 
+/* KVTIER.WHY key...: why each chunk is or is not served (kvt_why): per
+ * key [reason, tier or "", when (seconds, "0" if none), detail].  A key is
+ * its 32 bytes or 64 hex digits.  Storage keys are digests of a tenant's
+ * namespace: a client asks about the keys it can compute, its own. */
+static void cmd_kvtier_why(struct kvtd_conn *c, struct resp_arg *a, size_t n)
+{
+	kvt_ns ns;
+	kvt_key *keys;
+	kvt_why_chunk *out;
+	size_t k;
+	int rc;
+
+	if (n < 2) { /* the table's arity says so; the allocation below wants it seen */
+		resp_error(&c->rb, "ERR wrong number of arguments for 'kvtier.why' command");
+		return;
+	}
+	k = n - 1;
+	for (size_t i = 1; i < n; i++)
+		if (a[i].len != 32 && a[i].len != 64) {
+			resp_error(&c->rb, "ERR KVTIER.WHY: key %zu is %zu bytes: a chunk key is "
+				   "32 bytes or 64 hex digits", i, a[i].len);
+			return;
+		}
+	keys = calloc(k, sizeof(*keys));
+	out = calloc(k, sizeof(*out));
+	if (!keys || !out) {
+		free(keys);
+		free(out);
+		resp_error(&c->rb, "ERR out of memory");
+		return;
+	}
+	for (size_t i = 0; i < k; i++) {
+		if (a[1 + i].len == 32) {
+			memcpy(keys[i].b, a[1 + i].p, 32);
+		} else {
+			char hex[65];
+			memcpy(hex, a[1 + i].p, 64);
+			hex[64] = '\0';
+			if (kvt_key_parse(hex, &keys[i])) {
+				resp_error(&c->rb, "ERR KVTIER.WHY: key %zu is not 64 hex digits", i + 1);
+				goto out;
+			}
+		}
+	}
+	memset(&ns, 0, sizeof(ns));
+	if ((rc = kvt_why(dmn(c)->st, &ns, keys, k, out)) < 0) {
+		store_error(c, rc);
+		goto out;
+	}
+	resp_array(&c->rb, (long long)k);
+	for (size_t i = 0; i < k; i++) {
+		kvt_tier_stats ts;
+		char when[32];
+		const char *r = kvt_why_name(out[i].reason);
+		memset(&ts, 0, sizeof(ts));
+		if (out[i].tier >= 0)
+			kvt_store_stats(dmn(c)->st, out[i].tier, &ts);
+		snprintf(when, sizeof(when), "%.3f", out[i].when);
+		resp_array(&c->rb, 4);
+		resp_bulk(&c->rb, r, strlen(r));
+		resp_bulk(&c->rb, ts.name, strlen(ts.name));
+		resp_bulk(&c->rb, when, strlen(when));
+		resp_bulk(&c->rb, out[i].detail, strlen(out[i].detail));
+	}
+out:
+	free(keys);
+	free(out);
+}
+
 static const struct cmd cmds[] = {
 	{ "ping", -1, cmd_ping, 0, 0, 0, 0, "fast", "connection", "Ping the server" },
 	{ "echo", 2, cmd_echo, 0, 0, 0, 0, "fast", "connection", "Echo the given string" },
@@ -1013,6 +1082,8 @@ static const struct cmd cmds[] = {
 	  "How many of the chunk keys, from the first, this node holds (other nodes ask)" },
 	{ "kvtier.fetch", 2, cmd_kvtier_fetch, 0, 0, 0, 0, "readonly", "kvtier",
 	  "A chunk's object image by its key (other nodes ask)" },
+	{ "kvtier.why", -2, cmd_kvtier_why, 0, 0, 0, 0, "readonly", "kvtier",
+	  "Why each chunk key is or is not served: reason, tier, when, detail" },
 };
 static const size_t n_cmds = sizeof(cmds) / sizeof(cmds[0]);
 

@@ -341,6 +341,39 @@ void kvtd_metrics_tenants(kvt_store *st, const char *const *names,
 			}
 		}
 	}
+	kvtd_metrics_misses(st, names, labels, n, o);
+}
+
+void kvtd_metrics_misses(kvt_store *st, const char *const *names,
+			 const char *const *labels, int n, struct kvtd_text *o)
+{
+	int nt = kvt_store_tiers(st);
+	kvt_tier_stats ts;
+
+	/* Misses by reason (kvt_why's, docs/WHY.md): a get or lookup that found
+	 * nothing, classified from the history of removals; tier "none" when
+	 * no tier is concerned (never stored, say). */
+	kvtd_text_printf(o, "# HELP kvtier_misses_total Reads that found no chunk, by reason, "
+			    "tier and tenant.\n# TYPE kvtier_misses_total counter\n");
+	for (int t = -1; t < nt && t < MAX_TIERS; t++) {
+		const char *tier = "none";
+		if (t >= 0) {
+			if (kvt_store_stats(st, t, &ts))
+				continue;
+			tier = ts.name;
+		}
+		for (int r = KVT_WHY_NEVER; r < KVT_WHY_REASONS; r++) {
+			if (r == KVT_WHY_NAMESPACE)
+				continue; /* only a prompt's tokens can tell */
+			for (int k = 0; k < n; k++) {
+				const char *l = labels && labels[k] ? labels[k]
+						: names[k] ? names[k] : "default";
+				kvtd_text_printf(o, "kvtier_misses_total{reason=\"%s\",tenant=\"%s\","
+						    "tier=\"%s\"} %llu\n", kvt_why_name(r), l, tier,
+						 (unsigned long long)kvt_store_misses(st, names[k], r, t));
+			}
+		}
+	}
 }
 
 static enum MHD_Result answer(struct MHD_Connection *c, unsigned status,

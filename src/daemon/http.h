@@ -38,6 +38,10 @@ void kvtd_metrics_store(kvt_store *st, struct kvtd_text *out);
  * policy (unbounded) are left out. */
 void kvtd_metrics_tenants(kvt_store *st, const char *const *names,
 			  const char *const *labels, int n, struct kvtd_text *out);
+/* kvtier_misses_total by reason, tier and each of the n tenants (names[i]
+ * NULL: the default). */
+void kvtd_metrics_misses(kvt_store *st, const char *const *names,
+			 const char *const *labels, int n, struct kvtd_text *out);
 
 struct kvtd_http_conf {
 	const char *addr;   /* an IPv4 address to bind; NULL: 127.0.0.1 */

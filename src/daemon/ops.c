@@ -68,8 +68,12 @@ void kvtd_metrics_daemon(void *arg, struct kvtd_text *o)
 	       (unsigned long long)atomic_load(&d->peer_bytes));
 	family(o, "kvtierd_uptime_seconds", "gauge", "Seconds since the daemon started.",
 	       (unsigned long long)((vals_now_ms() - d->start_ms) / 1000));
-	if (d->auth == kvtd_tenants_auth && d->auth_ctx)
+	if (d->auth == kvtd_tenants_auth && d->auth_ctx) {
 		kvtd_tenants_metrics(d->auth_ctx, o);
+	} else {
+		const char *const dflt[1] = { NULL };
+		kvtd_metrics_misses(d->st, dflt, NULL, 1, o);
+	}
 }
 
 int kvtd_health_daemon(void *arg, struct kvtd_text *o)

@@ -306,6 +306,9 @@ static void load_fetch(kvt_conn *c, struct conn_req *r, kvt_ref **refs, int *tie
 			/* Past the deadline only what the first tier holds
 			 * is worth reading. */
 			if (kvt_locate(c->st, &c->ns, &r->lkeys[i], &mask) <= 0 || !(mask & 1)) {
+				/* kvt_why's answer for it, from the lowest tier holding it */
+				why_record(&c->st->why, &r->lkeys[i], KVT_WHY_DEADLINE,
+					   mask ? __builtin_ctz(mask) : -1);
 				load_bad(c, r, i, KVT_ETIMEDOUT);
 				continue;
 			}

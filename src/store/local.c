@@ -428,7 +428,7 @@ static int serve_one(struct lconn *c, const struct kvt_lp_req *q)
 			kvt_log(KVT_LOG_WARN, "local client pid %d: chunk %s failed verification",
 				(int)c->pid, hex);
 			t0->ops->corrupt(t0, rb);
-			store_forget(st, 0, &rb->key);
+			store_forget(st, 0, &rb->key, KVT_WHY_CORRUPT);
 			return 0;
 		}
 		t0->ops->release(t0, s->buf);
@@ -455,7 +455,41 @@ static int serve_one(struct lconn *c, const struct kvt_lp_req *q)
 			return kvt_err(-EPROTO, "LOOKUP of %" PRIu64 " keys followed by %zd bytes",
 				       q->size, n);
 		hit = store_chain_held(st, (const kvt_key *)keys, q->size, NULL);
+		if (hit < q->size) /* an engine's lookup that stops short: counted by reason */
+			store_count_miss(st, c->acct, (const kvt_key *)keys + hit);
 		return send_status(c, q, (int)hit);
+	}
+	case KVT_LP_WHY: {
+		/* the keys are the next message, as LOOKUP's; the answers go
+		 * after the reply's header, in the same buffer */
+		kvt_key *keys = malloc(KVT_LP_MAX_WHY * KVT_KEY_BYTES + 1);
+		struct kvt_lp_rep *r;
+		kvt_ns any;
+		ssize_t n;
+		if (!keys)
+			return kvt_err(KVT_ENOMEM, "out of memory");
+		if (q->size == 0 || q->size > KVT_LP_MAX_WHY) {
+			free(keys);
+			return kvt_err(-EPROTO, "WHY of %" PRIu64 " keys (1..%u)", q->size,
+				       KVT_LP_MAX_WHY);
+		}
+		do
+			n = recv(c->fd, keys, KVT_LP_MAX_WHY * KVT_KEY_BYTES + 1, MSG_TRUNC);
+		while (n < 0 && errno == EINTR);
+		if (n != (ssize_t)(q->size * KVT_KEY_BYTES)) {
+			free(keys);
+			return kvt_err(-EPROTO, "WHY of %" PRIu64 " keys followed by %zd bytes",
+				       q->size, n);
+		}
+		memset(&any, 0, sizeof(any));
+		r = rep_init(c, q, 0);
+		rc = kvt_why(st, &any, keys, q->size, (kvt_why_chunk *)(r + 1));
+		free(keys);
+		if (rc < 0)
+			return send_status(c, q, rc);
+		r->status = rc;
+		r->n = (uint32_t)q->size;
+		return send_msg(c, c->out, sizeof(*r) + q->size * sizeof(kvt_why_chunk), -1);
 	}
 	case KVT_LP_STATS: {
 		struct kvt_lp_rep *r = rep_init(c, q, 0);

@@ -290,7 +290,7 @@ int store_promote_into(kvt_store *st, const kvt_ns *ns, const kvt_key *key, int 
 		} else {
 			drop_bad(t, key, rc);
 		}
-		store_forget(st, src, key);
+		store_forget(st, src, key, KVT_WHY_CORRUPT);
 		return rc;
 	}
 	rc = dram->ops->put_commit(dram, c.w, KVT_DUR_CACHED);
@@ -318,8 +318,14 @@ static int prefetch_run(kvt_store *st, kvt_op *op)
 
 		if (st->tiers[0]->ops->exists(st->tiers[0], k) == 1)
 			continue;
-		if (store_mono_ns() > op->deadline_ns)
+		if (store_mono_ns() > op->deadline_ns) {
+			int held = -1; /* kvt_why's answer for it */
+			for (int t = 1; t < st->n_tiers && held < 0; t++)
+				if (st->tiers[t]->ops->exists(st->tiers[t], k) == 1)
+					held = t;
+			why_record(&st->why, k, KVT_WHY_DEADLINE, held);
 			break;
+		}
 		if (st->kind[0] == KVT_CT_DRAM) {
 			int src = -1, rc;
 			for (int t = 1; t < st->n_tiers && src < 0; t++)

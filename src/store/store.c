@@ -136,7 +136,7 @@ static void tier_evicted(void *arg, const kvt_key *key)
 {
 	const struct tier_watch *w = arg;
 
-	store_forget(w->st, w->tier, key);
+	store_forget(w->st, w->tier, key, KVT_WHY_EVICTED);
 }
 
 static int add_tier(kvt_store *st, kvt_tier *t, const kvt_tier_class *cls)
@@ -283,6 +283,7 @@ kvt_store *store_open_io(const kvt_config *cfg, kvt_io *io, int *err)
 	pthread_mutex_init(&st->flight_mu, NULL);
 	pthread_mutex_init(&st->err_mu, NULL);
 	pthread_rwlock_init(&st->nsa_lock, NULL);
+	why_init(&st->why);
 	st->max_bg = cfg->workers > 1 ? cfg->workers - 1 : 1;
 
 	for (int i = 0; kvt_tier_classes[i]; i++) {
@@ -343,6 +344,7 @@ void kvt_store_close(kvt_store *st)
 		st->tiers[i]->ops->close(st->tiers[i]);
 	hier_close(st->hier);
 	kvt_events_close(st->events); /* what is queued is published first */
+	why_fini(&st->why);
 	for (int i = 0; i < st->n_tiers; i++)
 		pthread_mutex_destroy(&st->perf[i].mu);
 	free(st->flight);
@@ -454,6 +456,7 @@ int kvt_ns_init(kvt_store *st, const kvt_ns_desc *desc, kvt_ns *ns)
 		return rc;
 	if ((acct = store_tenant_acct(st, desc->tenant)) < 0)
 		return acct;
+	why_note_ns(&st->why, desc, ns, acct);
 	return nsa_set(st, ns, acct);
 }
 
@@ -697,10 +700,16 @@ static unsigned put_mask(kvt_store *st, int durability, int *async_through)
 	return mask;
 }
 
-void store_forget(kvt_store *st, int tier, const kvt_key *key)
+void store_lost(kvt_store *st, int tier, const kvt_key *key, int reason)
+{
+	why_record(&st->why, key, reason, tier);
+	store_event(st, KVT_EV_REMOVED, tier, key);
+}
+
+void store_forget(kvt_store *st, int tier, const kvt_key *key, int reason)
 {
 	hier_remove(st->hier, tier, key);
-	store_event(st, KVT_EV_REMOVED, tier, key);
+	store_lost(st, tier, key, reason);
 }
 
 int kvt_store_events_stats(kvt_store *st, kvt_events_stats *out)
@@ -743,7 +752,7 @@ static int drop_expired(kvt_store *st, int i, const kvt_key *key)
 	t->ops->release(t, rb);
 	if (!old || t->ops->del(t, key))
 		return 0;
-	store_forget(st, i, key);
+	store_forget(st, i, key, KVT_WHY_EXPIRED);
 	return 1;
 }
 
@@ -1093,8 +1102,10 @@ static void move_run(kvt_store *st, struct job *j)
 				 * leaves the tiers above and later reads load
 				 * the winner. */
 				for (int u = 0; u < d; u++) {
-					st->tiers[u]->ops->del(st->tiers[u], &m->key);
-					store_forget(st, u, &m->key);
+					if (st->tiers[u]->ops->del(st->tiers[u], &m->key) == 0)
+						store_forget(st, u, &m->key, KVT_WHY_DELETED);
+					else
+						hier_remove(st->hier, u, &m->key);
 				}
 				break;
 			}
@@ -1169,7 +1180,7 @@ static void evict_victims(kvt_store *st, int tier, kvt_key *v, size_t n)
 		if (demote_target(st, tier, &v[i]) >= 0)
 			move_submit(st, MOVE_DEMOTE, tier, &v[i]);
 		if (t->ops->del(t, &v[i]) == 0) /* the policy has forgotten it */
-			store_event(st, KVT_EV_REMOVED, tier, &v[i]);
+			store_lost(st, tier, &v[i], KVT_WHY_EVICTED);
 	}
 }
 
@@ -1365,7 +1376,7 @@ int store_image_get(kvt_store *st, const kvt_key *key, kvt_tier_rbuf **rb)
 			rc = store_copy_verified(st, 0, src, &h);
 		if (rc <= KVT_EBADMAGIC && rc >= KVT_EMALFORMED) { /* the image is bad */
 			t->ops->corrupt(t, src);
-			store_forget(st, i, key);
+			store_forget(st, i, key, KVT_WHY_CORRUPT);
 		}
 		t->ops->release(t, src);
 		if (rc && rc != KVT_EEXIST)
@@ -1394,8 +1405,10 @@ int store_image_del(kvt_store *st, const kvt_key *key)
 		return kvt_err(-EROFS, "the store is open read-only (read_only: true)");
 	for (int i = 0; i < st->n_tiers; i++) {
 		rc = st->tiers[i]->ops->del(st->tiers[i], key);
-		if (rc == 0 || rc == KVT_ENOTFOUND)
-			store_forget(st, i, key);
+		if (rc == 0)
+			store_forget(st, i, key, KVT_WHY_DELETED);
+		else if (rc == KVT_ENOTFOUND)
+			hier_remove(st->hier, i, key);
 		if (rc == 0)
 			found = 1;
 		else if (rc != KVT_ENOTFOUND && !err)
@@ -1616,6 +1629,21 @@ static int expired(const kvt_store *st, const kvt_obj_hdr *h)
 	return now.tv_sec > 0 && (uint64_t)now.tv_sec > born + ttl;
 }
 
+double store_held_expired(kvt_store *st, int tier, const kvt_key *key)
+{
+	kvt_tier *t = st->tiers[tier];
+	kvt_tier_rbuf *rb;
+	kvt_obj_hdr h;
+	double born = 0;
+
+	if (!__atomic_load_n(&st->cfg.ttl_s, __ATOMIC_RELAXED) || t->ops->get(t, key, &rb))
+		return 0;
+	if (store_image_header(rb, &h) == 0 && expired(st, &h))
+		born = (double)h.created_ns / 1e9;
+	t->ops->release(t, rb);
+	return born;
+}
+
 /* A miss after some tier failed says what failed: an unreachable
  * endpoint or a failing disk is not "no chunk under that key". */
 static void note_failure(char *why, size_t len, int *first, int rc,
@@ -1735,7 +1763,7 @@ fetch_plain:
 				note_failure(why, sizeof(why), &bad, rc, t->ops->name);
 			if (rc != KVT_ENOMEM) {
 				t->ops->corrupt(t, rb);
-				store_forget(st, i, key);
+				store_forget(st, i, key, KVT_WHY_CORRUPT);
 			}
 			t->ops->release(t, rb);
 			free(ref);
@@ -1765,7 +1793,7 @@ fetch_plain:
 				if (!failed)
 					note_failure(why, sizeof(why), &bad, rc, t->ops->name);
 				t->ops->corrupt(t, rb);
-				store_forget(st, i, key);
+				store_forget(st, i, key, KVT_WHY_CORRUPT);
 				free(ref->iov);
 				t->ops->release(t, rb);
 				free(ref);
@@ -1813,7 +1841,7 @@ void store_drop_corrupt(kvt_ref *ref, const kvt_key *key)
 	t->ops->corrupt(t, ref->rb);
 	for (int i = 0; i < ref->st->n_tiers; i++)
 		if (ref->st->tiers[i] == t)
-			store_forget(ref->st, i, key);
+			store_forget(ref->st, i, key, KVT_WHY_CORRUPT);
 	store_ref_free(ref);
 }
 
@@ -1828,8 +1856,11 @@ int kvt_get(kvt_store *st, const kvt_ns *ns, const kvt_key *key, void *buf,
 		return rc;
 	for (;;) {
 		double t0 = store_now_s();
-		if ((rc = store_borrow(st, ns, key, &ref, &tier, 0)))
+		if ((rc = store_borrow(st, ns, key, &ref, &tier, 0))) {
+			if (rc == KVT_ENOTFOUND)
+				store_count_miss(st, store_ns_acct(st, ns), key);
 			return rc;
+		}
 		if (len)
 			*len = ref->hdr.payload_len;
 		if (!buf || cap < ref->hdr.payload_len) {
@@ -1899,6 +1930,8 @@ int kvt_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		double t0 = store_now_s();
 		if ((rc = store_borrow(st, ns, key, ref, &tier, 0))) {
 			*ref = NULL; /* not a dropped copy's dangling pointer */
+			if (rc == KVT_ENOTFOUND)
+				store_count_miss(st, store_ns_acct(st, ns), key);
 			return rc;
 		}
 		if (st->verify[tier] &&
@@ -1991,7 +2024,7 @@ int kvt_image_borrow(kvt_store *st, const kvt_key *key, kvt_ref **out)
 			kvt_log(KVT_LOG_WARN, "%s tier: not serving %s to a peer: %s (%s)",
 				t->ops->name, hex, kvt_strerror(rc), kvt_errmsg());
 			t->ops->corrupt(t, rb);
-			store_forget(st, i, key);
+			store_forget(st, i, key, KVT_WHY_CORRUPT);
 			t->ops->release(t, rb);
 			free(ref);
 			continue;
@@ -2098,6 +2131,8 @@ int kvt_lookup(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
 	} else {
 		hit = (uint32_t)store_chain_held(st, keys, n_keys, res ? res->tier : NULL);
 	}
+	if (hit < n_keys)
+		store_count_miss(st, store_ns_acct(st, ns), &keys[hit]);
 	/* Admission counts one sighting per chunk per lookup, the whole chain
 	 * and not only the hits: an engine asks once per request, and a chunk
 	 * asked for again is one worth a slower tier. */

@@ -19,6 +19,7 @@
 #include "kvtier.h"
 #include "store/config.h"
 #include "store/events.h"
+#include "store/why.h"
 #include "store/hier.h"
 #include "tier/tier.h"
 
@@ -94,6 +95,7 @@ struct kvt_store {
 	 * resolved it for: what a put is charged to.  Open addressing, a
 	 * power of two of slots; a digest of all zeros marks a free slot. */
 	kvt_events *events;        /* KV events (kv_events); NULL when off */
+	struct kvt_why_state why;  /* what kvt_why answers from (why.h) */
 	struct tier_watch {        /* each tier's on_evict argument */
 		kvt_store *st;
 		int tier;
@@ -165,9 +167,18 @@ int store_ns_acct(kvt_store *st, const kvt_ns *ns);
 /* Tell tier `tier`'s policy that `key` (len bytes) arrived, charged to
  * account `acct` (-1: the one another tier charges it to; hier_insert);
  * demote or drop the victims it names. */
-/* Tier `tier` no longer holds `key` (deleted, evicted, dropped as bad,
- * repaired away): its policy forgets it and the KV events say so. */
-void store_forget(kvt_store *st, int tier, const kvt_key *key);
+/* Tier `tier` no longer holds `key` for `reason` (enum kvt_why_reason:
+ * deleted, evicted, dropped as bad, expired): its policy forgets it, the
+ * history kvt_why reads remembers why, and the KV events say so.
+ * store_lost does the last two, for a chunk the policy already forgot. */
+void store_forget(kvt_store *st, int tier, const kvt_key *key, int reason);
+void store_lost(kvt_store *st, int tier, const kvt_key *key, int reason);
+/* When the copy of `key` in `tier` was made, if it is past the store's
+ * TTL (a read misses it); 0 if it is not, or no TTL is set. */
+double store_held_expired(kvt_store *st, int tier, const kvt_key *key);
+/* A get or lookup of `key` by account `acct` (store_ns_acct) found
+ * nothing: count it by reason (why.c). */
+void store_count_miss(kvt_store *st, int acct, const kvt_key *key);
 void store_after_insert(kvt_store *st, int tier, const kvt_key *key, uint64_t len,
 			int acct);
 /* Fold a read of `bytes` in `secs` into tier i's measured speed. */

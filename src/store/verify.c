@@ -77,7 +77,7 @@ static void verify_one(struct verify_ctx *c, const kvt_key *key)
 			c->res->bytes += h->payload_len;
 		else {
 			c->t->ops->corrupt(c->t, rb);
-			store_forget(c->st, c->tier, key);
+			store_forget(c->st, c->tier, key, KVT_WHY_CORRUPT);
 		}
 		c->t->ops->release(c->t, rb);
 	}
@@ -111,7 +111,7 @@ static int verify_listed(void *arg, const kvt_key *key, const char *where,
 	if (c->drop) {
 		int r = c->t->ops->repair(c->t, key);
 		if (r == 0) {
-			store_forget(c->st, c->tier, key);
+			store_forget(c->st, c->tier, key, KVT_WHY_CORRUPT);
 			c->res->repaired++;
 			snprintf(msg, sizeof(msg), "%s: %s; moved to the quarantine", where, why);
 		} else {

@@ -636,6 +636,48 @@ static int dmn_exists_prefix(kvt_tier *tt, const kvt_key *keys, size_t n)
 	return rc ? rc : (int)hit;
 }
 
+/* kvt_why asked of the daemon's store, KVT_LP_MAX_WHY keys a round trip. */
+static int dmn_why(kvt_tier *tt, const kvt_key *keys, size_t n, kvt_why_chunk *out)
+{
+	struct dmn_tier *t = dmn_of(tt);
+	size_t done = 0;
+	int rc = 0, served = -1;
+
+	pthread_mutex_lock(&t->mu);
+	while (done < n) {
+		size_t m = n - done < KVT_LP_MAX_WHY ? n - done : KVT_LP_MAX_WHY;
+		struct kvt_lp_rep rep;
+		const void *body;
+		size_t blen;
+
+		if (t->fd < 0 && (rc = dmn_connect(t)))
+			break;
+		if ((rc = dmn_send(t, KVT_LP_WHY, 0, m, 0, NULL)))
+			break;
+		if (send(t->fd, keys + done, m * sizeof(*keys), MSG_NOSIGNAL) !=
+		    (ssize_t)(m * sizeof(*keys))) {
+			dmn_disconnect(t);
+			rc = kvt_err(-EPIPE, "kvtierd at %s: connection lost", t->path);
+			break;
+		}
+		if ((rc = dmn_recv(t, KVT_LP_WHY, &rep, &body, &blen, NULL)))
+			break;
+		if (rep.n != m || rep.status < 0 || (size_t)rep.status > m) {
+			dmn_disconnect(t);
+			rc = kvt_err(-EPROTO, "kvtierd answered WHY of %zu keys with %u", m, rep.n);
+			break;
+		}
+		memcpy(out + done, body, m * sizeof(*out));
+		for (size_t i = 0; i < m; i++)
+			out[done + i].detail[sizeof(out->detail) - 1] = '\0';
+		if (served < 0 && (size_t)rep.status < m)
+			served = (int)(done + (size_t)rep.status);
+		done += m;
+	}
+	pthread_mutex_unlock(&t->mu);
+	return rc ? rc : served < 0 ? (int)n : served;
+}
+
 static int dmn_del(kvt_tier *tt, const kvt_key *key)
 {
 	return dmn_status(dmn_of(tt), KVT_LP_DEL, key);
@@ -733,6 +775,7 @@ static const struct kvt_tier_ops dmn_ops = {
 	.exists = dmn_exists,
 	.put_unprobed = 1, /* the daemon's PUT_BEGIN and PUT_COMMIT check */
 	.exists_prefix = dmn_exists_prefix,
+	.why = dmn_why,
 	.del = dmn_del,
 	.iterate = dmn_iterate,
 	.stats = dmn_stats,

@@ -64,6 +64,9 @@ int kvt_lp_rep_check(const void *buf, size_t n, int op, struct kvt_lp_rep *rep,
 	case KVT_LP_ITER:
 		each = sizeof(struct kvt_lp_item);
 		break;
+	case KVT_LP_WHY:
+		each = sizeof(kvt_why_chunk);
+		break;
 	case KVT_LP_STATS:
 		if (rest != sizeof(kvt_tier_stats) || rep->n != 1)
 			return kvt_err(-EPROTO, "kvtierd's statistics are %zu bytes, not %zu "

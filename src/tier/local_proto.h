@@ -50,6 +50,7 @@
 #define KVT_LP_MAX_MSG (256u * 1024u)
 #define KVT_LP_MAX_SEGS ((KVT_LP_MAX_MSG - sizeof(struct kvt_lp_rep)) / sizeof(struct kvt_lp_seg))
 #define KVT_LP_ITER_BATCH 4096u
+#define KVT_LP_MAX_WHY 1024u /* keys per WHY: their answers fill a message */
 #define KVT_LP_ERRMSG_MAX 512u
 #define KVT_LP_MAX_REL 64u
 #define KVT_LP_MAX_LOOKUP 4096u /* keys per LOOKUP */
@@ -72,7 +73,9 @@ enum kvt_lp_op {
 	KVT_LP_STATS = 11,    /* -> a kvt_tier_stats */
 	KVT_LP_LOOKUP = 12,   /* size: n keys, sent as the next message (n x 32
 			       * bytes) -> status: how many lead present */
-	KVT_LP_OP_MAX = 12,
+	KVT_LP_WHY = 13,      /* size: n keys (<= KVT_LP_MAX_WHY) as LOOKUP's ->
+			       * status: how many lead served; n kvt_why_chunk */
+	KVT_LP_OP_MAX = 13,
 };
 
 struct kvt_lp_req {

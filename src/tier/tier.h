@@ -116,6 +116,10 @@ struct kvt_tier_ops {
 	 * trip (the daemon's), so a lookup of a long prompt is one.  A
 	 * negative code if it cannot say. */
 	int (*exists_prefix)(kvt_tier *t, const kvt_key *keys, size_t n);
+	/* Optional (the daemon's tier): kvt_why answered by the store behind
+	 * the tier, for a store that is its client.  Returns how many lead
+	 * served, or a negative code. */
+	int (*why)(kvt_tier *t, const kvt_key *keys, size_t n, kvt_why_chunk *out);
 	/* 0 or KVT_ENOTFOUND.  Borrowers keep their view until release. */
 	int (*del)(kvt_tier *t, const kvt_key *key);
 	/* Walk the keys; a nonzero return from fn stops and is returned. */

@@ -370,7 +370,11 @@ class Engine(unittest.TestCase):
         kv.update(chunk_size=CHUNK)
         out = vllm_engine.run(dict(model=FLEET.model, block_size=64, max_model_len=4096,
                                    kvtier=kv, requests=[dict(name="Q", prompt=Q)]))
-        self.assertEqual(by_name(out, "Q")[0]["num_cached_tokens"], 0)
+        q = by_name(out, "Q")[0]
+        self.assertEqual(q["num_cached_tokens"], 0)
+        # The request's output says why (this engine never resolved the
+        # writer's namespace, so the store can only say "never stored").
+        self.assertEqual((q["kvtier_miss"]["chunk"], q["kvtier_miss"]["reason"]), (0, "never"))
 
     def test_i_bad_configuration_fails_the_start(self):
         """A kvtier configuration file that does not exist, or a wrong value

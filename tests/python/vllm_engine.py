@@ -219,6 +219,7 @@ def main(spec_path):
             res = dict(
                 name=r.get("name"), token_ids=list(o.token_ids), logprobs=lps,
                 num_cached_tokens=out.num_cached_tokens, wall_s=wall,
+                kvtier_miss=(getattr(out, "kv_transfer_params", None) or {}).get("kvtier_miss"),
                 metrics={k: after.get(k, 0) - before.get(k, 0) for k in after
                          if k != "error"})
             if digests is not None:

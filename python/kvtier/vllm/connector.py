@@ -473,6 +473,8 @@ class KvtierConnector(KVConnectorBase_V1):
         self._reqs = {}
         self._local = {}          # request id -> vLLM's own prefix hit, in tokens
         self._event_counts = collections.Counter()  # workers' BlockStored, until all report
+        self._misses = {}         # request id -> why its first missing chunk missed
+        self.miss_reasons = collections.Counter()  # reason -> requests (docs/WHY.md)
         # worker side
         self._conn = None
         self._ns = None
@@ -550,7 +552,10 @@ class KvtierConnector(KVConnectorBase_V1):
             for ns in self._lookup_namespaces():
                 keys = [ns.key_from_engine_hash(self._chunk_hash(hashes, i))
                         for i in range(first, first + hit)]
-                hit = min(hit, self._store.lookup(ns, keys))
+                got = self._store.lookup(ns, keys)
+                if got < hit:
+                    self._note_miss(request.request_id, ns, keys[got], first + got)
+                hit = min(hit, got)
                 if hit == 0:
                     return 0, False
         except kvtier.Error as e:
@@ -564,6 +569,18 @@ class KvtierConnector(KVConnectorBase_V1):
             end = n_prompt - 1  # vLLM computes at least one token to sample from
         n = end - num_computed_tokens
         return (n, False) if n > 0 else (0, False)
+
+    def _note_miss(self, req_id, ns, key, chunk):
+        """Why the prompt's chunk `chunk` (the first the store does not
+        serve) missed (docs/WHY.md): kept for the request's
+        kv_transfer_params and counted in miss_reasons."""
+        try:
+            why = self._store.why(ns, [key])[0]
+        except kvtier.Error as e:
+            why = {"reason": "?", "detail": str(e)}
+        self._misses[req_id] = {"chunk": chunk, "reason": why["reason"],
+                                "detail": why["detail"]}
+        self.miss_reasons[why["reason"]] += 1
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         block_ids = list(blocks.get_block_ids()[0]) if blocks is not None else []
@@ -664,7 +681,10 @@ class KvtierConnector(KVConnectorBase_V1):
         still reads it."""
         st = self._reqs.pop(request.request_id, None)
         self._local.pop(request.request_id, None)
-        return (st is not None and st.save_planned), None
+        miss = self._misses.pop(request.request_id, None)
+        # Why the prompt's first missing chunk missed, in the request's
+        # output (RequestOutput.kv_transfer_params["kvtier_miss"]).
+        return (st is not None and st.save_planned), ({"kvtier_miss": miss} if miss else None)
 
     def take_events(self):
         """BlockStored of the chunks every rank has stored since the last
