@@ -39,6 +39,7 @@ int bench_daemon_peer(int argc, char **argv); /* a decode node fetching from a p
 int bench_daemon_rebuild(int argc, char **argv); /* kvtierd's start over a disk tier */
 int bench_llama(int argc, char **argv); /* built with the llama.cpp adapter */
 int bench_events(int argc, char **argv); /* KV events against none */
+int bench_warm(int argc, char **argv);   /* runs bench-data/warm_bench.py */
 
 /* Median, min and max of a figure over rounds. */
 struct summary {

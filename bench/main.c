@@ -30,6 +30,7 @@ static const struct {
 	{ "daemon-peer", bench_daemon_peer, "[--json] [--quick]" },
 	{ "daemon-rebuild", bench_daemon_rebuild, "[--json] [--quick]" },
 	{ "events", bench_events, "[--json] [--quick] [--dir DIR]" },
+	{ "warm", bench_warm, "[--json] [--quick] [--python PATH]" },
 #ifdef KVT_BENCH_LLAMA
 	{ "llama", bench_llama, "[--json] [--quick] [--dir DIR] [--threads N] [--rounds N]" },
 #endif

@@ -772,6 +772,40 @@ KVT_API const char *kvt_why_name(int reason);
  * unknown tenant or a tier out of range. */
 KVT_API uint64_t kvt_store_misses(kvt_store *st, const char *tenant, int reason, int tier);
 
+/* --- warm starts (docs/DAEMON_OPS.md, "Warm starts") --------------------- */
+
+/* Write the keys the first tier holds, the most recently used first, to
+ * `path` (at most max_keys; 0: all), crash-safely (a temporary, fsync,
+ * rename): the hot list a restarted node warms its first tier from.  0, or
+ * a negated errno naming the file. */
+KVT_API int kvt_store_hot_save(kvt_store *st, const char *path, size_t max_keys);
+
+/* How a warm start goes; written as it goes by the thread that runs
+ * kvt_store_warm, each field whole (another thread may read them). */
+typedef struct kvt_warm_progress {
+	uint64_t listed;       /* keys in the hot list */
+	uint64_t done;         /* keys handled so far */
+	uint64_t loaded;       /* chunks brought into the first tier */
+	uint64_t loaded_bytes; /* their images' bytes */
+	uint64_t already;      /* in the first tier already */
+	uint64_t missing;      /* in no tier any more */
+	uint64_t failed;       /* could not be loaded (damaged, an I/O error) */
+	uint64_t budget_bytes; /* the budget in force */
+	uint32_t finished;     /* 1 once kvt_store_warm has returned */
+	uint32_t cancel;       /* set by another thread: stop after the chunk in hand */
+} kvt_warm_progress;
+
+/* Bring the chunks of the hot list at `path` that lower tiers hold into
+ * the first tier, in the list's order, verified as they are copied, until
+ * their bytes reach budget_bytes (0: the first tier's capacity less a
+ * tenth) or the list ends, at most bytes_per_s (0: unlimited) so that the
+ * shared tiers are not stampeded by a fleet restarting at once.  `p` (may
+ * be NULL) follows the progress.  0; KVT_ENOTFOUND if there is no list;
+ * KVT_EMALFORMED naming what is wrong with a damaged one (nothing is
+ * loaded then); a negated errno. */
+KVT_API int kvt_store_warm(kvt_store *st, const char *path, uint64_t budget_bytes,
+			   uint64_t bytes_per_s, kvt_warm_progress *p);
+
 /* --- batch forms --------------------------------------------------------- */
 
 /* Store n chunks; results[i] (may be NULL) gets each one's kvt_put code.

@@ -171,7 +171,7 @@ assert d["batches_published"] > 0 and d["events_dropped"] == 0, d
 assert 0 < d["batches_received"] <= d["batches_published"], d
 PY
 expect_fail "events: a bad option" "unknown option" "$bench" events --frobnicate
-for c in dram nvme sharedfs s3 plan hierarchy daemon daemon-peer daemon-rebuild python peers lmcache events; do
+for c in dram nvme sharedfs s3 plan hierarchy daemon daemon-peer daemon-rebuild python peers lmcache events warm; do
 	"$bench" "$c" --help >"$work/out" 2>&1 && grep -q "kvtier-bench $c" "$work/out" &&
 		ok "$c --help" || bad "$c --help: $(head -3 "$work/out")"
 done

@@ -923,6 +923,19 @@ class Store(_Handle):
         del keep, es
         return [_why_dict(out[i]) for i in range(m)]
 
+    def hot_save(self, path, max_keys=0):
+        """Write the first tier's keys, most recently used first, to `path`
+        (the hot list a warm start reads)."""
+        _check(lib.kvt_store_hot_save(self._handle(), _cstr(str(path), "path"), int(max_keys)))
+
+    def warm(self, path, budget_bytes=0, bytes_per_s=0):
+        """Fill the first tier from the hot list at `path` (kvt_store_warm);
+        its progress counters as a dict."""
+        p = _lib.kvt_warm_progress()
+        _check(lib.kvt_store_warm(self._handle(), _cstr(str(path), "path"), int(budget_bytes),
+                                  int(bytes_per_s), ctypes.byref(p)))
+        return {f: getattr(p, f) for f, _ in p._fields_ if f != "cancel"}
+
     def misses(self, reason, tier=-1, tenant=None):
         """Misses counted for `reason` (a name or code), tier and tenant."""
         code = WHY_REASONS.index(reason) if isinstance(reason, str) else int(reason)

@@ -96,6 +96,12 @@ class kvt_why_chunk(ctypes.Structure):
                 ("detail", ctypes.c_char * 192)]
 
 
+class kvt_warm_progress(ctypes.Structure):
+    _fields_ = [("listed", c_u64), ("done", c_u64), ("loaded", c_u64), ("loaded_bytes", c_u64),
+                ("already", c_u64), ("missing", c_u64), ("failed", c_u64),
+                ("budget_bytes", c_u64), ("finished", c_u32), ("cancel", c_u32)]
+
+
 class kvt_paged_plane(ctypes.Structure):
     _fields_ = [("base", c_vp), ("block_stride", c_u64), ("token_stride", c_u64),
                 ("head_stride", c_u64), ("elem_stride", c_u64)]
@@ -165,6 +171,8 @@ _PROTOS = {
     "kvt_why_tokens": (c_int, [c_vp, P(kvt_ns), c_vp, c_size, P(kvt_extra_keys),
                                P(kvt_why_chunk), c_size]),
     "kvt_why_name": (c_cp, [c_int]),
+    "kvt_store_hot_save": (c_int, [c_vp, c_cp, c_size]),
+    "kvt_store_warm": (c_int, [c_vp, c_cp, c_u64, c_u64, P(kvt_warm_progress)]),
     "kvt_store_misses": (c_u64, [c_vp, c_cp, c_int, c_int]),
     "kvt_pin": (c_int, [c_vp, P(kvt_ns), P(kvt_key), c_int]),
     "kvt_lookup": (c_int, [c_vp, P(kvt_ns), c_vp, c_size, P(kvt_lookup_result)]),

@@ -448,7 +448,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		return answer(c, sick ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK, &t,
 			      "text/plain");
 	}
-	kvtd_text_printf(&t, "not found: /metrics and /health are served\n");
+	if (!strcmp(url, "/ready")) {
+		/* Distinct from /health: a node rebuilding its index or still
+		 * warming its first tier is healthy, and should not take a
+		 * router's traffic yet. */
+		int ready = !(h->conf.health && h->conf.health(h->conf.arg, &t)) &&
+			    (!h->conf.ready || h->conf.ready(h->conf.arg, &t));
+		if (ready && t.len == 0)
+			kvtd_text_printf(&t, "ready\n");
+		return answer(c, ready ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, &t,
+			      "text/plain");
+	}
+	kvtd_text_printf(&t, "not found: /metrics, /health and /ready are served\n");
 	return answer(c, MHD_HTTP_NOT_FOUND, &t, "text/plain");
 }
 

@@ -52,6 +52,9 @@ struct kvtd_http_conf {
 	/* Nonzero: the daemon is not healthy (draining, say), and what it wrote
 	 * is the reason; may be NULL. */
 	int (*health)(void *arg, struct kvtd_text *out);
+	/* Nonzero once the daemon should take traffic (/ready); 0 with what
+	 * it is still doing written.  NULL: ready whenever healthy. */
+	int (*ready)(void *arg, struct kvtd_text *out);
 	void *arg;
 };
 

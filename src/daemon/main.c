@@ -79,6 +79,13 @@ static void usage(FILE *f)
 		"  --tls-key FILE       and its private key (PEM)\n"
 		"  --serve-peers        other nodes' kvtierd may read this node's chunks\n"
 		"                       (KVTIER.PEEK/FETCH; with --acl, +admin users)\n"
+		"  --warm-start SIZE    before /ready says yes, load up to SIZE of the chunks\n"
+		"                       the first tier held at the last stop (its hot list,\n"
+		"                       DATA_DIR/hot.keys) from the disk and shared tiers\n"
+		"  --warm-bandwidth R   at most R bytes/s for that (e.g. 500MB; default:\n"
+		"                       unlimited)\n"
+		"  --hot-list PATH      where the hot list is kept (default DATA_DIR/hot.keys;\n"
+		"                       saved every minute and at the stop)\n"
 		"  --owner-pid PID      stop (as on SIGTERM) when process PID ends: a daemon\n"
 		"                       an engine starts for itself\n"
 		"  --check-config       check the configuration and options, then exit\n"
@@ -257,9 +264,52 @@ static void reload_policies(struct kvtd *d, const char *config, const char *data
 			 later);
 }
 
+/* The hot list is saved this often (and at the stop), so that a crash
+ * loses at most this much of the first tier's recency. */
+#define HOT_SAVE_MS (60 * 1000)
+
+static void hot_save(struct kvtd *d)
+{
+	kvt_tier_stats ts;
+	int rc;
+
+	/* An empty first tier (a node up for moments, cold) says nothing
+	 * about what is hot: the last list stands. */
+	if (kvt_store_stats(d->st, 0, &ts) || ts.chunks == 0)
+		return;
+	if ((rc = kvt_store_hot_save(d->st, d->hot_path, 0)))
+		kvtd_log(KVTD_LOG_WARN, "hot list: %s", kvt_errmsg());
+}
+
+/* The warm start, beside the traffic the daemon already serves: /ready
+ * says no until it is done. */
+static void *warm_main(void *arg)
+{
+	struct kvtd *d = arg;
+	int64_t t0 = vals_now_ms();
+	char a[32];
+	int rc = kvt_store_warm(d->st, d->hot_path, d->warm_bytes, d->warm_bps, &d->warm);
+
+	if (rc == KVT_ENOTFOUND)
+		kvtd_log(KVTD_LOG_INFO, "warm start: no hot list at %s: starting cold", d->hot_path);
+	else if (rc)
+		kvtd_log(KVTD_LOG_WARN, "warm start: %s: starting cold", kvt_errmsg());
+	else
+		kvtd_log(KVTD_LOG_INFO, "warm start: %llu chunks (%s) loaded in %lld ms; %llu of "
+			 "the %llu listed were there already, %llu in no tier, %llu failed",
+			 (unsigned long long)d->warm.loaded,
+			 kvt_fmt_size(d->warm.loaded_bytes, a, sizeof(a)),
+			 (long long)(vals_now_ms() - t0), (unsigned long long)d->warm.already,
+			 (unsigned long long)d->warm.listed, (unsigned long long)d->warm.missing,
+			 (unsigned long long)d->warm.failed);
+	atomic_store(&d->ready, 1);
+	return NULL;
+}
+
 enum { O_CONFIG = 256, O_DATA, O_PORT, O_BIND, O_UNIX, O_SET, O_THREADS, O_DUR, O_PASS,
        O_MAXCL, O_MAXVAL, O_TIMEOUT, O_LOG, O_CHECK, O_HELP, O_LOCAL, O_LOCAL_UID, O_ACL,
-       O_MPORT, O_MBIND, O_MNAMES, O_TLS_CERT, O_TLS_KEY, O_SERVE_PEERS, O_VERSION, O_OWNER };
+       O_MPORT, O_MBIND, O_MNAMES, O_TLS_CERT, O_TLS_KEY, O_SERVE_PEERS, O_VERSION, O_OWNER,
+       O_WARM, O_WARM_BW, O_HOT };
 
 int main(int argc, char **argv)
 {
@@ -278,6 +328,8 @@ int main(int argc, char **argv)
 		{ "tls-cert", 1, 0, O_TLS_CERT }, { "tls-key", 1, 0, O_TLS_KEY },
 		{ "serve-peers", 0, 0, O_SERVE_PEERS }, { "version", 0, 0, O_VERSION },
 		{ "owner-pid", 1, 0, O_OWNER },
+		{ "warm-start", 1, 0, O_WARM }, { "warm-bandwidth", 1, 0, O_WARM_BW },
+		{ "hot-list", 1, 0, O_HOT },
 		{ 0, 0, 0, 0 }
 	};
 	struct kvtd d = { .o = { .bind = "127.0.0.1", .port = 6379, .threads = 4,
@@ -287,6 +339,7 @@ int main(int argc, char **argv)
 	struct kvtd_ops_opts ops = { .metrics_port = -1 };
 	const char *config = NULL, *data_dir = NULL, *sets[64];
 	int n_sets = 0, check = 0, err = 0, opt, owner_fd = -1;
+	int64_t hot_saved_ms;
 	pid_t owner = 0;
 	long v;
 	uint32_t local_uids[64];
@@ -382,6 +435,16 @@ int main(int argc, char **argv)
 				return 2;
 			owner = (pid_t)v;
 			break;
+		case O_WARM:
+		case O_WARM_BW:
+			if (kvt_parse_size(optarg, 1, opt == O_WARM ? &d.warm_bytes : &d.warm_bps)) {
+				fprintf(stderr, "kvtierd: %s %s: %s\n",
+					opt == O_WARM ? "--warm-start" : "--warm-bandwidth", optarg,
+					kvt_errmsg());
+				return 2;
+			}
+			break;
+		case O_HOT: d.hot_path = optarg; break;
 		case O_HELP: case 'h': usage(stdout); return 0;
 		case O_VERSION:
 			/* The library loaded may not be the one built against. */
@@ -393,6 +456,16 @@ int main(int argc, char **argv)
 	if (optind < argc) {
 		fprintf(stderr, "kvtierd: unexpected argument '%s'\n", argv[optind]);
 		usage(stderr);
+		return 2;
+	}
+	static char hot_default[4096];
+	if (!d.hot_path && data_dir &&
+	    snprintf(hot_default, sizeof(hot_default), "%s/hot.keys", data_dir) <
+		    (int)sizeof(hot_default))
+		d.hot_path = hot_default;
+	if (d.warm_bytes && !d.hot_path) {
+		fprintf(stderr, "kvtierd: --warm-start needs a hot list: give --data-dir or "
+				"--hot-list\n");
 		return 2;
 	}
 	d.o.max_cmd = d.o.max_value * 2 + (64u << 20);
@@ -510,6 +583,18 @@ int main(int argc, char **argv)
 		kvtd_log(KVTD_LOG_ERROR, "--local: %s", kvt_errmsg());
 		return 1;
 	}
+	pthread_t warm_thread;
+	int warming = 0;
+	/* The first save a minute from now: a node started without a warm
+	 * start must not overwrite the last run's list with its empty tier. */
+	hot_saved_ms = vals_now_ms();
+	if (d.warm_bytes) {
+		warming = pthread_create(&warm_thread, NULL, warm_main, &d) == 0;
+		if (!warming)
+			kvtd_log(KVTD_LOG_WARN, "warm start: cannot start its thread: starting cold");
+	}
+	if (!warming)
+		atomic_store(&d.ready, 1);
 	printf("kvtierd: listening on %s:%d", d.o.bind, d.port);
 	if (d.o.unix_path)
 		printf(" and %s", d.o.unix_path);
@@ -541,6 +626,11 @@ int main(int argc, char **argv)
 			continue;
 		}
 		vals_sweep(d.vals, 256);
+		if (d.hot_path && vals_now_ms() - hot_saved_ms >= HOT_SAVE_MS &&
+		    atomic_load(&d.ready)) {
+			hot_save(&d);
+			hot_saved_ms = vals_now_ms();
+		}
 	}
 	kvtd_log(KVTD_LOG_INFO, "shutting down: finishing requests in flight");
 	kvtd_stop(&d, 5000);
@@ -548,6 +638,12 @@ int main(int argc, char **argv)
 	kvt_local_stop(local);
 	if (kvt_store_flush(d.st, 60000))
 		kvtd_log(KVTD_LOG_WARN, "background copies still running after 60 s");
+	if (warming) {
+		__atomic_store_n(&d.warm.cancel, 1, __ATOMIC_RELAXED);
+		pthread_join(warm_thread, NULL);
+	}
+	if (d.hot_path && atomic_load(&d.ready))
+		hot_save(&d);
 	kvtd_ops_stop(&d);
 	vals_close(d.vals);
 	kvt_store_close(d.st);

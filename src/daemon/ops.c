@@ -97,6 +97,25 @@ int kvtd_health_daemon(void *arg, struct kvtd_text *o)
 	return 0;
 }
 
+int kvtd_ready_daemon(void *arg, struct kvtd_text *o)
+{
+	struct kvtd *d = arg;
+	const kvt_warm_progress *w = &d->warm;
+	char a[32], b[32];
+
+	if (atomic_load(&d->ready))
+		return 1;
+	kvtd_text_printf(o, "warming the first tier: %llu of %llu listed chunks handled, %s of "
+			    "%s loaded\n",
+			 (unsigned long long)__atomic_load_n(&w->done, __ATOMIC_RELAXED),
+			 (unsigned long long)__atomic_load_n(&w->listed, __ATOMIC_RELAXED),
+			 kvt_fmt_size(__atomic_load_n(&w->loaded_bytes, __ATOMIC_RELAXED), a,
+				      sizeof(a)),
+			 kvt_fmt_size(__atomic_load_n(&w->budget_bytes, __ATOMIC_RELAXED), b,
+				      sizeof(b)));
+	return 0;
+}
+
 int kvtd_ops_check(const struct kvtd_ops_opts *o)
 {
 	char err[512];
@@ -185,6 +204,7 @@ int kvtd_ops_serve(struct kvtd *d, const struct kvtd_ops_opts *o)
 		.st = d->st,
 		.metrics = kvtd_metrics_daemon,
 		.health = kvtd_health_daemon,
+		.ready = kvtd_ready_daemon,
 		.arg = d,
 	};
 	char err[256];

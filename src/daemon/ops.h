@@ -49,5 +49,7 @@ uint64_t kvtd_ops_keyspace(struct kvtd *d, const struct kvtd_tenant *t, int miss
 /* http.h's callbacks over the struct kvtd (public for the tests). */
 void kvtd_metrics_daemon(void *arg, struct kvtd_text *out);
 int kvtd_health_daemon(void *arg, struct kvtd_text *out);
+/* /ready: 1 once the warm start (if any) is done, else 0 with its progress. */
+int kvtd_ready_daemon(void *arg, struct kvtd_text *out);
 
 #endif

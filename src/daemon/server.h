@@ -194,6 +194,14 @@ struct kvtd {
 	int durability;
 	int serve_peers;          /* --serve-peers: KVTIER.PEEK and FETCH */
 	_Atomic uint64_t peer_fetches, peer_bytes; /* chunks served to them */
+	/* Warm starts (docs/DAEMON_OPS.md): the hot list saved every minute
+	 * and at the stop, the first tier filled from it before /ready says
+	 * yes.  `ready` is 1 once the index is rebuilt and the warming done. */
+	const char *hot_path;     /* NULL: no hot list */
+	uint64_t warm_bytes;      /* --warm-start: 0 = off */
+	uint64_t warm_bps;        /* --warm-bandwidth: 0 = unlimited */
+	kvt_warm_progress warm;
+	_Atomic int ready;
 };
 
 int kvtd_listen(struct kvtd *d);

@@ -668,6 +668,49 @@ int hier_share(kvt_hier *h, int tier, int acct, struct hier_share *out)
 	return 0;
 }
 
+struct hot_ent {
+	uint64_t tick;
+	kvt_key key;
+};
+
+static int hot_cmp(const void *a, const void *b)
+{
+	uint64_t x = ((const struct hot_ent *)a)->tick, y = ((const struct hot_ent *)b)->tick;
+
+	return x < y ? 1 : x > y ? -1 : 0; /* the most recent first */
+}
+
+int hier_hot(kvt_hier *h, int tier, kvt_key **keys, size_t *n)
+{
+	struct hier_tier *t = &h->t[tier];
+	struct hot_ent *all = NULL;
+	size_t k = 0;
+
+	*keys = NULL;
+	*n = 0;
+	if (tier >= h->n || !t->policy)
+		return 0;
+	pthread_mutex_lock(&t->mu);
+	if (t->map_n && !(all = malloc(t->map_n * sizeof(*all)))) {
+		pthread_mutex_unlock(&t->mu);
+		return kvt_err(KVT_ENOMEM, "out of memory");
+	}
+	for (size_t s = 0; t->map && s <= t->map_mask; s++)
+		for (struct idmap_ent *e = t->map[s]; e && k < t->map_n; e = e->next)
+			all[k++] = (struct hot_ent){ e->tick, e->key };
+	pthread_mutex_unlock(&t->mu);
+	qsort(all, k, sizeof(*all), hot_cmp);
+	if (k && !(*keys = malloc(k * sizeof(**keys)))) {
+		free(all);
+		return kvt_err(KVT_ENOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < k; i++)
+		(*keys)[i] = all[i].key;
+	*n = k;
+	free(all);
+	return 0;
+}
+
 void hier_remove(kvt_hier *h, int tier, const kvt_key *key)
 {
 	struct hier_tier *t = &h->t[tier];

@@ -88,6 +88,10 @@ struct hier_share {
 };
 int hier_share(kvt_hier *h, int tier, int acct, struct hier_share *out);
 /* `key` left `tier` (deleted, corrupt, evicted by the tier itself). */
+/* The keys the policy of `tier` holds, the most recently used (put or
+ * hit) first: a malloc'd array in *keys (free it), *n of them.  0 (none
+ * for a tier without a policy) or KVT_ENOMEM. */
+int hier_hot(kvt_hier *h, int tier, kvt_key **keys, size_t *n);
 void hier_remove(kvt_hier *h, int tier, const kvt_key *key);
 /* Pin or unpin `key` in `tier`: a pinned chunk is never a victim.
  * KVT_ENOTFOUND if the policy does not hold it. */
