@@ -984,6 +984,20 @@ typedef struct kvt_events_stats {
 	uint32_t enabled;       /* 1 when the store publishes events */
 } kvt_events_stats;
 
+/* Chunk `key` holds the engine's KV blocks hashes[0..n_hashes), each
+ * hash_len bytes (32: vLLM's sha256_cbor digest; 8: its 64-bit integer
+ * form, big-endian), following the block `parent` (NULL for a prompt's
+ * first), block_size tokens each: the store's KV events then name the
+ * chunk by them, as the engine's own events do, so that a router indexing
+ * the engine's hashes matches the chunk (docs/EVENTS.md).  Remembered for
+ * the most recent chunks named (a bounded table); a store that is
+ * kvtierd's client tells the daemon.  0 (also when events are off), or
+ * KVT_EINVAL for more than 16 hashes or another hash length. */
+#define KVT_CHUNK_NAME_MAX 16 /* engine blocks a named chunk holds at most */
+KVT_API int kvt_store_name_chunk(kvt_store *st, const kvt_key *key, const uint8_t *hashes,
+				 uint32_t n_hashes, uint32_t hash_len, const uint8_t *parent,
+				 uint32_t block_size);
+
 /* Fill `out` with the store's event counters (all zero, enabled 0, when it
  * publishes none).  0 or KVT_EINVAL. */
 KVT_API int kvt_store_events_stats(kvt_store *st, kvt_events_stats *out);

@@ -923,6 +923,22 @@ class Store(_Handle):
         del keep, es
         return [_why_dict(out[i]) for i in range(m)]
 
+    def name_chunk(self, key, block_hashes, parent=None, block_size=0):
+        """Chunk `key` holds the engine's blocks `block_hashes` (bytes of 32,
+        or ints: vLLM's 64-bit form) after `parent`: the store's KV events
+        name it by them (kvt_store_name_chunk)."""
+        def raw(h):
+            return int(h).to_bytes(8, "big") if isinstance(h, int) else bytes(h)
+        hs = [raw(h) for h in block_hashes]
+        if not hs or any(len(h) != len(hs[0]) for h in hs):
+            raise _bad("name_chunk: block hashes must be all 32 bytes or all ints")
+        p = raw(parent) if parent is not None else None
+        if p is not None and len(p) != len(hs[0]):
+            raise _bad("name_chunk: the parent is not of the blocks' kind")
+        k = _key(key)
+        _check(lib.kvt_store_name_chunk(self._handle(), ctypes.byref(k), b"".join(hs), len(hs),
+                                        len(hs[0]), p, int(block_size)))
+
     def hot_save(self, path, max_keys=0):
         """Write the first tier's keys, most recently used first, to `path`
         (the hot list a warm start reads)."""

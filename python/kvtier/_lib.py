@@ -172,6 +172,7 @@ _PROTOS = {
                                P(kvt_why_chunk), c_size]),
     "kvt_why_name": (c_cp, [c_int]),
     "kvt_store_hot_save": (c_int, [c_vp, c_cp, c_size]),
+    "kvt_store_name_chunk": (c_int, [c_vp, P(kvt_key), c_cp, c_u32, c_u32, c_cp, c_u32]),
     "kvt_store_warm": (c_int, [c_vp, c_cp, c_u64, c_u64, P(kvt_warm_progress)]),
     "kvt_store_misses": (c_u64, [c_vp, c_cp, c_int, c_int]),
     "kvt_pin": (c_int, [c_vp, P(kvt_ns), P(kvt_key), c_int]),

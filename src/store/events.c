@@ -64,6 +64,20 @@ struct pending {
 	kvt_key key;
 };
 
+/* A chunk an engine named (kvt_events_name): its blocks' hashes as the
+ * engine publishes them, in a direct-mapped table (a newer name takes an
+ * older one's slot; a chunk whose name is gone is published by its key). */
+#define NAME_SLOTS 8192 /* a power of two: 4.4 MiB, allocated at the first name */
+struct name {
+	kvt_key key;
+	uint8_t n;          /* 0: a free slot */
+	uint8_t hash_len;   /* 32: bytes; 8: an unsigned 64-bit integer */
+	uint8_t has_parent;
+	uint32_t block_size;
+	uint8_t parent[32];
+	uint8_t hashes[KVT_CHUNK_NAME_MAX][32];
+};
+
 /* A published batch, kept for replay. */
 struct sent {
 	uint64_t seq;
@@ -78,7 +92,8 @@ struct kvt_events {
 	pthread_t thread;
 	int started;
 
-	pthread_mutex_t mu; /* guards q, nq, stopping, the counters */
+	pthread_mutex_t mu; /* guards q, nq, stopping, the counters, names */
+	struct name *names;
 	struct pending *q, *work;
 	uint32_t nq;
 	int idle;     /* the publisher sleeps until woken */
@@ -131,11 +146,87 @@ static void pack_cstr(msgpack_packer *pk, const char *s)
 	msgpack_pack_str_body(pk, s, n);
 }
 
-/* A chunk's block hash: its 32-byte key. */
-static void pack_hash(msgpack_packer *pk, const kvt_key *key)
+static size_t name_slot(const kvt_key *key)
 {
-	msgpack_pack_bin(pk, sizeof(key->b));
-	msgpack_pack_bin_body(pk, key->b, sizeof(key->b));
+	uint64_t h;
+
+	memcpy(&h, key->b + 16, sizeof(h));
+	return (size_t)(h & (NAME_SLOTS - 1));
+}
+
+int kvt_events_name(kvt_events *ev, const kvt_key *key, const uint8_t *hashes, uint32_t n,
+		    uint32_t hash_len, const uint8_t *parent, uint32_t block_size)
+{
+	struct name *e;
+
+	if (!n || n > KVT_CHUNK_NAME_MAX || (hash_len != 32 && hash_len != 8))
+		return kvt_err(KVT_EINVAL, "a chunk's name is 1..%d block hashes of 32 or 8 bytes, "
+				    "not %u of %u", KVT_CHUNK_NAME_MAX, n, hash_len);
+	if (!ev)
+		return 0;
+	pthread_mutex_lock(&ev->mu);
+	if (!ev->names)
+		ev->names = calloc(NAME_SLOTS, sizeof(*ev->names));
+	if (ev->names) { /* without memory the key names it */
+		e = &ev->names[name_slot(key)];
+		e->key = *key;
+		e->n = (uint8_t)n;
+		e->hash_len = (uint8_t)hash_len;
+		e->has_parent = parent != NULL;
+		e->block_size = block_size;
+		if (parent)
+			memcpy(e->parent, parent, hash_len);
+		for (uint32_t i = 0; i < n; i++)
+			memcpy(e->hashes[i], hashes + (size_t)i * hash_len, hash_len);
+	}
+	pthread_mutex_unlock(&ev->mu);
+	return 0;
+}
+
+/* The engine's name of `key` into *out, if it has one (under mu). */
+static int name_of(kvt_events *ev, const kvt_key *key, struct name *out)
+{
+	int found = 0;
+
+	if (!ev->names)
+		return 0;
+	pthread_mutex_lock(&ev->mu);
+	{
+		const struct name *e = &ev->names[name_slot(key)];
+		if (e->n && !memcmp(&e->key, key, sizeof(*key))) {
+			*out = *e;
+			found = 1;
+		}
+	}
+	pthread_mutex_unlock(&ev->mu);
+	return found;
+}
+
+static void pack_one(msgpack_packer *pk, const uint8_t *h, uint32_t len)
+{
+	if (len == 8) { /* vLLM's integer form (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES) */
+		uint64_t v = 0;
+		for (int i = 0; i < 8; i++)
+			v = v << 8 | h[i];
+		msgpack_pack_uint64(pk, v);
+	} else {
+		msgpack_pack_bin(pk, len);
+		msgpack_pack_bin_body(pk, h, len);
+	}
+}
+
+/* A chunk's block hashes: the engine's, when it named the chunk, else its
+ * 32-byte key. */
+static void pack_hashes(kvt_events *ev, msgpack_packer *pk, const kvt_key *key,
+			const struct name *nm)
+{
+	(void)ev;
+	if (nm) {
+		for (uint32_t i = 0; i < nm->n; i++)
+			pack_one(pk, nm->hashes[i], nm->hash_len);
+		return;
+	}
+	pack_one(pk, key->b, sizeof(key->b));
 }
 
 /* How many maps (events) the pending run p[0..n) makes. */
@@ -164,18 +255,24 @@ static void encode_batch(kvt_events *ev, const struct pending *p, uint32_t n)
 	msgpack_pack_array(&pk, count_events(p, n));
 	for (uint32_t i = 0; i < n; i++) {
 		if (p[i].type == KVT_EV_STORED) {
+			struct name nm;
+			int named = name_of(ev, &p[i].key, &nm);
 			msgpack_pack_map(&pk, 8);
 			pack_cstr(&pk, "type");
 			pack_cstr(&pk, "BlockStored");
 			pack_cstr(&pk, "block_hashes");
-			msgpack_pack_array(&pk, 1);
-			pack_hash(&pk, &p[i].key);
+			msgpack_pack_array(&pk, named ? nm.n : 1);
+			pack_hashes(ev, &pk, &p[i].key, named ? &nm : NULL);
 			pack_cstr(&pk, "parent_block_hash");
-			msgpack_pack_nil(&pk);
+			if (named && nm.has_parent)
+				pack_one(&pk, nm.parent, nm.hash_len);
+			else
+				msgpack_pack_nil(&pk);
 			pack_cstr(&pk, "token_ids");
 			msgpack_pack_array(&pk, 0);
 			pack_cstr(&pk, "block_size");
-			msgpack_pack_uint32(&pk, p[i].block_size);
+			msgpack_pack_uint32(&pk, named && nm.block_size ? nm.block_size
+								  : p[i].block_size);
 			pack_cstr(&pk, "lora_id");
 			msgpack_pack_nil(&pk);
 			pack_cstr(&pk, "medium");
@@ -186,13 +283,21 @@ static void encode_batch(kvt_events *ev, const struct pending *p, uint32_t n)
 			uint32_t j = i + 1;
 			while (j < n && p[j].type == KVT_EV_REMOVED && p[j].medium == p[i].medium)
 				j++;
+			uint32_t count = 0;
+			for (uint32_t k = i; k < j; k++) {
+				struct name nm;
+				count += name_of(ev, &p[k].key, &nm) ? nm.n : 1;
+			}
 			msgpack_pack_map(&pk, 3);
 			pack_cstr(&pk, "type");
 			pack_cstr(&pk, "BlockRemoved");
 			pack_cstr(&pk, "block_hashes");
-			msgpack_pack_array(&pk, j - i);
-			for (uint32_t k = i; k < j; k++)
-				pack_hash(&pk, &p[k].key);
+			msgpack_pack_array(&pk, count);
+			for (uint32_t k = i; k < j; k++) {
+				struct name nm;
+				int named = name_of(ev, &p[k].key, &nm);
+				pack_hashes(ev, &pk, &p[k].key, named ? &nm : NULL);
+			}
 			pack_cstr(&pk, "medium");
 			pack_cstr(&pk, p[i].medium);
 			i = j - 1;
@@ -482,6 +587,7 @@ void kvt_events_close(kvt_events *ev)
 	free(ev->ring);
 	free(ev->q);
 	free(ev->work);
+	free(ev->names);
 	msgpack_sbuffer_destroy(&ev->buf);
 	pthread_mutex_destroy(&ev->mu);
 	free(ev);
@@ -501,6 +607,13 @@ void kvt_events_post(kvt_events *ev, int type, const char *medium, const kvt_key
 		     uint32_t block_size)
 {
 	(void)ev, (void)type, (void)medium, (void)key, (void)block_size;
+}
+
+int kvt_events_name(kvt_events *ev, const kvt_key *key, const uint8_t *hashes, uint32_t n,
+		    uint32_t hash_len, const uint8_t *parent, uint32_t block_size)
+{
+	(void)ev, (void)key, (void)hashes, (void)n, (void)hash_len, (void)parent, (void)block_size;
+	return 0;
 }
 
 void kvt_events_counters(kvt_events *ev, kvt_events_stats *out)

@@ -17,10 +17,10 @@
  *            marker ["", -1 (i64 big-endian), ""]; a malformed request
  *            gets the end marker alone, its last frame naming the fault.
  *
- * A block hash is the chunk's 32-byte kvtier key (a msgpack bin): for a
- * chunk an engine named by its own block hash, kvt_key_from_engine_hash of
- * it (docs/KEYS.md).  The medium names the tier: "GPU", "DRAM", "NVME",
- * "SHARED_FS", "S3".
+ * A chunk's block hashes are the engine's where the engine named the chunk
+ * (kvt_events_name: vLLM's blocks through its connector), else the chunk's
+ * 32-byte kvtier key (a msgpack bin).  The medium names the tier: "GPU",
+ * "DRAM", "NVME", "SHARED_FS", "S3".
  *
  * Posting never blocks and never fails a put: an event goes into a bounded
  * queue (max_queue) or, when that is full, is counted as dropped.  One
@@ -36,6 +36,7 @@
 #include "kvtier.h"
 
 enum kvt_ev_type { KVT_EV_STORED = 1, KVT_EV_REMOVED = 2, KVT_EV_CLEARED = 3 };
+
 
 struct kvt_events_conf {
 	char endpoint[256];        /* PUB: bound if it has '*' or is ipc/inproc, else connected */
@@ -64,6 +65,13 @@ void kvt_events_post(kvt_events *ev, int type, const char *medium,
  * carries).  Pure, for the fuzzer (fuzz/fuzz_replay.c). */
 const char *kvt_events_replay_parse(const void *const *frame, const size_t *len, int n,
 				    uint64_t *start);
+
+/* Chunk `key` holds the engine's blocks hashes[0..n) (each hash_len bytes:
+ * 32, or 8 for a 64-bit integer, big-endian), after `parent` (NULL: the
+ * first), block_size tokens each: its events name them, as the engine's
+ * own do.  0, or KVT_EINVAL for a shape past the table's. */
+int kvt_events_name(kvt_events *ev, const kvt_key *key, const uint8_t *hashes, uint32_t n,
+		    uint32_t hash_len, const uint8_t *parent, uint32_t block_size);
 
 void kvt_events_counters(kvt_events *ev, kvt_events_stats *out);
 

@@ -459,6 +459,23 @@ static int serve_one(struct lconn *c, const struct kvt_lp_req *q)
 			store_count_miss(st, c->acct, (const kvt_key *)keys + hit);
 		return send_status(c, q, (int)hit);
 	}
+	case KVT_LP_NAME: {
+		/* the parent and the hashes are the next message */
+		uint32_t hl = (uint32_t)(q->id & 255), n = (uint32_t)q->size;
+		uint8_t body[32 + KVT_CHUNK_NAME_MAX * 32 + 1];
+		ssize_t got;
+		if ((hl != 32 && hl != 8) || n == 0 || n > KVT_CHUNK_NAME_MAX ||
+		    q->arg < 0 || q->id >> 9)
+			return kvt_err(-EPROTO, "NAME of %u hashes of %u bytes", n, hl);
+		do
+			got = recv(c->fd, body, sizeof(body), MSG_TRUNC);
+		while (got < 0 && errno == EINTR);
+		if (got != (ssize_t)((n + 1) * hl))
+			return kvt_err(-EPROTO, "NAME of %u hashes followed by %zd bytes", n, got);
+		return send_status(c, q, kvt_store_name_chunk(st, &key, body + hl, n, hl,
+							      (q->id & 256) ? body : NULL,
+							      (uint32_t)q->arg));
+	}
 	case KVT_LP_WHY: {
 		/* the keys are the next message, as LOOKUP's; the answers go
 		 * after the reply's header, in the same buffer */

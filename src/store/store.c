@@ -712,6 +712,23 @@ void store_forget(kvt_store *st, int tier, const kvt_key *key, int reason)
 	store_lost(st, tier, key, reason);
 }
 
+int kvt_store_name_chunk(kvt_store *st, const kvt_key *key, const uint8_t *hashes,
+			 uint32_t n, uint32_t hash_len, const uint8_t *parent,
+			 uint32_t block_size)
+{
+	kvt_err_clear();
+	if (!st || !key || !hashes)
+		return kvt_err(KVT_EINVAL, "store, key or hashes missing");
+	if (st->n_tiers == 1 && st->tiers[0]->ops->name_chunk) /* kvtierd's client: it publishes */
+		return st->tiers[0]->ops->name_chunk(st->tiers[0], key, hashes, n, hash_len, parent,
+					       block_size);
+	if (!n || n > KVT_CHUNK_NAME_MAX || (hash_len != 32 && hash_len != 8))
+		return kvt_err(KVT_EINVAL, "a chunk's name is 1..%d block hashes of 32 or 8 bytes, "
+				    "not %u of %u", KVT_CHUNK_NAME_MAX, n, hash_len);
+	return st->events ? kvt_events_name(st->events, key, hashes, n, hash_len, parent,
+					    block_size) : 0;
+}
+
 int kvt_store_events_stats(kvt_store *st, kvt_events_stats *out)
 {
 	if (!st || !out)

@@ -678,6 +678,44 @@ static int dmn_why(kvt_tier *tt, const kvt_key *keys, size_t n, kvt_why_chunk *o
 	return rc ? rc : served < 0 ? (int)n : served;
 }
 
+/* kvt_store_name_chunk, for kvtierd's store (its events name the chunk). */
+static int dmn_name(kvt_tier *tt, const kvt_key *key, const uint8_t *hashes, uint32_t n,
+		    uint32_t hash_len, const uint8_t *parent, uint32_t block_size)
+{
+	struct dmn_tier *t = dmn_of(tt);
+	uint8_t body[32 + KVT_CHUNK_NAME_MAX * 32];
+	size_t len = (size_t)(n + 1) * hash_len;
+	struct kvt_lp_rep rep;
+	const void *rbody;
+	size_t blen;
+	int rc;
+
+	if (!n || n > KVT_CHUNK_NAME_MAX || (hash_len != 32 && hash_len != 8))
+		return kvt_err(KVT_EINVAL, "a chunk's name is 1..%d block hashes of 32 or 8 bytes, "
+				    "not %u of %u", KVT_CHUNK_NAME_MAX, n, hash_len);
+	memset(body, 0, hash_len);
+	if (parent)
+		memcpy(body, parent, hash_len);
+	memcpy(body + hash_len, hashes, (size_t)n * hash_len);
+	pthread_mutex_lock(&t->mu);
+	if (t->fd < 0 && (rc = dmn_connect(t)))
+		goto out;
+	if ((rc = dmn_send(t, KVT_LP_NAME, hash_len | (parent ? 256u : 0u), n, (int)block_size,
+			   key)))
+		goto out;
+	if (send(t->fd, body, len, MSG_NOSIGNAL) != (ssize_t)len) {
+		dmn_disconnect(t);
+		rc = kvt_err(-EPIPE, "kvtierd at %s: connection lost", t->path);
+		goto out;
+	}
+	rc = dmn_recv(t, KVT_LP_NAME, &rep, &rbody, &blen, NULL);
+	if (rc == 0)
+		rc = rep.status;
+out:
+	pthread_mutex_unlock(&t->mu);
+	return rc;
+}
+
 static int dmn_del(kvt_tier *tt, const kvt_key *key)
 {
 	return dmn_status(dmn_of(tt), KVT_LP_DEL, key);
@@ -776,6 +814,7 @@ static const struct kvt_tier_ops dmn_ops = {
 	.put_unprobed = 1, /* the daemon's PUT_BEGIN and PUT_COMMIT check */
 	.exists_prefix = dmn_exists_prefix,
 	.why = dmn_why,
+	.name_chunk = dmn_name,
 	.del = dmn_del,
 	.iterate = dmn_iterate,
 	.stats = dmn_stats,

@@ -75,7 +75,12 @@ enum kvt_lp_op {
 			       * bytes) -> status: how many lead present */
 	KVT_LP_WHY = 13,      /* size: n keys (<= KVT_LP_MAX_WHY) as LOOKUP's ->
 			       * status: how many lead served; n kvt_why_chunk */
-	KVT_LP_OP_MAX = 13,
+	KVT_LP_NAME = 14,     /* key: a chunk; size: n engine block hashes; arg:
+			       * their block size; id: hash length (32 or 8) |
+			       * 256 if a parent is given; the next message is
+			       * the parent (hash length bytes, zeros if none)
+			       * and the n hashes -> status */
+	KVT_LP_OP_MAX = 14,
 };
 
 struct kvt_lp_req {

@@ -120,6 +120,10 @@ struct kvt_tier_ops {
 	 * the tier, for a store that is its client.  Returns how many lead
 	 * served, or a negative code. */
 	int (*why)(kvt_tier *t, const kvt_key *keys, size_t n, kvt_why_chunk *out);
+	/* Optional (the daemon's tier): kvt_store_name_chunk, for the store
+	 * behind the tier, whose KV events name the chunk so. */
+	int (*name_chunk)(kvt_tier *t, const kvt_key *key, const uint8_t *hashes, uint32_t n,
+			  uint32_t hash_len, const uint8_t *parent, uint32_t block_size);
 	/* 0 or KVT_ENOTFOUND.  Borrowers keep their view until release. */
 	int (*del)(kvt_tier *t, const kvt_key *key);
 	/* Walk the keys; a nonzero return from fn stops and is returned. */

@@ -159,6 +159,36 @@ class InProcess(unittest.TestCase):
                          (1, 0, sub.seqs[-1]))
         st.close()
 
+    def test_chunks_named_by_vllms_block_hashes(self):
+        # The connector names each chunk it saves by vLLM's blocks: the
+        # events then carry vLLM's hashes, parent and block size, bytes or
+        # (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES) ints, as vLLM's own do.
+        st = self.open(dram="4MiB")
+        sub = self.subscribe()
+        parent = kvtier.vllm_none_hash("42")
+        blocks = []
+        for b in range(8):  # two 4-block chunks of vLLM's 64-token blocks
+            parent = kvtier.vllm_block_hash(parent, list(range(64 * b, 64 * b + 64)))
+            blocks.append(parent)
+        keys = [self.ns.key_from_engine_hash(blocks[3]), self.ns.key_from_engine_hash(blocks[7])]
+        st.name_chunk(keys[0], blocks[:4], None, 64)
+        ints = [int.from_bytes(h[-8:], "big") for h in blocks]
+        st.name_chunk(keys[1], ints[4:], ints[3], 64)
+        for k in keys:
+            st.put(self.ns, k, os.urandom(self.ns.payload_bytes))
+        st.flush(10000)
+        sub.pump()
+        ev = [e for e in sub.events if isinstance(e, BlockStored) and e.medium == "DRAM"]
+        self.assertEqual([list(e.block_hashes) for e in ev], [blocks[:4], ints[4:]])
+        self.assertEqual([(e.parent_block_hash, e.block_size) for e in ev],
+                         [(None, 64), (ints[3], 64)])
+        st.delete(self.ns, keys[0])
+        sub.pump()
+        self.assertEqual(removed(sub.events, "DRAM"), blocks[:4])
+        with self.assertRaisesRegex(kvtier.Error, "1..16 block hashes"):
+            st.name_chunk(keys[0], blocks * 3)
+        st.close()
+
     def test_damaged_chunk_is_removed(self):
         st = self.open(dram="1MiB")
         sub = self.subscribe()
@@ -329,6 +359,30 @@ class Daemon(unittest.TestCase):
             self.proc.wait(30)
             self.log.close()
         self.proc = None
+
+    def test_a_client_names_chunks_for_the_daemon(self):
+        sock = os.path.join(self.root, "kvtierd.sock")
+        sub = Subscriber(self.pub)
+        d = tier_env.start_kvtierd(sock, extra=["--config", self.cfg])
+        try:
+            time.sleep(0.3)
+            c = kvtier.Config()
+            c.set("daemon", "unix://" + sock)
+            st = kvtier.Store(c)
+            ns = st.namespace("m", kvtier.Layout(2, 2, 64, "bf16", chunk_tokens=256))
+            h = [bytes([i]) * 32 for i in range(4)]
+            key = ns.key_from_engine_hash(h[-1])
+            st.name_chunk(key, h, bytes(32), 64)
+            st.put(ns, key, os.urandom(ns.payload_bytes))
+            st.flush(10000)
+            sub.pump(until=lambda s: stored(s.events, "DRAM"))
+            e = [e for e in sub.events if isinstance(e, BlockStored)][0]
+            self.assertEqual((list(e.block_hashes), e.parent_block_hash), (h, bytes(32)))
+            st.close()
+        finally:
+            sub.close()
+            d.terminate()
+            d.wait(10)
 
     def test_sets_restart_and_metrics(self):
         sub = Subscriber(self.pub, b"node1")

@@ -99,7 +99,7 @@ __all__ = ["KvtierConnector", "KvtierConnectorMetadata", "KVConnectorRole"]
 # configuration key (docs/CONFIG.md), set on top of kvtier_config's file.
 ADAPTER_KEYS = ("kvtier_config", "chunk_size", "kv_cache_layout", "load_deadline_ms", "tenant",
                 "model", "save_decode", "connector_threads", "durability",
-                "daemon_start_timeout_s")
+                "daemon_start_timeout_s", "name_chunks")
 
 # The medium kvtier's BlockStored events name: a save lands in the node
 # daemon's DRAM tier first (its lower tiers copy it from there).
@@ -449,6 +449,10 @@ class KvtierConnector(KVConnectorBase_V1):
         self._can_save = kv_role in ("kv_both", "kv_producer")
         kec = getattr(vllm_config, "kv_events_config", None)
         self._events_on = bool(kec and getattr(kec, "enable_kv_cache_events", False))
+        # The store's own KV events name saved chunks by vLLM's block hashes
+        # when vLLM publishes events (a router then indexes one kind of
+        # hash), or when asked ("name_chunks": true).
+        self._name_chunks = str(extra.get("name_chunks", self._events_on)).lower() == "true"
         self._layout, self._mla, self._layer_names = _layout_of(
             vllm_config, kv_cache_config, self._chunk_tokens)
         # The model's name in the namespace: the same weights served from
@@ -620,6 +624,19 @@ class KvtierConnector(KVConnectorBase_V1):
                 lora_name=lora.name if lora else None))
         return out
 
+    def _name(self, req, first, last):
+        """Tell the store which of vLLM's blocks chunks [first, last) of req
+        hold, so that its KV events (kvtierd's, every tier's) name them by
+        vLLM's own hashes, as vLLM's events do (docs/EVENTS.md)."""
+        for ev, i in zip(self._chunk_events(req, first, last), range(first, last)):
+            for ns in self._lookup_namespaces():
+                key = ns.key_from_engine_hash(self._chunk_hash(req.block_hashes, i))
+                try:
+                    self._store.name_chunk(key, ev["block_hashes"], ev["parent_block_hash"],
+                                           ev["block_size"])
+                except kvtier.Error as e:  # the events lose a name, the save goes on
+                    self._warn_once("name", "kvtier: naming a chunk failed: %s", e)
+
     def build_connector_meta(self, scheduler_output):
         meta = KvtierConnectorMetadata()
         meta.preempted = list(getattr(scheduler_output, "preempted_req_ids", None) or ())
@@ -660,6 +677,8 @@ class KvtierConnector(KVConnectorBase_V1):
             full = min(done // self._chunk_tokens, len(st.block_ids) // self._bpc)
             if self._can_save and full > st.saved_chunks:
                 first = st.saved_chunks
+                if self._name_chunks:
+                    self._name(req, first, full)
                 meta.saves.append(SaveSpec(
                     rid, [self._chunk_hash(hashes, i) for i in range(first, full)],
                     st.block_ids[first * self._bpc:full * self._bpc],
