@@ -14,7 +14,10 @@
  * shows most) and Qwen2.5-0.5B's 256-token chunk (3 MiB).
  *
  * Also reported: the events the subscriber received against those the
- * store says it published (a subscriber that keeps up loses none).
+ * store says it published (a subscriber that keeps up loses none), and
+ * `kvtier where --bench`'s figures for the fleet index a router keeps from
+ * such events: answers for 128-block prompts over 1M indexed blocks
+ * (100k with --quick) and the bytes each indexed block costs.
  *
  * A benchmark reports; it does not fail: a figure under its target is
  * printed as such and the exit code stays 0.  1 means a call failed.
@@ -114,10 +117,32 @@ static int put_run(kvt_store *st, const kvt_ns *ns, const uint8_t *src, size_t l
 	return 0;
 }
 
+/* `kvtier where --bench N --json` (the fleet index: answers for 128-block
+ * prompts over N indexed blocks, bytes per block) into out, one JSON
+ * object; "" if the command is not beside this program or fails. */
+static void where_bench(long n, char *out, size_t cap)
+{
+	char exe[1024], cmd[1200];
+	FILE *p;
+	size_t got = 0;
+
+	out[0] = '\0';
+	if (bench_beside_exe("kvtier", exe, sizeof(exe)) ||
+	    snprintf(cmd, sizeof(cmd), "'%s' where --bench %ld --json", exe, n) >= (int)sizeof(cmd) ||
+	    !(p = popen(cmd, "r")))
+		return;
+	got = fread(out, 1, cap - 1, p);
+	out[got] = '\0';
+	if (pclose(p) != 0 || got == 0 || out[0] != '{')
+		out[0] = '\0';
+	else if (out[got - 1] == '\n')
+		out[got - 1] = '\0';
+}
+
 int bench_events(int argc, char **argv)
 {
 	struct bench_opts o = { 0, 0, NULL };
-	char dir[1024], endpoint[1200], path[1100];
+	char dir[1024], endpoint[1200], path[1100], where[2048];
 	int rc = 0;
 
 	for (int i = 1; i < argc; i++) {
@@ -216,6 +241,8 @@ int bench_events(int argc, char **argv)
 		}
 		free(src);
 	}
+	if (!rc)
+		where_bench(o.quick ? 100000 : 1000000, where, sizeof(where));
 	if (!rc) {
 		kvt_events_stats es;
 		struct timespec ts = { 0, 500 * 1000000L };
@@ -237,9 +264,10 @@ int bench_events(int argc, char **argv)
 				printf("},");
 			}
 			printf("\"batches_published\":%llu,\"batches_received\":%llu,"
-			       "\"events_published\":%llu,\"events_dropped\":%llu}\n",
+			       "\"events_published\":%llu,\"events_dropped\":%llu,\"where\":%s}\n",
 			       (unsigned long long)published, (unsigned long long)received,
-			       (unsigned long long)es.events, (unsigned long long)es.dropped);
+			       (unsigned long long)es.events, (unsigned long long)es.dropped,
+			       where[0] ? where : "null");
 		} else {
 			char a[64], b[64], c[64];
 			printf("puts per second, DRAM tier full (each put evicts), %d interleaved "
@@ -254,6 +282,7 @@ int bench_events(int argc, char **argv)
 			       "events %llu, dropped %llu\n",
 			       (unsigned long long)published, (unsigned long long)received,
 			       (unsigned long long)es.events, (unsigned long long)es.dropped);
+			printf("  kvtier where --bench: %s\n", where[0] ? where : "(not run)");
 		}
 	}
 out:

@@ -141,5 +141,7 @@ int cmd_demo(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
+/* kvtier where: a fleet's KV events, which node holds a prompt (cmd_where.c). */
+int cmd_where(int argc, char **argv);
 
 #endif

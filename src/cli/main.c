@@ -26,6 +26,7 @@ static const struct {
 	{ "gc", cmd_gc, "garbage-collect a shared directory tier: byte budget and TTL, no coordinator" },
 	{ "plan", cmd_plan, "simulate a trace over tier sizes and policies; cost, TTFT, advice" },
 	{ "replay", cmd_replay, "drive a trace through a real store; hit rates, bytes, latency" },
+	{ "where", cmd_where, "which node of a fleet holds a prompt's prefix, from its KV events" },
 };
 
 static void usage(FILE *f)

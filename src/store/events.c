@@ -382,8 +382,8 @@ static void replay_send(kvt_events *ev, zmq_msg_t *id, const void *topic, size_t
 	zmq_send(ev->replay, payload, plen, 0);
 }
 
-/* One replay request: [identity, "", start seq (8 bytes)] from a REQ or
- * DEALER socket.  The frames after the identity are collected (at most
+/* One replay request: [identity, "", start seq (8 bytes)] from a DEALER
+ * socket (a REQ would take the first answer only).  The frames after the identity are collected (at most
  * three: more only counts) and judged by kvt_events_replay_parse. */
 static void replay_serve(kvt_events *ev)
 {
@@ -534,6 +534,10 @@ int kvt_events_open(const struct kvt_events_conf *c, kvt_events **out)
 				     zmq_strerror(zmq_errno()));
 			goto fail;
 		}
+		/* No send limit: a replay is up to buffer_steps messages at once,
+		 * past ZeroMQ's default of 1,000, which would drop the rest (and
+		 * the end marker) unseen; the buffer bounds the memory. */
+		zmq_setsockopt(ev->replay, ZMQ_SNDHWM, &zero, sizeof(zero));
 		zmq_setsockopt(ev->replay, ZMQ_LINGER, &zero, sizeof(zero));
 		if ((rc = attach(ev->replay, c->replay_endpoint, 1)))
 			goto fail;
@@ -543,6 +547,10 @@ int kvt_events_open(const struct kvt_events_conf *c, kvt_events **out)
 		goto fail;
 	}
 	ev->started = 1;
+	/* The first batch of every publisher: whatever a router knew of this
+	 * store's previous life (another process, numbered from 0 too) is
+	 * gone; what the tiers hold now follows as BlockStored. */
+	kvt_events_post(ev, KVT_EV_CLEARED, "", NULL, 0);
 	*out = ev;
 	return 0;
 fail:

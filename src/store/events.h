@@ -11,9 +11,9 @@
  *            parent_block_hash, token_ids, block_size, lora_id, medium,
  *            lora_name}, BlockRemoved {block_hashes, medium},
  *            AllBlocksCleared {}
- *   ROUTER   (replay) a request [start sequence (u64 big-endian)] from a
- *            REQ socket is answered with every batch still buffered from
- *            that number on, each [topic, seq, payload], then the end
+ *   ROUTER   (replay) a request ["", start sequence (u64 big-endian)] from
+ *            a DEALER socket is answered with every batch still buffered
+ *            from that number on, each [topic, seq, payload], then the end
  *            marker ["", -1 (i64 big-endian), ""]; a malformed request
  *            gets the end marker alone, its last frame naming the fault.
  *

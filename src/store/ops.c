@@ -246,6 +246,7 @@ int store_promote_into(kvt_store *st, const kvt_ns *ns, const kvt_key *key, int 
 	struct into_ctx c = { .dram = dram, .key = key };
 	kvt_obj_hdr *h;
 	double t0 = store_now_s();
+	uint32_t tokens;
 	int rc = t->ops->get_into(t, key, into_reserve, &c);
 
 	if (rc) {
@@ -293,9 +294,10 @@ int store_promote_into(kvt_store *st, const kvt_ns *ns, const kvt_key *key, int 
 		store_forget(st, src, key, KVT_WHY_CORRUPT);
 		return rc;
 	}
+	tokens = store_image_tokens(c.w->iov, c.w->n_iov); /* the commit consumes c.w */
 	rc = dram->ops->put_commit(dram, c.w, KVT_DUR_CACHED);
 	if (rc == 0) {
-		store_after_insert(st, 0, key, c.len, -1);
+		store_after_insert(st, 0, key, c.len, -1, tokens);
 		hier_count(st->hier, src, HIER_PROMOTION);
 		hier_hit(st->hier, src, key);
 		store_perf_note(st, src, c.len, store_now_s() - t0);

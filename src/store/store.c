@@ -175,12 +175,28 @@ static const char *event_medium(const kvt_store *st, int tier)
 	}
 }
 
-static void store_event(kvt_store *st, int type, int tier, const kvt_key *key)
+static void store_event_tokens(kvt_store *st, int type, int tier, const kvt_key *key,
+			       uint32_t tokens)
 {
 	const char *medium = st->events ? event_medium(st, tier) : NULL;
 
 	if (medium)
-		kvt_events_post(st->events, type, medium, key, st->cfg.chunk_size);
+		kvt_events_post(st->events, type, medium, key, tokens ? tokens : st->cfg.chunk_size);
+}
+
+static void store_event(kvt_store *st, int type, int tier, const kvt_key *key)
+{
+	store_event_tokens(st, type, tier, key, 0);
+}
+
+uint32_t store_image_tokens(const struct iovec *iov, int n)
+{
+	const uint8_t *p;
+
+	if (n < 1 || iov[0].iov_len < 116)
+		return 0;
+	p = (const uint8_t *)iov[0].iov_base + 112; /* token_count, docs/FORMAT.md */
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
 /* Teach the policies what the tiers already hold (a warm restart). */
@@ -663,7 +679,8 @@ static int store_harden(kvt_store *st, const kvt_key *key, int holder,
 		if (rc != KVT_EEXIST)
 			tier_note_write(st, i, rc);
 		if (rc == 0)
-			store_after_insert(st, i, key, rb->len, -1);
+			store_after_insert(st, i, key, rb->len, -1,
+					   store_image_tokens(rb->iov, rb->n_iov));
 		if (rc == 0 || rc == KVT_EEXIST)
 			done = 1;
 		else if (!err)
@@ -739,12 +756,12 @@ int kvt_store_events_stats(kvt_store *st, kvt_events_stats *out)
 }
 
 void store_after_insert(kvt_store *st, int tier, const kvt_key *key,
-			 uint64_t len, int acct)
+			 uint64_t len, int acct, uint32_t tokens)
 {
 	kvt_key *v;
 	size_t n;
 
-	store_event(st, KVT_EV_STORED, tier, key);
+	store_event_tokens(st, KVT_EV_STORED, tier, key, tokens);
 	hier_insert(st->hier, tier, key, len, acct, &v, &n);
 	if (n)
 		evict_victims(st, tier, v, n);
@@ -782,6 +799,8 @@ static int put_publish(kvt_store *st, const kvt_key *key, uint64_t len,
 		       int durability, int acct)
 {
 	int stored = 0, durable = 0;
+	/* read before any commit consumes the wbuf that holds the image */
+	uint32_t tokens = first >= 0 ? store_image_tokens(w[first]->iov, w[first]->n_iov) : 0;
 
 	if (err && first < 0 && !lost) {
 		/* Nothing reserved anywhere, or the image could not be
@@ -809,7 +828,7 @@ static int put_publish(kvt_store *st, const kvt_key *key, uint64_t len,
 		rc[i] = t->ops->put_commit(t, w[i], want);
 		tier_note_write(st, i, rc[i]);
 		if (rc[i] == 0) {
-			store_after_insert(st, i, key, len, acct);
+			store_after_insert(st, i, key, len, acct, tokens);
 			stored++;
 			if (want >= durability)
 				durable = 1;
@@ -988,7 +1007,8 @@ static int copy_into(kvt_store *st, int dst, const kvt_tier_rbuf *rb,
 	if (rc != KVT_EEXIST)
 		tier_note_write(st, dst, rc);
 	if (rc == 0)
-		store_after_insert(st, dst, &rb->key, rb->len, -1);
+		store_after_insert(st, dst, &rb->key, rb->len, -1,
+				   store_image_tokens(rb->iov, rb->n_iov));
 	return rc;
 }
 
@@ -1051,7 +1071,8 @@ int store_copy_verified(kvt_store *st, int dst, const kvt_tier_rbuf *rb,
 	if (rc != KVT_EEXIST && rc != KVT_ECORRUPT)
 		tier_note_write(st, dst, rc);
 	if (rc == 0)
-		store_after_insert(st, dst, &rb->key, rb->len, -1);
+		store_after_insert(st, dst, &rb->key, rb->len, -1,
+				   store_image_tokens(rb->iov, rb->n_iov));
 	return rc;
 }
 

@@ -179,8 +179,13 @@ double store_held_expired(kvt_store *st, int tier, const kvt_key *key);
 /* A get or lookup of `key` by account `acct` (store_ns_acct) found
  * nothing: count it by reason (why.c). */
 void store_count_miss(kvt_store *st, int acct, const kvt_key *key);
+/* Tier `tier` now holds `key` (an image of len bytes, `tokens` tokens: its
+ * header's token count, 0 if not known): policy, victims, KV events. */
 void store_after_insert(kvt_store *st, int tier, const kvt_key *key, uint64_t len,
-			int acct);
+			int acct, uint32_t tokens);
+/* The token count in the header of the image whose first segment is
+ * iov[0], read as it lies (offset 112); 0 if the segment is too short. */
+uint32_t store_image_tokens(const struct iovec *iov, int n);
 /* Fold a read of `bytes` in `secs` into tier i's measured speed. */
 void store_perf_note(kvt_store *st, int i, uint64_t bytes, double secs);
 /* Borrow `key` from the first tier that serves a good copy.  `dev`: the

@@ -138,7 +138,12 @@ class InProcess(unittest.TestCase):
                 self.assertEqual((e.block_size, e.parent_block_hash, e.token_ids, e.lora_id),
                                  (256, None, [], None))
                 self.assertEqual(len(e.block_hashes[0]), 32)
-        self.assertEqual(sub.seqs, list(range(len(sub.seqs))))  # gapless, from 0
+        # Gapless from 1: batch 0, AllBlocksCleared, went out as the store
+        # opened, before this subscriber joined (it replays it below).
+        self.assertEqual(sub.seqs, list(range(1, len(sub.seqs) + 1)))
+        first = replay(self.rep, [b"", bytes(8)])[0]
+        self.assertEqual(first[1], 0)
+        self.assertEqual([type(e) for e in DECODE.decode(first[2]).events], [AllBlocksCleared])
 
         # A read of an NVMe-only chunk promotes it: DRAM gains it.
         n0 = len(sub.events)
@@ -153,7 +158,7 @@ class InProcess(unittest.TestCase):
         sub.pump()
         self.assertIn(raw[7], removed(sub.events[n0:], "DRAM"))
         self.assertIn(raw[7], removed(sub.events[n0:], "NVME"))
-        self.assertEqual(sub.seqs, list(range(len(sub.seqs))))
+        self.assertEqual(sub.seqs, list(range(1, len(sub.seqs) + 1)))
         ev = st.events_stats()
         self.assertEqual((ev["enabled"], ev["dropped"], ev["last_seq"]),
                          (1, 0, sub.seqs[-1]))
@@ -394,7 +399,7 @@ class Daemon(unittest.TestCase):
                 r.set("doc:%d" % i, os.urandom(1 << 20))
             sub.pump(until=lambda s: len(stored(s.events, "NVME")) >= 6)
             self.assertGreaterEqual(len(stored(sub.events, "DRAM")), 6)
-            self.assertEqual(sub.seqs, list(range(len(sub.seqs))))
+            self.assertEqual(sub.seqs, list(range(sub.seqs[0], sub.seqs[0] + len(sub.seqs))))
             # An overwrite publishes the new version and removes the old.
             n0 = len(sub.events)
             r.set("doc:0", os.urandom(1 << 20))
@@ -414,7 +419,10 @@ class Daemon(unittest.TestCase):
             events = [e for _, _, p in got[:-1] for e in DECODE.decode(p).events]
             now = set(stored(events, "NVME"))
             self.assertTrue(now <= before and len(now) >= 6, (len(now), len(before)))
-            self.assertFalse(any(isinstance(e, AllBlocksCleared) for e in events))
+            # A new life starts with AllBlocksCleared, at sequence 0.
+            self.assertEqual(got[0][1], 0)
+            self.assertIsInstance(events[0], AllBlocksCleared)
+            self.assertEqual(sum(isinstance(e, AllBlocksCleared) for e in events), 1)
         finally:
             sub.close()
 
