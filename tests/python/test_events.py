@@ -26,6 +26,7 @@ import kvtier
 import tier_env
 
 DECODE = msgspec.msgpack.Decoder(type=KVEventBatch)
+LAYOUT_SMALL = kvtier.Layout(1, 1, 16, "bf16", chunk_tokens=256)  # 16 KiB chunks
 END = (-1).to_bytes(8, "big", signed=True)
 
 
@@ -193,6 +194,29 @@ class InProcess(unittest.TestCase):
         with self.assertRaisesRegex(kvtier.Error, "1..16 block hashes"):
             st.name_chunk(keys[0], blocks * 3)
         st.close()
+
+    def test_shared_directory_and_s3_publish_their_medium(self):
+        for tier, medium in (("shared_fs", "SHARED_FS"), ("s3", "S3")):
+            c = self.env.config(tier, "ev-" + tier, dram="4MiB")
+            for k, v in (("kv_events_publisher", "zmq"),
+                         ("kv_events_endpoint", self.pub + tier),
+                         ("kv_events_replay_endpoint", self.rep + tier)):
+                c.set(k, v)
+            st = kvtier.Store(c)
+            ns = st.namespace("m", LAYOUT_SMALL)
+            sub = Subscriber(self.pub + tier)
+            self.subs.append(sub)
+            time.sleep(0.3)
+            keys = ns.key_chain(list(range(256 * 2)))
+            for k in keys:
+                st.put(ns, k, os.urandom(ns.payload_bytes), durability="crash_safe")
+            st.flush(20000)
+            sub.pump(until=lambda s: len(stored(s.events, medium)) >= 2)
+            self.assertEqual(sorted(stored(sub.events, medium)), sorted(bytes(k) for k in keys))
+            st.delete(ns, keys[0])
+            sub.pump(until=lambda s: removed(s.events, medium))
+            self.assertEqual(removed(sub.events, medium), [bytes(keys[0])])
+            st.close()
 
     def test_damaged_chunk_is_removed(self):
         st = self.open(dram="1MiB")
