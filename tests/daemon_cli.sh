@@ -70,7 +70,7 @@ is "CLIENT SETNAME with a space" "ERR Client names cannot contain spaces, newlin
 is "CLIENT SETINFO" "OK" rc client setinfo lib-name kvt
 id=$(rc client id)
 case $id in ''|*[!0-9]*) bad "CLIENT ID: $id";; *) ok "CLIENT ID $id";; esac
-is "COMMAND COUNT" "27" rc command count
+is "COMMAND COUNT" "28" rc command count
 rc command docs get | grep -q summary && ok "COMMAND DOCS" || bad "COMMAND DOCS"
 rc command info get | head -1 | grep -qx get && ok "COMMAND INFO" || bad "COMMAND INFO"
 is "HELLO 3 via redis-cli -3" "v2" redis-cli -3 -p "$daemon_port" get k1
