@@ -28,8 +28,9 @@ struct need {
 struct fleet {
 	const kvt_plan_fleet_conf *f;
 	double win;                       /* window seconds */
-	double *wbytes[KVT_PLAN_NLINK];   /* bytes per window */
-	size_t nwin, wcap;
+	double *wbytes[KVT_PLAN_NLINK];   /* bytes per window; past wcap, 0 */
+	size_t wcap[KVT_PLAN_NLINK];      /* 0: the link has carried nothing */
+	size_t nwin;                      /* windows any link reached */
 	struct need need[KVT_PLAN_NLINK];
 	int err;
 };
@@ -65,22 +66,21 @@ static int push(struct need *n, double v)
 	return 0;
 }
 
-/* Room for window index w in every link's series. */
-static int windows_upto(struct fleet *fl, size_t w)
+/* Room for window index w in link l's series: only the links that carry
+ * loads have one (most configurations use one or two of the four). */
+static int windows_upto(struct fleet *fl, unsigned l, size_t w)
 {
-	if (w < fl->wcap)
+	if (w < fl->wcap[l])
 		return 0;
-	size_t c = fl->wcap ? fl->wcap : 4096;
+	size_t c = fl->wcap[l] ? fl->wcap[l] : 4096;
 	while (c <= w)
 		c *= 2;
-	for (unsigned l = 0; l < KVT_PLAN_NLINK; l++) {
-		double *p = realloc(fl->wbytes[l], c * sizeof(*p));
-		if (!p)
-			return KVT_ENOMEM;
-		memset(p + fl->wcap, 0, (c - fl->wcap) * sizeof(*p));
-		fl->wbytes[l] = p;
-	}
-	fl->wcap = c;
+	double *p = realloc(fl->wbytes[l], c * sizeof(*p));
+	if (!p)
+		return KVT_ENOMEM;
+	memset(p + fl->wcap[l], 0, (c - fl->wcap[l]) * sizeof(*p));
+	fl->wbytes[l] = p;
+	fl->wcap[l] = c;
 	return 0;
 }
 
@@ -88,7 +88,7 @@ static int windows_upto(struct fleet *fl, size_t w)
 static void spread(struct fleet *fl, unsigned l, double s, double e, double bytes)
 {
 	size_t w0 = (size_t)(s / fl->win), w1 = (size_t)(e / fl->win);
-	if (fl->err || (fl->err = windows_upto(fl, w1)))
+	if (fl->err || (fl->err = windows_upto(fl, l, w1)))
 		return;
 	if (w1 + 1 > fl->nwin)
 		fl->nwin = w1 + 1;
@@ -388,7 +388,7 @@ int plan_fleet_run(const struct plan_trace *pt, const kvt_plan_req_hit *per_req,
 	for (unsigned l = 0; l < KVT_PLAN_NLINK; l++) {
 		kvt_plan_link_use *u = &out->link[l];
 		for (size_t w = 0; w < nw; w++)
-			ws[w] = w < fl.nwin ? fl.wbytes[l][w] / fl.win / 1e9 : 0;
+			ws[w] = w < fl.wcap[l] ? fl.wbytes[l][w] / fl.win / 1e9 : 0;
 		for (size_t w = 0; series && w < nw && w < series_cap; w++)
 			series[(size_t)l * series_cap + w] = ws[w];
 		if (u->starved)

@@ -108,6 +108,83 @@ static uint64_t local_prefix(const struct node *nd, const uint32_t *b, uint64_t 
 	return i;
 }
 
+/* Request q (n blocks, h[] of them hit by tier, run on node ni) into the
+ * totals and per_req. */
+static void tally(const struct plan_trace *pt, uint64_t q, uint64_t n, const uint64_t h[PLAN_NT],
+		  unsigned ni, struct plan_result *r, struct plan_req_hit *per_req)
+{
+	uint64_t hit = h[0] + h[1] + h[2];
+	for (unsigned k = 0; k < PLAN_NT; k++)
+		r->hit_tier[k] += h[k];
+	r->hit_blocks += hit;
+	r->hit_tokens += plan_hit_tokens(pt, q, hit, n);
+	r->tokens += pt->in_len[q];
+	if (per_req) {
+		for (unsigned k = 0; k < PLAN_NT; k++)
+			per_req[q].hit[k] = (uint32_t)h[k];
+		per_req[q].node = ni;
+	}
+	r->blocks += n;
+	r->requests++;
+}
+
+/* One node, one tier that holds every block of the trace (its distinct
+ * blocks fit) and no admission filter: nothing is ever evicted, whatever
+ * the policy, so a block is resident exactly when it was accessed before.
+ * Such a run needs no policy: a bit per block says it, in one pass over
+ * the ids, where the policy's bookkeeping (a flat map and a node per
+ * block, the most memory of a plan) would only ever answer the same.  A
+ * policy or S3-FIFO share that kvt_evict_create refuses is left to the
+ * general path, which says so. */
+static int holds_all(const struct plan_trace *pt, const struct plan_conf *c)
+{
+	return c->nodes == 1 && !c->tier[PLAN_T1].capacity && !c->tier[PLAN_TS].capacity &&
+	       !c->tier[PLAN_T0].admit.rules && c->tier[PLAN_T0].capacity >= pt->t.nids &&
+	       (c->kind == KVT_EVICT_LRU || c->kind == KVT_EVICT_S3FIFO) && c->s3_small_pct <= 90;
+}
+
+/* plan_sim_run when holds_all(): the same counts as the general path's
+ * single-tier loop, to the block. */
+static int sim_holds_all(const struct plan_trace *pt, struct plan_result *r,
+			 struct plan_req_hit *per_req)
+{
+	const struct kvt_trace *t = &pt->t;
+	uint64_t *seen = calloc(t->nids / 64 + 1, sizeof(*seen));
+	int rc = 0;
+
+	if (!seen)
+		return KVT_ENOMEM;
+	for (uint64_t q = 0; !rc && q < t->nreq; q++) {
+		const uint32_t *b = t->ids + t->off[q];
+		uint64_t n = t->off[q + 1] - t->off[q], i = 0, ah = 0;
+		uint64_t h[PLAN_NT] = {0, 0, 0};
+		while (i < n && b[i] < t->nids && (seen[b[i] >> 6] >> (b[i] & 63) & 1))
+			i++;
+		h[PLAN_T0] = i;
+		for (; i < n; i++) {
+			uint32_t id = b[i];
+			uint64_t bit = 1ull << (id & 63);
+			if (id >= t->nids) {
+				/* As the policy refuses it (id_limit). */
+				rc = kvt_err(KVT_EINVAL, "id %llu outside the policy's id_limit %llu",
+					     (unsigned long long)id,
+					     (unsigned long long)(t->nids ? t->nids : 1));
+				break;
+			}
+			if (seen[id >> 6] & bit) {
+				ah++;
+			} else {
+				seen[id >> 6] |= bit;
+				r->inserts[PLAN_T0]++;
+			}
+		}
+		r->access_hits[PLAN_T0] += h[PLAN_T0] + ah;
+		tally(pt, q, n, h, 0, r, per_req);
+	}
+	free(seen);
+	return rc;
+}
+
 int plan_sim_run(const struct plan_trace *pt, const struct plan_conf *c,
 		 struct plan_result *r, struct plan_req_hit *per_req)
 {
@@ -115,6 +192,8 @@ int plan_sim_run(const struct plan_trace *pt, const struct plan_conf *c,
 	if (c->nodes < 1 || c->nodes > PLAN_MAX_NODES || !c->tier[PLAN_T0].capacity)
 		return kvt_err(KVT_EINVAL, "plan: %u nodes, T0 of %llu blocks", c->nodes,
 			       (unsigned long long)c->tier[PLAN_T0].capacity);
+	if (holds_all(pt, c))
+		return sim_holds_all(pt, r, per_req);
 	struct sim s = {.pt = pt, .c = c, .r = r};
 	s.has1 = c->tier[PLAN_T1].capacity != 0;
 	s.nodes = calloc(c->nodes, sizeof(*s.nodes));
@@ -122,7 +201,10 @@ int plan_sim_run(const struct plan_trace *pt, const struct plan_conf *c,
 	for (unsigned i = 0; !rc && i < c->nodes; i++) {
 		struct node *nd = &s.nodes[i];
 		nd->s = &s;
-		rc = make_evict(pt, c, c->tier[PLAN_T0].capacity, t0_victim, nd, &nd->ev[0]);
+		/* T0's victims go to T1 or S; with neither, nowhere. */
+		rc = make_evict(pt, c, c->tier[PLAN_T0].capacity,
+				s.has1 || c->tier[PLAN_TS].capacity ? t0_victim : NULL, nd,
+				&nd->ev[0]);
 		if (!rc && s.has1)
 			rc = make_evict(pt, c, c->tier[PLAN_T1].capacity, t1_victim, nd,
 					&nd->ev[1]);
@@ -180,7 +262,16 @@ int plan_sim_run(const struct plan_trace *pt, const struct plan_conf *c,
 			 * accesses answers exactly what it would have before
 			 * them.  So the hit prefix is counted in the same pass
 			 * (half the hash probes of the general path). */
-			for (uint64_t i = 0; s.ad[PLAN_T0] && i < n; i++)
+			if (!s.ad[PLAN_T0]) {
+				/* Nothing between a miss and its insert: each
+				 * block is one access of the policy. */
+				uint64_t ah;
+				s.err = kvt_evict_access_seq(nd->ev[0], b, n, &h[PLAN_T0], &ah);
+				r->access_hits[PLAN_T0] += ah;
+				r->inserts[PLAN_T0] += s.err ? 0 : n - ah;
+				goto counted;
+			}
+			for (uint64_t i = 0; i < n; i++)
 				kvt_admit_record(s.ad[PLAN_T0], b[i]);
 			uint64_t i = 0, ah = 0;
 			while (i < n && kvt_evict_lookup(nd->ev[0], b[i]))
@@ -193,7 +284,7 @@ int plan_sim_run(const struct plan_trace *pt, const struct plan_conf *c,
 					offer(&s, nd->ev[0], PLAN_T0, b[i]);
 			}
 			r->access_hits[PLAN_T0] += h[PLAN_T0] + ah;
-			goto tally;
+			goto counted;
 		}
 		for (uint64_t i = 0; i < n; i++) {
 			if (kvt_evict_contains(nd->ev[0], b[i]))
@@ -237,20 +328,9 @@ int plan_sim_run(const struct plan_trace *pt, const struct plan_conf *c,
 				offer(&s, nd->ev[1], PLAN_T1, id);
 			to_shared(&s, id);
 		}
-tally:;
+counted:
+		tally(pt, q, n, h, ni, r, per_req);
 		uint64_t hit = h[0] + h[1] + h[2];
-		for (unsigned k = 0; k < PLAN_NT; k++)
-			r->hit_tier[k] += h[k];
-		r->hit_blocks += hit;
-		r->hit_tokens += plan_hit_tokens(pt, q, hit, n);
-		r->tokens += pt->in_len[q];
-		if (per_req) {
-			for (unsigned k = 0; k < PLAN_NT; k++)
-				per_req[q].hit[k] = (uint32_t)h[k];
-			per_req[q].node = ni;
-		}
-		r->blocks += n;
-		r->requests++;
 		if (load) {
 			total = 0;
 			for (unsigned i = 0; i < c->nodes; i++)

@@ -11,7 +11,8 @@
  * fields are taken by name.  Long traces are parsed by several threads, a
  * window of lines at a time, and committed in line order (json_window),
  * so that what is read and which error is reported are those of one
- * thread.  Every refusal is
+ * thread.  A regular file (read_mapped) or bytes in memory are one window,
+ * read in place; a stream is a window per read, each copied.  Every refusal is
  * KVT_EINVAL naming the file, the line and the field, with the accepted
  * range where there is one.
  */
@@ -27,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -114,6 +116,12 @@ struct reader {
 
 	/* vLLM KV events: requests are whole only at the end of the input. */
 	struct plan_vllm *vl;
+
+	/* The bytes read stay where they are until the read returns (a
+	 * mapped file, a caller's buffer): windows read them in place, not
+	 * from a copy. */
+	int in_place;
+	int long_line;         /* a line past the bound was refused */
 };
 
 /* KVT_EINVAL naming the file and line: "name:line: what". */
@@ -773,6 +781,32 @@ static const char *fast_number(const char *p, const char *end, double *v, int *i
 	return p;
 }
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define FAST_DIGITS8 1
+/* The decimal digits that lead the 8 bytes at p, at most 8: their count,
+ * and when there are any their value in *u, all 8 bytes read at once.  A digit's
+ * byte xor '0' is its value; any other's is 10 or more, and adding 0x76
+ * sets its high bit (a carry out of it disturbs only the bytes after it,
+ * which the count never looks at).  The digits, moved to the top bytes
+ * behind zeros, are then summed in pairs, fours and eights. */
+static inline unsigned fast_digits8(const char *p, uint64_t *u)
+{
+	uint64_t v, t, stop;
+
+	memcpy(&v, p, sizeof(v));
+	t = v ^ 0x3030303030303030ull;
+	stop = ((t + 0x7676767676767676ull) | t) & 0x8080808080808080ull;
+	unsigned n = stop ? (unsigned)__builtin_ctzll(stop) / 8 : 8;
+	if (n) {
+		t <<= 64 - 8 * n;
+		t = (t * 10 + (t >> 8)) & 0x00ff00ff00ff00ffull;
+		t = (t * 100 + (t >> 16)) & 0x0000ffff0000ffffull;
+		*u = (t * 10000 + (t >> 32)) & 0xffffffffull;
+	}
+	return n;
+}
+#endif
+
 /* An array of non-negative integers at p (its '['): past its ']', or
  * NULL.  With iv, its elements are appended there. */
 static const char *fast_array(const char *p, const char *end, struct idvec *iv, size_t *n)
@@ -790,8 +824,18 @@ static const char *fast_array(const char *p, const char *end, struct idvec *iv, 
 		 * is read here; anything longer goes through fast_number. */
 		const char *s = p;
 		u = 0;
-		while (p < end && p - s < 18 && *p >= '0' && *p <= '9')
-			u = u * 10 + (uint64_t)(*p++ - '0');
+#ifdef FAST_DIGITS8
+		/* Up to 7 digits (a trace's ids, mostly) at once; 8 or more
+		 * one by one, from the first. */
+		unsigned nd;
+		uint64_t u8;
+		if (end - p >= 8 && (nd = fast_digits8(p, &u8)) < 8) {
+			p += nd;
+			u = nd ? u8 : 0;
+		} else
+#endif
+			while (p < end && p - s < 18 && *p >= '0' && *p <= '9')
+				u = u * 10 + (uint64_t)(*p++ - '0');
 		if (p == s || p == end || (*s == '0' && p - s > 1) ||
 		    (*p != ',' && *p != ']')) {
 			if (s == end || *s == '-')
@@ -1012,42 +1056,128 @@ static int json_line(struct reader *r, const char *p, const char *end)
 /* ---- many records at once ------------------------------------------------- */
 
 /* A window of whole lines of a JSON trace is parsed by several threads, a
- * chunk of lines at a time, while the calling thread commits the chunks
- * done, in order (jansson's tree building is most of a record's cost; the
- * commit is cheap).  Threads take chunks as they come, and the calling
- * thread never waits for one: a helper that the scheduler starts late
- * finds the work done and leaves (the window, a copy of the lines, is
- * freed by whoever leaves last). */
-#ifndef PAR_CHUNK_LINES
-#define PAR_CHUNK_LINES 128
-#endif
-#define PAR_MIN_LINES 1024
+ * chunk of its bytes at a time, while the calling thread commits the
+ * chunks done, in order (the trace builder numbers ids in order of first
+ * sight).  A chunk holds the lines that start in its bytes, so each
+ * thread finds its own lines and nothing is read serially first.  Threads take chunks as they come, and the calling thread never
+ * waits for one: a helper that the scheduler starts late finds the work
+ * done and leaves (the window, and the copy of the lines it reads, is
+ * freed by whoever leaves last).  Lines read in place (a mapped file) are
+ * the caller's again once the window returns, so it does wait then for a
+ * helper still inside a chunk, one chunk's work at most.
+ *
+ * A chunk stops at its first refused line.  Its line numbers are its own
+ * (where the chunk starts in the trace is known only when the chunks
+ * before it are committed), so the commit reads that one line again,
+ * numbered, for the message: the one a single thread would give. */
 #define PAR_MAX_THREADS 8
 
+/* Windows of at least this many bytes of a JSON trace are read in
+ * parallel (json_window); below it a thread costs more than it saves.
+ * A window has at least two chunks. */
+#ifndef PAR_MIN_BYTES
+#define PAR_MIN_BYTES (64u << 10)
+#endif
+#define PAR_CHUNK_BYTES (PAR_MIN_BYTES / 2)
+
 struct pchunk {
-	size_t l0, l1;          /* lines [l0, l1) of the window */
-	struct jrec *rec;
-	size_t nrec;
+	size_t b0, b1;          /* its lines start in bytes [b0, b1) of the window */
+	struct jrec *rec;       /* rec[i].line: the line within the chunk, from 1 */
+	size_t nrec, reccap;
 	struct idvec ids;
-	int rc;                 /* the first error, at line rc_line */
-	uint64_t rc_line;
-	char msg[512];
+	uint64_t lines;         /* lines read, blank ones too, before any stop */
+	/* Where it stopped, if it did: a refused line (stop_n bytes at
+	 * stop_at, blanks trimmed), or one longer than the bound (stop_long,
+	 * stop_at its start); rc: out of memory. */
+	int stop, stop_long, rc;
+	size_t stop_at, stop_n;
 	atomic_int done;
+};
+
+/* The commit is the slower side (the trace builder): a helper runs at
+ * most PAR_AHEAD chunks past the last one committed, then waits for it, so
+ * that what waits to be committed stays small however long the window.  A
+ * committed chunk's arrays are kept (PAR_SPARE of them) for the next
+ * chunk to run: a long window writes its records into the same few blocks
+ * instead of fresh memory for every chunk. */
+#define PAR_AHEAD 16
+#define PAR_SPARE 8
+
+struct pspare {
+	struct jrec *rec;
+	size_t reccap;
+	struct idvec ids;
 };
 
 struct pwin {
 	atomic_int refs;
 	atomic_size_t next;     /* the next chunk to take */
+	atomic_int reading;     /* helpers that may be inside a chunk */
 	const char *name;
 	enum plan_fmt fmt;
-	const char *base;
-	const size_t *start, *len; /* per line: offset and length, blanks trimmed */
-	const uint64_t *lineno;
+	const char *base;       /* the window's bytes: a copy, or the caller's */
+	size_t len;
 	struct pchunk *ch;
 	size_t nch;
-	void *mem;              /* the line tables, freed with the window */
-	char *bytes;            /* the window's copy that base points into */
+	char *bytes;            /* the copy base points into, or NULL */
+	pthread_mutex_t lock;   /* of what follows */
+	pthread_cond_t turn;    /* committed moved, or closed */
+	size_t committed;       /* chunks committed */
+	int closed;             /* the caller has left: run nothing more */
+	int waiting;            /* helpers waiting for their turn */
+	struct pspare spare[PAR_SPARE];
+	unsigned nspare;
 };
+
+/* A chunk about to run takes a spare's arrays, if there is one. */
+static void pchunk_reuse(struct pwin *w, struct pchunk *k)
+{
+	pthread_mutex_lock(&w->lock);
+	if (w->nspare) {
+		struct pspare *sp = &w->spare[--w->nspare];
+		k->rec = sp->rec;
+		k->reccap = sp->reccap;
+		k->ids = sp->ids;
+		k->ids.n = 0;
+	}
+	pthread_mutex_unlock(&w->lock);
+}
+
+/* Chunk k committed (the next one in line, or the caller's own reading
+ * of it): its arrays kept as a spare, else freed, and a helper that waits
+ * for its turn told. */
+static void pchunk_committed(struct pwin *w, struct pchunk *k)
+{
+	pthread_mutex_lock(&w->lock);
+	w->committed++;
+	if (w->nspare < PAR_SPARE && k->rec && k->ids.v) {
+		w->spare[w->nspare++] = (struct pspare){k->rec, k->reccap, k->ids};
+		k->rec = NULL;
+		k->ids.v = NULL;
+	}
+	if (w->waiting)
+		pthread_cond_broadcast(&w->turn);
+	pthread_mutex_unlock(&w->lock);
+	free(k->rec);
+	free(k->ids.v);
+	k->rec = NULL;
+	k->ids.v = NULL;
+}
+
+/* A helper's chunk i: wait until it is no more than PAR_AHEAD past the
+ * commit.  0 to run it, or 1 when the caller has left the window. */
+static int pchunk_turn(struct pwin *w, size_t i)
+{
+	pthread_mutex_lock(&w->lock);
+	while (!w->closed && i >= w->committed + PAR_AHEAD) {
+		w->waiting++;
+		pthread_cond_wait(&w->turn, &w->lock);
+		w->waiting--;
+	}
+	int closed = w->closed;
+	pthread_mutex_unlock(&w->lock);
+	return closed;
+}
 
 static void pwin_put(struct pwin *w)
 {
@@ -1057,57 +1187,110 @@ static void pwin_put(struct pwin *w)
 		free(w->ch[i].rec);
 		free(w->ch[i].ids.v);
 	}
+	for (unsigned i = 0; i < w->nspare; i++) {
+		free(w->spare[i].rec);
+		free(w->spare[i].ids.v);
+	}
+	pthread_cond_destroy(&w->turn);
+	pthread_mutex_destroy(&w->lock);
 	free(w->ch);
-	free(w->mem);
 	free(w->bytes);
 	free(w);
 }
 
+/* One record (blanks trimmed) into *rec, its ids appended to iv: the fast
+ * path's, else jansson's.  0, or the refusal, c->line naming the line. */
+static int take_line(struct jctx *c, const char *p, size_t n, struct jrec *rec,
+		     struct idvec *iv)
+{
+	json_t *o;
+	int fixed, rc;
+
+	/* The fast path never takes a NUL (it is no byte of its shape). */
+	if (!fast_take(c, p, n, rec, iv))
+		return 0;
+	if (memchr(p, '\0', n))
+		return bad_rec(c, "a NUL byte: binary data, not a trace");
+	rc = json_parse(c, p, n, &o, &fixed);
+	if (!rc) {
+		rc = json_fields(c, o, fixed, rec, iv);
+		json_decref(o);
+	}
+	return rc;
+}
+
 static void pchunk_run(struct pwin *w, struct jctx *c, struct pchunk *k)
 {
-	k->rec = malloc((k->l1 - k->l0) * sizeof(*k->rec));
-	if (!k->rec) {
-		k->rc = KVT_ENOMEM;
-		snprintf(k->msg, sizeof(k->msg), "%s: out of memory", w->name);
-		k->rc_line = w->lineno[k->l0];
-		return;
+	const char *end = w->base + w->len, *lim = w->base + k->b1;
+	const char *p = w->base + k->b0;
+
+	pchunk_reuse(w, k);
+	/* Past the line that started before the chunk, if one did. */
+	if (k->b0 && p[-1] != '\n') {
+		const char *nl = memchr(p, '\n', (size_t)(lim - p));
+		p = nl ? nl + 1 : lim;
 	}
-	for (size_t l = k->l0; l < k->l1; l++) {
-		json_t *o;
-		int fixed, rc;
-		c->line = w->lineno[l];
-		/* The fast path never takes a NUL (it is no byte of its shape). */
-		if (!fast_take(c, w->base + w->start[l], w->len[l], &k->rec[k->nrec], &k->ids)) {
-			k->nrec++;
+	while (p < lim) {
+		/* A line ends at its '\n' or the window's end, looked for no
+		 * further than the bound. */
+		size_t room = (size_t)(end - p);
+		if (room > PLAN_TRACE_MAX_LINE)
+			room = PLAN_TRACE_MAX_LINE + 1;
+		const char *eol = memchr(p, '\n', room);
+		const char *a = p, *b = eol ? eol : end;
+		if ((size_t)(b - a) > PLAN_TRACE_MAX_LINE) {
+			k->stop = k->stop_long = 1;
+			k->stop_at = (size_t)(a - w->base);
+			return;
+		}
+		p = b + 1;
+		k->lines++;
+		while (a < b && is_blank(*a))
+			a++;
+		while (b > a && is_blank(b[-1]))
+			b--;
+		if (a == b)
 			continue;
+		if (k->nrec == k->reccap) {
+			size_t nc = k->reccap ? k->reccap * 2 : 128;
+			struct jrec *v = realloc(k->rec, nc * sizeof(*v));
+			if (!v) {
+				k->lines--;
+				k->rc = KVT_ENOMEM;
+				return;
+			}
+			k->rec = v;
+			k->reccap = nc;
 		}
-		if (memchr(w->base + w->start[l], '\0', w->len[l]))
-			rc = bad_rec(c, "a NUL byte: binary data, not a trace");
-		else
-			rc = json_parse(c, w->base + w->start[l], w->len[l], &o, &fixed);
-		if (!rc) {
-			rc = json_fields(c, o, fixed, &k->rec[k->nrec], &k->ids);
-			json_decref(o);
-		}
-		if (rc) {
-			k->rc = rc;
-			k->rc_line = c->line;
-			snprintf(k->msg, sizeof(k->msg), "%s", kvt_errmsg());
+		c->line = k->lines;
+		if (take_line(c, a, (size_t)(b - a), &k->rec[k->nrec], &k->ids)) {
+			k->lines--; /* the commit counts it when it reads it again */
+			k->stop = 1;
+			k->stop_at = (size_t)(a - w->base);
+			k->stop_n = (size_t)(b - a);
 			return;
 		}
 		k->nrec++;
 	}
 }
 
-/* Take chunks until none is left.  *c is the thread's scratch. */
+/* Take chunks until none is left, each in its turn.  *c is the thread's
+ * scratch.  A helper counts itself reading before it takes a chunk, so
+ * that once the caller has closed the window and seen no one reading, no
+ * one reads its bytes again. */
 static void pwin_work(struct pwin *w, struct jctx *c)
 {
 	for (;;) {
+		atomic_fetch_add(&w->reading, 1);
 		size_t i = atomic_fetch_add(&w->next, 1);
-		if (i >= w->nch)
+		int stop = i >= w->nch || pchunk_turn(w, i);
+		if (!stop) {
+			pchunk_run(w, c, &w->ch[i]);
+			atomic_store_explicit(&w->ch[i].done, 1, memory_order_release);
+		}
+		atomic_fetch_sub(&w->reading, 1);
+		if (stop)
 			return;
-		pchunk_run(w, c, &w->ch[i]);
-		atomic_store_explicit(&w->ch[i].done, 1, memory_order_release);
 	}
 }
 
@@ -1123,33 +1306,55 @@ static void *pwin_thread(void *arg)
 	return NULL;
 }
 
-/* Commit chunk k (done), stopping at its error or when max_req is met. */
-static int pchunk_commit(struct reader *r, const struct pchunk *k)
+/* Commit chunk k (done), its lines after the `*line` before it, stopping
+ * at its stop or when max_req is met; *line then counts its lines too.  A
+ * line past the bound is left to the caller: *stop is then its offset in
+ * the window. */
+static int pchunk_commit(struct reader *r, struct pwin *w, struct jctx *c,
+			 const struct pchunk *k, uint64_t *line, size_t *stop)
 {
 	const uint64_t *ids = k->ids.v;
 	for (size_t i = 0; i < k->nrec && !r->full; i++) {
-		int rc = json_commit(r, &k->rec[i], ids);
+		struct jrec rec = k->rec[i];
+		rec.line += *line;
+		int rc = json_commit(r, &rec, ids);
 		if (rc)
 			return rc;
-		if (k->rec[i].nid)
-			ids += k->rec[i].nid; /* NULL while every record so far was [] */
+		if (rec.nid)
+			ids += rec.nid; /* NULL while every record so far was [] */
 	}
-	if (k->rc && !r->full) {
-		r->line = k->rc_line;
-		return kvt_err(k->rc, "%s", k->msg);
+	if (r->full)
+		return 0;
+	*line += k->lines;
+	if (k->rc) {
+		r->line = *line + 1;
+		return kvt_err(k->rc, "%s: out of memory", r->name);
 	}
-	return 0;
+	if (k->stop_long) {
+		*stop = k->stop_at;
+		return 0;
+	}
+	if (!k->stop)
+		return 0;
+	/* The refused line again, numbered, for its message. */
+	struct idvec iv = {NULL, 0, 0};
+	struct jrec rec;
+	r->line = c->line = ++*line;
+	int rc = take_line(c, w->base + k->stop_at, k->stop_n, &rec, &iv);
+	free(iv.v);
+	/* Refused once, read now: memory was short the first time. */
+	return rc ? rc : kvt_err(KVT_ENOMEM, "%s: out of memory", r->name);
 }
 
-/* Threads for a window of nlines: no more than the CPUs this process may
- * run on (a helper pinned to the same core as the caller only adds
- * switches), nor than the lines make worth it. */
-static unsigned par_threads(size_t nlines)
+/* Threads for a window of `len` bytes: no more than the CPUs this process
+ * may run on (a helper pinned to the same core as the caller only adds
+ * switches), nor than its chunks make worth it. */
+static unsigned par_threads(size_t len)
 {
 	cpu_set_t cs;
 	long n = sched_getaffinity(0, sizeof(cs), &cs) == 0 ? CPU_COUNT(&cs)
 							   : sysconf(_SC_NPROCESSORS_ONLN);
-	size_t t = nlines / (PAR_MIN_LINES / 2);
+	size_t t = len / PAR_CHUNK_BYTES;
 	if (n < 1)
 		n = 1;
 	if (t > (size_t)n)
@@ -1157,77 +1362,58 @@ static unsigned par_threads(size_t nlines)
 	return t > PAR_MAX_THREADS ? PAR_MAX_THREADS : t ? (unsigned)t : 1;
 }
 
-/* The non-blank lines of [p, end) (whole lines, each without its '\n',
- * none longer than the bound: the caller checked) as one window, in
- * parallel.  0, or the first error in line order; r->line is then the
- * line of the error, else the window's last. */
+/* The lines of [p, end) (whole lines: end is past a '\n' or the end of
+ * the input) as one window, in parallel: read in place with
+ * r->in_place, else from a copy.  0, or the first error in line order; r->line
+ * is then the line of the error, else the window's last.  *stop is end,
+ * or the start of a line longer than the bound, for the caller to refuse
+ * after the lines before it. */
 static int json_window(struct reader *r, const char *p, const char *end, const char **stop)
 {
 	struct pwin *w = calloc(1, sizeof(*w));
-	size_t nlines = 1;
+	size_t len = (size_t)(end - p), at = len;
 	uint64_t line = r->line;
 	int rc = 0;
 
 	*stop = end;
-	for (const char *q = p; (q = memchr(q, '\n', (size_t)(end - q))); q++)
-		nlines++;
 	if (!w)
 		return kvt_err(KVT_ENOMEM, "%s: out of memory", r->name);
-	w->mem = malloc(nlines * (2 * sizeof(size_t) + sizeof(uint64_t)));
-	w->nch = (nlines + PAR_CHUNK_LINES - 1) / PAR_CHUNK_LINES;
+	w->nch = (len + PAR_CHUNK_BYTES - 1) / PAR_CHUNK_BYTES;
 	w->ch = calloc(w->nch ? w->nch : 1, sizeof(*w->ch));
-	if (!w->mem || !w->ch) {
-		free(w->mem);
-		free(w->ch);
+	if (!w->ch) {
 		free(w);
 		return kvt_err(KVT_ENOMEM, "%s: out of memory", r->name);
 	}
-	size_t *start = w->mem, *len = start + nlines;
-	uint64_t *lineno = (uint64_t *)(len + nlines);
-	size_t n = 0;
-	for (const char *q = p; q < end;) {
-		const char *eol = memchr(q, '\n', (size_t)(end - q));
-		const char *a = q, *b = eol ? eol : end;
-		if ((size_t)(b - a) > PLAN_TRACE_MAX_LINE) {
-			*stop = q; /* the caller refuses it, after the lines before */
-			break;
-		}
-		line++;
-		q = b + 1;
-		while (a < b && is_blank(*a))
-			a++;
-		while (b > a && is_blank(b[-1]))
-			b--;
-		if (a == b)
-			continue;
-		start[n] = (size_t)(a - p);
-		len[n] = (size_t)(b - a);
-		lineno[n++] = line;
-	}
-	w->nch = (n + PAR_CHUNK_LINES - 1) / PAR_CHUNK_LINES;
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->turn, NULL);
 	for (size_t i = 0; i < w->nch; i++) {
-		w->ch[i].l0 = i * PAR_CHUNK_LINES;
-		w->ch[i].l1 = i + 1 < w->nch ? (i + 1) * PAR_CHUNK_LINES : n;
+		w->ch[i].b0 = i * PAR_CHUNK_BYTES;
+		w->ch[i].b1 = i + 1 < w->nch ? (i + 1) * PAR_CHUNK_BYTES : len;
 	}
 	w->name = r->name;
 	w->fmt = r->pt->fmt;
-	/* The helpers read a copy: the caller's buffer is reused as soon as
-	 * this returns, and a helper may still be reading then. */
-	w->bytes = malloc((size_t)(end - p) + 1);
-	if (!w->bytes) {
-		w->nch = 0;
-		pwin_put(w);
-		return kvt_err(KVT_ENOMEM, "%s: out of memory", r->name);
-	}
-	memcpy(w->bytes, p, (size_t)(end - p));
-	w->base = w->bytes;
-	w->start = start;
 	w->len = len;
-	w->lineno = lineno;
+	if (r->in_place) {
+		w->base = p;
+	} else {
+		/* The helpers read a copy: the caller's buffer is reused as
+		 * soon as this returns, and a helper may still be reading
+		 * then. */
+		w->bytes = malloc(len + 1);
+		if (!w->bytes) {
+			w->nch = 0;
+			atomic_init(&w->refs, 1);
+			pwin_put(w);
+			return kvt_err(KVT_ENOMEM, "%s: out of memory", r->name);
+		}
+		memcpy(w->bytes, p, len);
+		w->base = w->bytes;
+	}
 	atomic_init(&w->refs, 1);
 	atomic_init(&w->next, 0);
+	atomic_init(&w->reading, 0);
 
-	unsigned nt = par_threads(n);
+	unsigned nt = par_threads(len);
 	for (unsigned i = 1; i < nt; i++) {
 		pthread_t th;
 		atomic_fetch_add(&w->refs, 1);
@@ -1244,12 +1430,15 @@ static int json_window(struct reader *r, const char *p, const char *end, const c
 	/* Work and commit in turn: commit the next chunk if it is done, else
 	 * take one; when none is left to take and the next is still a
 	 * helper's, read it again here rather than wait for a thread the
-	 * scheduler may not run for a while (the helper's copy is dropped). */
+	 * scheduler may not run for a while (the helper's copy is dropped).
+	 * The caller takes chunks past a helper's turn: it commits them
+	 * itself, soon. */
 	size_t next_commit = 0;
-	while (!rc && next_commit < w->nch && !r->full) {
+	while (!rc && next_commit < w->nch && !r->full && at == len) {
 		struct pchunk *k = &w->ch[next_commit];
 		if (atomic_load_explicit(&k->done, memory_order_acquire)) {
-			rc = pchunk_commit(r, k);
+			rc = pchunk_commit(r, w, c, k, &line, &at);
+			pchunk_committed(w, k);
 			next_commit++;
 			continue;
 		}
@@ -1261,17 +1450,23 @@ static int json_window(struct reader *r, const char *p, const char *end, const c
 		}
 		struct pchunk mine;
 		memset(&mine, 0, sizeof(mine));
-		mine.l0 = k->l0;
-		mine.l1 = k->l1;
+		mine.b0 = k->b0;
+		mine.b1 = k->b1;
 		pchunk_run(w, c, &mine);
-		rc = pchunk_commit(r, &mine);
-		free(mine.rec);
-		free(mine.ids.v);
+		rc = pchunk_commit(r, w, c, &mine, &line, &at);
+		pchunk_committed(w, &mine);
 		next_commit++;
 	}
+	pthread_mutex_lock(&w->lock);
+	w->closed = 1; /* and no chunk is run after this */
+	pthread_cond_broadcast(&w->turn);
+	pthread_mutex_unlock(&w->lock);
 	atomic_store(&w->next, w->nch); /* no chunk is taken after this */
+	while (r->in_place && atomic_load(&w->reading))
+		sched_yield(); /* a helper still in a chunk: its last */
 	if (!rc && !r->full)
 		r->line = line;
+	*stop = p + at;
 	pwin_put(w);
 	return rc;
 }
@@ -1429,12 +1624,6 @@ static int reader_line(struct reader *r, const char *p, size_t n)
 	return pt->fmt == PLAN_FMT_TOKENS ? token_line(r, p, end) : json_line(r, p, end);
 }
 
-/* Windows of at least this many bytes of a JSON trace are read in
- * parallel (json_window); below it a thread costs more than it saves. */
-#ifndef PAR_MIN_BYTES
-#define PAR_MIN_BYTES (64u << 10)
-#endif
-
 /* The lines of [p, end), each without its '\n': end is just past a '\n',
  * or the end of the input (its last line).  A line longer than the bound
  * is refused where it stands. */
@@ -1456,6 +1645,7 @@ static int reader_lines(struct reader *r, const char *p, const char *end)
 			eol = end;
 		if ((size_t)(eol - p) > PLAN_TRACE_MAX_LINE) {
 			r->line++;
+			r->long_line = 1;
 			return bad_line(r, "longer than %u MiB, the bound on a trace line",
 					PLAN_TRACE_MAX_LINE >> 20);
 		}
@@ -1542,6 +1732,7 @@ int plan_trace_parse(const char *buf, size_t len, enum plan_fmt fmt,
 	int rc;
 
 	reader_init(&r, "trace", fmt, block_tokens, max_req, pt);
+	r.in_place = 1;
 	rc = reader_lines(&r, buf, buf + len);
 	if (rc) {
 		reader_free(&r);
@@ -1549,6 +1740,32 @@ int plan_trace_parse(const char *buf, size_t len, enum plan_fmt fmt,
 		return rc;
 	}
 	return reader_finish(&r);
+}
+
+/* A regular file is read mapped whole: no copy of its bytes, and each
+ * thread finds its own lines in them (json_window).  What it reads, and
+ * what it refuses, are the stream's below, but for a line past the bound:
+ * the stream looks for a NUL a read ahead of its lines, so it may name one
+ * in that line first; the caller then reads the file again as a stream.
+ * 0, an error, or 1 (nothing read) when the file cannot be mapped (a pipe,
+ * a terminal, an empty file): then it is streamed.  Like any reader of a
+ * mapping, it assumes the file is not cut short while it is read. */
+static int read_mapped(struct reader *r, int fd, const struct stat *st)
+{
+	size_t len = (size_t)st->st_size;
+	void *m;
+	int rc;
+
+	if (!S_ISREG(st->st_mode) || st->st_size <= 0 || (uint64_t)st->st_size > SIZE_MAX)
+		return 1;
+	m = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (m == MAP_FAILED)
+		return 1;
+	r->in_place = 1;
+	rc = reader_lines(r, m, (const char *)m + len);
+	r->in_place = 0;
+	munmap(m, len);
+	return rc;
 }
 
 int plan_trace_read(const char *path, enum plan_fmt fmt, uint32_t block_tokens,
@@ -1569,9 +1786,24 @@ int plan_trace_read(const char *path, enum plan_fmt fmt, uint32_t block_tokens,
 		return kvt_err(-e, "%s: %s", path, strerror(e));
 	}
 	reader_init(&r, path, fmt, block_tokens, max_req, pt);
-	if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+	int stat_ok = fstat(fileno(f), &st) == 0;
+	if (stat_ok && S_ISDIR(st.st_mode)) {
 		rc = kvt_err(KVT_EINVAL, "%s: a directory, not a trace", path);
 		goto out;
+	}
+	if (stat_ok && f != stdin) {
+		rc = read_mapped(&r, fileno(f), &st);
+		if (rc == 1 || (rc && r.long_line)) {
+			if (rc != 1) {
+				/* As a stream, for the stream's message. */
+				reader_free(&r);
+				plan_trace_free(pt);
+				reader_init(&r, path, fmt, block_tokens, max_req, pt);
+			}
+			rc = 0;
+		} else {
+			goto out;
+		}
 	}
 	buf = malloc(cap);
 	if (!buf) {

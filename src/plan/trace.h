@@ -66,8 +66,9 @@ struct plan_trace {
 int plan_fmt_parse(const char *s);
 const char *plan_fmt_name(enum plan_fmt f);
 
-/* Read the trace in file `path` ("-" = stdin), streaming it line by line.
- * fmt AUTO looks at the first non-blank line: chat_id means Bailian,
+/* Read the trace in file `path` ("-" = stdin): a regular file mapped whole
+ * and read in place, anything else streamed line by line (the same lines,
+ * the same refusals).  fmt AUTO looks at the first non-blank line: chat_id means Bailian,
  * hash_ids means Mooncake, else token ids.  block_tokens 0 takes the
  * format's own (512, 16, 256).  max_req > 0 keeps only the first max_req
  * requests (and reads no further).  Every line of a JSON format must be an

@@ -591,7 +591,7 @@ const char *kvt_evict_name(const kvt_evict *e)
 	return e->ops->name;
 }
 
-static uint32_t find_resident(const kvt_evict *e, uint64_t id)
+static inline uint32_t find_resident(const kvt_evict *e, uint64_t id)
 {
 	uint32_t x = table_find(e, id);
 	if (x == NIL || e->nodes[x].q == Q_GHOST)
@@ -621,9 +621,46 @@ int kvt_evict_lookup(kvt_evict *e, uint64_t id)
 	return 1;
 }
 
+/* LRU over a flat map (dir), full, nothing pinned, a new id of size 1:
+ * the least recent object leaves and its node takes the newcomer at the
+ * head, in place.  The same victim, report (the callback cannot look at
+ * this policy, evict.h), accounting and recency as evicting it and then
+ * inserting, without the slab's free list, the checks, or the list's
+ * totals written twice (their reload stalled on the store before): a
+ * trace's misses at a small capacity, the planner's hot path. */
+static inline void lru_replace_tail(kvt_evict *e, uint64_t id)
+{
+	struct list *l = &e->lru;
+	uint32_t t = l->tail; /* used > 0 and nothing pinned: not NIL */
+	struct node *n = &e->nodes[t];
+	uint64_t old = n->id, osize = n->size;
+
+	e->dir[old] = NIL;
+	e->dir[id] = t;
+	n->id = id;
+	n->size = 1;
+	n->freq = 0;
+	e->used = e->used - osize + 1;
+	l->units = l->units - osize + 1;
+	if (t != l->head) {
+		/* From the tail to the head: list_unlink and list_push_head
+		 * for a node known to be last and not first. */
+		e->nodes[n->prev].next = NIL;
+		l->tail = n->prev;
+		n->prev = NIL;
+		n->next = l->head;
+		e->nodes[l->head].prev = t;
+		l->head = t;
+	}
+	if (e->on_victim)
+		e->on_victim(e->victim_arg, old, osize);
+}
+
 /* kvt_evict_insert once `id` was probed: x its node (NIL: not in the table;
- * then pos is the empty slot it would take). */
-static int insert_probed(kvt_evict *e, uint64_t id, uint64_t size, uint32_t x, uint64_t pos)
+ * then pos is the empty slot it would take).  LRU's eviction and placing
+ * are called directly (the planner's hot path), the others through ops. */
+static inline int insert_probed(kvt_evict *e, uint64_t id, uint64_t size, uint32_t x,
+				uint64_t pos)
 {
 	if (size == 0 || size > e->capacity)
 		return KVT_ETOOBIG;
@@ -640,6 +677,11 @@ static int insert_probed(kvt_evict *e, uint64_t id, uint64_t size, uint32_t x, u
 	 * frees exactly used - pinned. */
 	if (e->pinned + size > e->capacity)
 		return KVT_EFULL;
+	int lru = e->ops == &lru_ops;
+	if (lru && e->dir && x == NIL && size == 1 && e->used == e->capacity && !e->pinned) {
+		lru_replace_tail(e, id);
+		return 0;
+	}
 	int rc = was_ghost ? 0 : reserve_one(e);
 	if (rc < 0)
 		return rc;
@@ -659,14 +701,17 @@ static int insert_probed(kvt_evict *e, uint64_t id, uint64_t size, uint32_t x, u
 		x = node_new_at(e, id, size, pos);
 	}
 	while (e->used + size > e->capacity) {
-		if (e->ops->evict_one(e) < 0) {
+		if ((lru ? lru_evict_one(e) : e->ops->evict_one(e)) < 0) {
 			node_free(e, x); /* a returning ghost is forgotten */
 			return KVT_EFULL; /* unreachable given the check above */
 		}
 	}
 	e->used += size;
 	e->resident++;
-	e->ops->place(e, x, was_ghost);
+	if (lru)
+		lru_place(e, x, was_ghost);
+	else
+		e->ops->place(e, x, was_ghost);
 	return 0;
 }
 
@@ -686,6 +731,31 @@ int kvt_evict_access(kvt_evict *e, uint64_t id, uint64_t size)
 		return 1;
 	}
 	return insert_probed(e, id, size, x, pos);
+}
+
+int kvt_evict_access_seq(kvt_evict *e, const uint32_t *ids, size_t n, uint64_t *lead,
+			 uint64_t *hits)
+{
+	size_t first_miss = n;
+	uint64_t h = 0;
+	int rc = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		uint64_t pos;
+		uint32_t x = table_probe(e, ids[i], &pos);
+		if (x != NIL && e->nodes[x].q != Q_GHOST) {
+			hit_node(e, x);
+			h++;
+			continue;
+		}
+		if (first_miss == n)
+			first_miss = i;
+		if ((rc = insert_probed(e, ids[i], 1, x, pos)) < 0)
+			break;
+	}
+	*lead = first_miss;
+	*hits = h;
+	return rc;
 }
 
 int kvt_evict_remove(kvt_evict *e, uint64_t id)

@@ -109,6 +109,13 @@ int kvt_evict_insert(kvt_evict *e, uint64_t id, uint64_t size);
  * error (then not resident). */
 int kvt_evict_access(kvt_evict *e, uint64_t id, uint64_t size);
 
+/* kvt_evict_access(e, ids[i], 1) for each of ids[0..n) in order (a trace
+ * request's blocks, in one call): the leading hits, before the first miss,
+ * into *lead, and every hit into *hits.  0, or the first insert error (the
+ * ids after it are not accessed). */
+int kvt_evict_access_seq(kvt_evict *e, const uint32_t *ids, size_t n, uint64_t *lead,
+			 uint64_t *hits);
+
 /* Drop `id` without reporting it as a victim (the store deleted it, or moved
  * it elsewhere).  0, or KVT_ENOTFOUND if not resident.  Pinned objects are
  * removed too: the caller that deletes knows better. */
