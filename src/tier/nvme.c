@@ -32,6 +32,44 @@
  * dropped).  Capacity counts each file's length rounded up to the alignment,
  * plus the writes in flight.
  *
+ * Spares.  kvtierd's SET of a key replaces a version: a put makes a file and
+ * the old version's del removes one.  On ext4 making a file is the inode
+ * allocator's search (find_inode_bit; without a journal, recently_deleted
+ * reads the inode table for every inode freed lately) and an allocation of
+ * its blocks, and removing one frees them (with -o discard and no journal,
+ * discarded before unlink returns): more time than the write itself
+ * (docs/DAEMON.md, "Benchmark").  So del moves the file it deletes into
+ * tmp/ under a temporary's name (rename(2)) and keeps it as a spare, and
+ * the next put writes its image into a spare instead of a fresh temporary:
+ * no inode made or freed, and the blocks it reuses are overwritten, not
+ * allocated.  From there publication is the same (write, cut to the exact
+ * length, fsync for POWER_SAFE, link, unlink the temporary name), so a
+ * spare gets a final name only once it holds the whole new image,
+ * byte-identical to a fresh file.
+ * Two hazards, both closed:
+ *
+ *   - a read that opened the file before its deletion would see it being
+ *     overwritten.  Reads count themselves in `reading` from before their
+ *     index lookup to the close of their file, and a put takes only a
+ *     spare that is `clear`: every spare in the pool becomes clear when a
+ *     put sees `reading` at 0 (a read that found a spare's entry began
+ *     before the del, so it is counted until it closes the file);
+ *   - a power loss after the overwrite began but before the rename out of
+ *     the tree reached the disk would leave the old name on a torn image.
+ *     A put takes only a spare that is settled: the directory it was taken
+ *     from has been fsynced since.  The settlers, NV_SETTLERS threads
+ *     started with the first spare, do that off every request's path, each
+ *     fsyncing one directory at a time, so that the device's cache flushes
+ *     serve several at once.  Torn writes stay in tmp/ (docs/NVME.md).
+ *
+ * Spares count against the capacity (in ix.reserved) while they wait, at
+ * most NV_SPARES files and 1/NV_SPARE_SHARE of the capacity.  A put takes
+ * its spare (the smallest that holds the image, else the largest) when it
+ * reserves room, so the spare's room is what it uses; a put that needs
+ * more unlinks the other spares before it evicts anything.  Close unlinks
+ * them, and a crash leaves them in tmp/ with the temporaries.  The ring
+ * below starts no thread; the settlers are the tier's only ones.
+ *
  * Every put and get moves the image through one aligned buffer from the
  * tier's kvt_abuf_pool (common/abuf.h: why they are cached, and how many),
  * but a put of an image already whole in another tier's pages
@@ -78,12 +116,29 @@
 #define NV_BUF_MAX_CACHED (1ull << 30)
 /* The most one submission writes (its result is an int). */
 #define NV_MAX_WRITE (1ull << 30)
+/* Spares (see the top): at most this many files, this share of the
+ * capacity (1/n) in them, and this many threads settling them. */
+#define NV_SPARES 16u
+#define NV_SPARE_SHARE 16u
+#define NV_SETTLERS 4u
 
 /* The index entry: len is the exact image, charge that rounded up to the
  * alignment, which is what capacity counts. */
 typedef struct kvt_findex_ent nv_ent;
 
 typedef struct nv_req nv_req;
+
+/* The file of a deleted image, kept in tmp/ for a put to overwrite. */
+enum { NV_UNSETTLED, NV_SETTLING, NV_SETTLED };
+typedef struct nv_spare {
+	char name[NV_NAME_MAX]; /* below the root: "/tmp/spare.<pid>.<n>.tmp" */
+	kvt_key key;            /* the image it held: whose directory to fsync */
+	uint64_t id;            /* which spare, wherever it is in the array */
+	uint64_t size;          /* its length */
+	uint64_t charge;        /* that rounded up: in ix.reserved meanwhile */
+	int state;              /* NV_UNSETTLED until its directory is fsynced */
+	int clear;              /* no read that may hold it open is left */
+} nv_spare;
 
 /* One submission: `len` bytes at file offset `off` from or into `p` (a
  * slice of a request's buffer, or of the segments it writes from). */
@@ -125,6 +180,22 @@ typedef struct nvme {
 	kvt_abuf_pool bufs; /* aligned I/O buffers, align-aligned */
 
 	struct kvt_findex ix; /* the index, capacity and counters */
+
+	/* Spares (see the top), under ix.mu; `reading` counts the reads
+	 * between their index lookup and the close of their file. */
+	nv_spare spares[NV_SPARES];
+	uint32_t n_spares;
+	uint64_t spare_bytes; /* their charges */
+	uint64_t spare_seq;   /* the last id given */
+	atomic_uint reading;
+	/* The settlers, started with the first spare: each fsyncs the old
+	 * directory of one unsettled spare at a time (settle_cv, under
+	 * ix.mu, wakes them; settle_stop ends them). */
+	pthread_cond_t settle_cv;
+	pthread_t settlers[NV_SETTLERS];
+	uint32_t n_settlers;
+	int settle_stop;
+	int spares_off; /* a directory fsync failed: no more spares */
 } nvme;
 
 typedef struct nv_wbuf {
@@ -137,6 +208,7 @@ typedef struct nv_wbuf {
 	/* put_begin_from: the image, written from where it lies. */
 	const struct iovec *src;
 	int n_src;
+	nv_spare spare; /* the file to write (id 0: a fresh temporary) */
 } nv_wbuf;
 
 typedef struct nv_rbuf {
@@ -411,15 +483,262 @@ static int nv_open_file(nvme *t, const char *path, int flags, mode_t mode)
 			   mode);
 }
 
+/* --- spares (see the top) ------------------------------------------------------ */
+
+/* Whether a spare of `charge` bytes on disk may join the pool: a slot, its
+ * share of the capacity, and the capacity itself. */
+static int nv_spare_room_locked(const nvme *t, uint64_t charge)
+{
+	return t->n_spares < NV_SPARES &&
+	       t->spare_bytes + charge <= t->ix.capacity / NV_SPARE_SHARE &&
+	       t->ix.used + t->ix.reserved + charge <= t->ix.capacity;
+}
+
+/* Take spares[i] out of the pool into *s. */
+static void nv_spare_pop_locked(nvme *t, uint32_t i, nv_spare *s)
+{
+	*s = t->spares[i];
+	t->spares[i] = t->spares[--t->n_spares];
+	t->spare_bytes -= s->charge;
+	t->ix.reserved -= s->charge;
+}
+
+static void nv_spare_unlink(nvme *t, const nv_spare *s)
+{
+	char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s%s", t->root, s->name);
+	t->io->unlink(t->io, path);
+}
+
+/* A settler: fsync the directory an unsettled spare was taken from, so
+ * that its old name is gone from the disk before any put overwrites it.
+ * Several run at once because a directory fsync is mostly the wait for
+ * the device's cache flush, which the block layer shares among the
+ * flushes that wait together: one thread alone settled spares more slowly
+ * than the SETs of four clients made them. */
+static void *nv_settle_main(void *arg)
+{
+	nvme *t = arg;
+	char fin[PATH_MAX];
+	nv_spare gone;
+
+	pthread_mutex_lock(&t->ix.mu);
+	while (!t->settle_stop) {
+		uint32_t i;
+		uint64_t id;
+		kvt_key key;
+		int rc, off;
+
+		for (i = 0; i < t->n_spares && t->spares[i].state != NV_UNSETTLED; i++)
+			;
+		if (i == t->n_spares) {
+			pthread_cond_wait(&t->settle_cv, &t->ix.mu);
+			continue;
+		}
+		t->spares[i].state = NV_SETTLING;
+		id = t->spares[i].id;
+		key = t->spares[i].key;
+		pthread_mutex_unlock(&t->ix.mu);
+		kvt_fanout_final_path(t->root, &key, fin);
+		rc = kvt_io_fsync_parent(t->io, fin);
+		pthread_mutex_lock(&t->ix.mu);
+		/* Still in the pool unless a trim took it meanwhile. */
+		for (i = 0; i < t->n_spares && t->spares[i].id != id; i++)
+			;
+		if (i == t->n_spares)
+			continue;
+		if (!rc) {
+			t->spares[i].state = NV_SETTLED;
+			continue;
+		}
+		/* Its old name may come back: not to be overwritten.  A file
+		 * system that cannot fsync a directory (or a failing disk)
+		 * gets no more spares, and one line saying so. */
+		nv_spare_pop_locked(t, i, &gone);
+		off = rc != -ENOENT && !t->spares_off;
+		if (rc != -ENOENT)
+			t->spares_off = 1;
+		pthread_mutex_unlock(&t->ix.mu);
+		if (off)
+			kvt_log(KVT_LOG_WARN, "nvme: fsync of the directory of %s: %s; deleted "
+				"files are unlinked from now on, not reused", fin,
+				kvt_strerror(rc));
+		nv_spare_unlink(t, &gone);
+		pthread_mutex_lock(&t->ix.mu);
+	}
+	pthread_mutex_unlock(&t->ix.mu);
+	return NULL;
+}
+
+/* Start the settlers if none runs yet: 1 if some do. */
+static int nv_settlers_start_locked(nvme *t)
+{
+	while (t->n_settlers < NV_SETTLERS &&
+	       !pthread_create(&t->settlers[t->n_settlers], NULL, nv_settle_main, t))
+		t->n_settlers++;
+	return t->n_settlers > 0;
+}
+
+/* Keep `fin`, the file of `key`'s image just deleted (`len` bytes,
+ * `charge` on disk), as a spare if the pool has room: 1 if it left the
+ * tree that way, 0 if the caller is to unlink it. */
+static int nv_spare_keep(nvme *t, const kvt_key *key, const char *fin, uint64_t len,
+			 uint64_t charge)
+{
+	kvt_io *io = t->io;
+	char path[PATH_MAX];
+	size_t rl = strlen(t->root);
+	int room;
+
+	if (t->read_only)
+		return 0;
+	pthread_mutex_lock(&t->ix.mu);
+	room = !t->settle_stop && !t->spares_off && nv_spare_room_locked(t, charge) &&
+	       nv_settlers_start_locked(t);
+	pthread_mutex_unlock(&t->ix.mu);
+	if (!room)
+		return 0;
+	kvt_fanout_tmp_path(t->root, "spare", path);
+	if (strlen(path + rl) >= NV_NAME_MAX || io->rename(io, fin, path))
+		return 0; /* the unlink says why */
+	/* A fresh mtime, so that a sweep of stale temporaries (another
+	 * process's open) leaves it alone. */
+	if (io->touch(io, path)) {
+		io->unlink(io, path);
+		return 1;
+	}
+	pthread_mutex_lock(&t->ix.mu);
+	room = !t->settle_stop && !t->spares_off &&
+	       nv_spare_room_locked(t, charge); /* others came? */
+	if (room) {
+		nv_spare *s = &t->spares[t->n_spares++];
+		memcpy(s->name, path + rl, strlen(path + rl) + 1);
+		s->key = *key;
+		s->id = ++t->spare_seq;
+		s->size = len;
+		s->charge = charge;
+		s->state = NV_UNSETTLED;
+		s->clear = 0;
+		t->spare_bytes += charge;
+		t->ix.reserved += charge;
+		pthread_cond_signal(&t->settle_cv);
+	}
+	pthread_mutex_unlock(&t->ix.mu);
+	if (!room)
+		io->unlink(io, path);
+	return 1;
+}
+
+/* Whether spare a suits an image of `disk` bytes on disk better than b:
+ * one that holds it before one that does not, then the smaller of two
+ * that hold it (less to cut off) or the larger of two that do not (less
+ * to allocate). */
+static int nv_spare_better(const nv_spare *a, const nv_spare *b, uint64_t disk)
+{
+	int fa = a->charge >= disk, fb = b->charge >= disk;
+
+	if (fa != fb)
+		return fa;
+	return fa ? a->charge < b->charge : a->charge > b->charge;
+}
+
+/* Take the settled spare that suits an image of `disk` bytes best out of
+ * the pool into *s for a put (s->id 0: none is settled and clear of
+ * readers).  Its charge leaves ix.reserved: the put's reservation counts
+ * the file from now on. */
+static void nv_spare_take(nvme *t, uint64_t disk, nv_spare *s)
+{
+	uint32_t i, best = NV_SPARES;
+
+	s->id = 0;
+	pthread_mutex_lock(&t->ix.mu);
+	/* No read in flight: none began before any spare's del. */
+	if (t->n_spares && atomic_load(&t->reading) == 0)
+		for (i = 0; i < t->n_spares; i++)
+			t->spares[i].clear = 1;
+	for (i = 0; i < t->n_spares; i++) {
+		const nv_spare *c = &t->spares[i];
+		if (c->state == NV_SETTLED && c->clear &&
+		    (best == NV_SPARES || nv_spare_better(c, &t->spares[best], disk)))
+			best = i;
+	}
+	if (best < NV_SPARES)
+		nv_spare_pop_locked(t, best, s);
+	pthread_mutex_unlock(&t->ix.mu);
+}
+
+/* A put that took *s and did not write it gives it back: into the pool as
+ * it was if there is room, else unlinked. */
+static void nv_spare_give_back(nvme *t, nv_spare *s)
+{
+	int room;
+
+	if (!s->id)
+		return;
+	pthread_mutex_lock(&t->ix.mu);
+	room = !t->settle_stop && nv_spare_room_locked(t, s->charge);
+	if (room) {
+		t->spares[t->n_spares++] = *s;
+		t->spare_bytes += s->charge;
+		t->ix.reserved += s->charge;
+	}
+	pthread_mutex_unlock(&t->ix.mu);
+	if (!room)
+		nv_spare_unlink(t, s);
+	s->id = 0;
+}
+
+/* Unlink spares, the largest first, until `need` more bytes fit in the
+ * capacity or none is left: they give their room back before anything
+ * published is evicted. */
+static void nv_spares_trim(nvme *t, uint64_t need)
+{
+	nv_spare gone[NV_SPARES];
+	uint32_t n = 0, i, big;
+
+	pthread_mutex_lock(&t->ix.mu);
+	while (t->n_spares && t->ix.used + t->ix.reserved + need > t->ix.capacity) {
+		for (i = 1, big = 0; i < t->n_spares; i++)
+			if (t->spares[i].charge > t->spares[big].charge)
+				big = i;
+		nv_spare_pop_locked(t, big, &gone[n++]);
+	}
+	pthread_mutex_unlock(&t->ix.mu);
+	for (i = 0; i < n; i++)
+		nv_spare_unlink(t, &gone[i]);
+}
+
+/* Stop the settlers and unlink every spare: the tier is closing. */
+static void nv_spares_end(nvme *t)
+{
+	uint32_t i;
+
+	pthread_mutex_lock(&t->ix.mu);
+	t->settle_stop = 1;
+	pthread_cond_broadcast(&t->settle_cv);
+	pthread_mutex_unlock(&t->ix.mu);
+	for (i = 0; i < t->n_settlers; i++)
+		pthread_join(t->settlers[i], NULL);
+	t->n_settlers = 0;
+	while (t->n_spares)
+		nv_spare_unlink(t, &t->spares[--t->n_spares]);
+}
+
 /* --- writes ----------------------------------------------------------------- */
 
-/* Room for an image of `len` bytes: *disk reserved in the index. */
-static int nv_reserve(nvme *t, const kvt_key *key, uint64_t len, uint64_t *disk)
+/* Room for an image of `len` bytes: *disk reserved in the index, and a
+ * spare to write it into if one suits (*spare; id 0: none).  A spare is
+ * taken first, so that its room serves the put rather than being given up
+ * by a trim or made by an eviction. */
+static int nv_reserve(nvme *t, const kvt_key *key, uint64_t len, uint64_t *disk,
+		      nv_spare *spare)
 {
 	nv_ent *victims = NULL;
 	uint64_t reserved;
 	int rc;
 
+	spare->id = 0;
 	if (t->read_only)
 		return kvt_err(-EROFS, "nvme: %s is open read-only", t->root);
 	if (len < KVT_OBJ_HEADER_BYTES ||
@@ -428,8 +747,13 @@ static int nv_reserve(nvme *t, const kvt_key *key, uint64_t len, uint64_t *disk)
 			       "nvme: an image of %llu bytes is not possible",
 			       (unsigned long long)len);
 	*disk = nv_round(t, len);
+	nv_spare_take(t, *disk, spare);
+	if (*disk <= t->ix.capacity) /* else KVT_ETOOBIG below */
+		nv_spares_trim(t, *disk);
 	rc = kvt_findex_reserve(&t->ix, key, *disk, &victims, &reserved);
 	nv_reap(t, victims);
+	if (rc)
+		nv_spare_give_back(t, spare);
 	if (rc == KVT_ETOOBIG)
 		return kvt_err(rc, "nvme: image of %llu bytes exceeds capacity %llu",
 			       (unsigned long long)len,
@@ -445,19 +769,21 @@ static int nv_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len,
 			kvt_tier_wbuf **out)
 {
 	nvme *t = (nvme *)tt;
+	nv_spare spare;
 	nv_wbuf *w;
 	void *buf = NULL;
 	uint64_t disk = 0;
 	int rc;
 
 	*out = NULL;
-	if ((rc = nv_reserve(t, key, len, &disk)))
+	if ((rc = nv_reserve(t, key, len, &disk, &spare)))
 		return rc;
 	w = calloc(1, sizeof(*w));
 	if (w)
 		buf = kvt_abuf_get(&t->bufs, disk, &w->cap);
 	if (!buf) {
 		free(w);
+		nv_spare_give_back(t, &spare);
 		kvt_findex_unreserve(&t->ix, disk);
 		return kvt_err(KVT_ENOMEM, "nvme: no memory for a %llu-byte buffer",
 			       (unsigned long long)disk);
@@ -466,6 +792,7 @@ static int nv_put_begin(kvt_tier *tt, const kvt_key *key, uint64_t len,
 	w->w.key = *key;
 	w->w.len = len;
 	w->disk = disk;
+	w->spare = spare;
 	w->buf = buf;
 	w->iov.iov_base = buf;
 	w->iov.iov_len = (size_t)len;
@@ -487,6 +814,7 @@ static int nv_put_begin_from(kvt_tier *tt, const kvt_key *key, uint64_t len,
 {
 	nvme *t = (nvme *)tt;
 	uint64_t have = 0, disk = 0;
+	nv_spare spare;
 	nv_wbuf *w;
 	void *blk = NULL;
 	int rc, i;
@@ -503,17 +831,19 @@ static int nv_put_begin_from(kvt_tier *tt, const kvt_key *key, uint64_t len,
 	if (have < len)
 		return kvt_err(KVT_EINVAL, "nvme: %llu bytes of segments for a %llu-byte image",
 			       (unsigned long long)have, (unsigned long long)len);
-	if ((rc = nv_reserve(t, key, len, &disk)))
+	if ((rc = nv_reserve(t, key, len, &disk, &spare)))
 		return rc;
 	w = calloc(1, sizeof(*w));
 	if (!w || posix_memalign(&blk, t->align, t->align)) {
 		free(w);
+		nv_spare_give_back(t, &spare);
 		kvt_findex_unreserve(&t->ix, disk);
 		return kvt_err(KVT_ENOMEM, "nvme: out of memory");
 	}
 	w->w.key = *key;
 	w->w.len = len;
 	w->disk = disk;
+	w->spare = spare;
 	w->buf = blk;
 	w->cap = t->align;
 	w->src = src;
@@ -524,6 +854,7 @@ static int nv_put_begin_from(kvt_tier *tt, const kvt_key *key, uint64_t len,
 
 static void nv_wbuf_free(nvme *t, nv_wbuf *w)
 {
+	nv_spare_give_back(t, &w->spare); /* aborted before its write */
 	kvt_findex_unreserve(&t->ix, w->disk);
 	if (w->src)
 		free(w->buf);
@@ -564,17 +895,29 @@ static int nv_src_pieces(const nvme *t, nv_wbuf *w, uint64_t body, struct iovec 
 	return n;
 }
 
-/* Write the image to a fresh temporary: padded aligned write, then
- * ftruncate to the exact length, fsync for POWER_SAFE.  On failure the
- * temporary is gone. */
+/* Write the image to a temporary, a spare or a fresh one: padded aligned
+ * write, then ftruncate to the exact length, fsync for POWER_SAFE.  On
+ * failure the temporary is gone. */
 static int nv_write_tmp(nvme *t, nv_wbuf *w, int durability,
 			char tmp[PATH_MAX])
 {
 	kvt_io *io = t->io;
 	const char *call;
-	int direct = t->direct, fd, rc, i;
+	uint64_t had = 0; /* the spare's length; a fresh temporary is empty */
+	int direct = t->direct, fd = -ENOENT, rc, i;
 
-	fd = kvt_findex_tmp_open(io, t->root, &w->w.key, &direct, "nvme", tmp);
+	if (w->spare.id) {
+		/* From here on the spare is this put's temporary. */
+		snprintf(tmp, PATH_MAX, "%s%s", t->root, w->spare.name);
+		w->spare.id = 0;
+		fd = nv_open_file(t, tmp, O_WRONLY, 0);
+		if (fd < 0)
+			io->unlink(io, tmp); /* and a fresh one instead */
+		else
+			had = w->spare.size;
+	}
+	if (fd < 0)
+		fd = kvt_findex_tmp_open(io, t->root, &w->w.key, &direct, "nvme", tmp);
 	if (fd < 0)
 		return fd;
 
@@ -604,10 +947,11 @@ static int nv_write_tmp(nvme *t, nv_wbuf *w, int durability,
 			call = "close";
 			rc = i;
 		}
-		if (!rc) {
-			call = "ftruncate";
-			rc = kvt_io_ftruncate(io, fd, (off_t)len);
-		}
+	}
+	/* The pad cut, or what a longer spare held past the image. */
+	if (!rc && (body < len || had > len)) {
+		call = "ftruncate";
+		rc = kvt_io_ftruncate(io, fd, (off_t)len);
 	}
 	if (!rc && durability == KVT_DUR_POWER_SAFE) {
 		call = "fsync";
@@ -705,18 +1049,28 @@ static void nv_drop(nvme *t, const kvt_key *key, uint64_t gen,
 	free(e);
 }
 
+/* The end of a read that nv_open_read began (see "Spares" at the top). */
+static void nv_read_done(nvme *t)
+{
+	atomic_fetch_sub(&t->reading, 1);
+}
+
 /* The start of every read: find the entry (a miss counts), refresh its
- * recency, open its file.  A file gone behind our back is a miss too. */
+ * recency, open its file.  A file gone behind our back is a miss too.
+ * Once it returns 0 the read is counted until the caller closes *fd and
+ * calls nv_read_done. */
 static int nv_open_read(nvme *t, const kvt_key *key, char path[PATH_MAX],
 			uint64_t *gen, int *fd)
 {
 	nv_ent *e;
 
+	atomic_fetch_add(&t->reading, 1); /* before the lookup */
 	pthread_mutex_lock(&t->ix.mu);
 	e = kvt_findex_find_locked(&t->ix, key);
 	if (!e) {
 		t->ix.st.misses++;
 		pthread_mutex_unlock(&t->ix.mu);
+		nv_read_done(t);
 		return KVT_ENOTFOUND;
 	}
 	*gen = e->gen;
@@ -725,6 +1079,8 @@ static int nv_open_read(nvme *t, const kvt_key *key, char path[PATH_MAX],
 
 	kvt_fanout_final_path(t->root, key, path);
 	*fd = nv_open_file(t, path, O_RDONLY, 0);
+	if (*fd < 0)
+		nv_read_done(t);
 	if (*fd == -ENOENT) {
 		nv_drop(t, key, *gen, path, NULL);
 		return KVT_ENOTFOUND;
@@ -732,6 +1088,13 @@ static int nv_open_read(nvme *t, const kvt_key *key, char path[PATH_MAX],
 	if (*fd < 0)
 		return kvt_err(*fd, "nvme: open %s: %s", path, kvt_strerror(*fd));
 	return 0;
+}
+
+/* Close a file nv_open_read opened, and end its read. */
+static void nv_read_close(nvme *t, int fd)
+{
+	t->io->close(t->io, fd);
+	nv_read_done(t);
 }
 
 /* Read a whole file into the caller's segments with preadv: one call moves
@@ -790,7 +1153,7 @@ static int nv_get_into(kvt_tier *tt, const kvt_key *key,
 		}
 	}
 	free(v);
-	t->io->close(t->io, fd);
+	nv_read_close(t, fd);
 	if (!rc && got < size)
 		rc = kvt_err(KVT_ECORRUPT, "nvme: %s: read %llu of %llu bytes", path,
 			     (unsigned long long)got, (unsigned long long)size);
@@ -828,13 +1191,13 @@ static int nv_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 		return rc;
 	rc = t->io->fstat(t->io, fd, &st);
 	if (rc) {
-		t->io->close(t->io, fd);
+		nv_read_close(t, fd);
 		return kvt_err(rc, "nvme: fstat %s: %s", path, kvt_strerror(rc));
 	}
 	size = (uint64_t)st.st_size;
 	if (size < KVT_OBJ_HEADER_BYTES ||
 	    size > KVT_OBJ_HEADER_BYTES + KVT_OBJ_MAX_PAYLOAD) {
-		t->io->close(t->io, fd);
+		nv_read_close(t, fd);
 		snprintf(why, sizeof(why), "file is %llu bytes",
 			 (unsigned long long)size);
 		goto bad;
@@ -845,13 +1208,13 @@ static int nv_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 	if (r && h)
 		buf = kvt_abuf_get(&t->bufs, want, &r->cap);
 	if (!buf) {
-		t->io->close(t->io, fd);
+		nv_read_close(t, fd);
 		free(r);
 		free(h);
 		return kvt_err(KVT_ENOMEM, "nvme: no memory to read %s", path);
 	}
 	rc = nv_xfer(t, fd, 0, buf, want, size, &got);
-	t->io->close(t->io, fd);
+	nv_read_close(t, fd);
 	if (rc) {
 		/* The medium failed this read, which proves nothing about
 		 * the file: keep it, listed nowhere; the store reads the
@@ -915,8 +1278,10 @@ static int nv_peek(kvt_tier *tt, const kvt_key *key, void *hdr, uint64_t off, vo
 
 	if ((rc = nv_open_read(t, key, path, &gen, &fd)))
 		return rc;
-	return kvt_findex_peek_fd(t->io, fd, t->direct ? t->align : 1, "nvme", path, hdr, off,
-				  buf, len, image);
+	rc = kvt_findex_peek_fd(t->io, fd, t->direct ? t->align : 1, "nvme", path, hdr, off,
+				buf, len, image); /* closes fd */
+	nv_read_done(t);
+	return rc;
 }
 
 static void nv_release(kvt_tier *tt, kvt_tier_rbuf *rr)
@@ -941,12 +1306,17 @@ static int nv_forget(nvme *t, const kvt_key *key, int corrupt)
 {
 	char path[PATH_MAX];
 	nv_ent *e = kvt_findex_forget(&t->ix, key, corrupt);
+	uint64_t len, charge;
 	int rc;
 
 	if (!e)
 		return KVT_ENOTFOUND;
+	len = e->len;
+	charge = e->charge;
 	free(e);
 	kvt_fanout_final_path(t->root, key, path);
+	if (nv_spare_keep(t, key, path, len, charge))
+		return 0;
 	rc = t->io->unlink(t->io, path);
 	if (rc && rc != -ENOENT)
 		return kvt_err(rc, "nvme: unlink %s: %s", path, kvt_strerror(rc));
@@ -1016,14 +1386,17 @@ static void nv_free(nvme *t)
 	kvt_abuf_fini(&t->bufs);
 	free(t->root);
 	pthread_cond_destroy(&t->ring_cv);
+	pthread_cond_destroy(&t->settle_cv);
 	pthread_mutex_destroy(&t->ring_mu);
 	free(t);
 }
 
 static void nv_close(kvt_tier *tt)
 {
-	if (tt)
+	if (tt) {
+		nv_spares_end((nvme *)tt);
 		nv_free((nvme *)tt);
+	}
 }
 
 static const struct kvt_tier_ops nvme_ops = {
@@ -1269,6 +1642,7 @@ int kvt_nvme_open(const kvt_nvme_opts *o, kvt_tier **out)
 	}
 	pthread_mutex_init(&t->ring_mu, NULL);
 	pthread_cond_init(&t->ring_cv, NULL);
+	pthread_cond_init(&t->settle_cv, NULL);
 	memcpy(t->root, o->path, len);
 	t->root[len] = '\0';
 	if (len == 1 && t->root[0] == '/')
@@ -1277,6 +1651,7 @@ int kvt_nvme_open(const kvt_nvme_opts *o, kvt_tier **out)
 	t->io = o->io ? o->io : kvt_io_posix();
 	t->qd = o->queue_depth ? o->queue_depth : KVT_NVME_DEFAULT_QD;
 	atomic_init(&t->borrowed, 0);
+	atomic_init(&t->reading, 0);
 	t->read_only = o->read_only;
 
 	snprintf(tmpdir, sizeof(tmpdir), "%s/tmp", t->root);

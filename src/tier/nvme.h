@@ -6,9 +6,13 @@
  *
  *   <path>/<k0>/<k1>/<64 hex of the key>.kvt   published images
  *   <path>/tmp/<64 hex>.<pid>.<counter>.tmp     writes in progress
+ *   <path>/tmp/spare.<pid>.<counter>.tmp        files of deleted images
  *
  * and the same publication rule (write a temporary, link(2) it to its final
  * name: the first writer wins, a name appears only once its image is whole).
+ * A del keeps the file it removes as a spare that a later put overwrites
+ * in place of a fresh temporary (no file made, no blocks allocated or
+ * freed); nvme.c's "Spares" says when that is safe.
  * What differs is the data path: files are opened with O_DIRECT so that
  * chunks bypass the page cache (the DRAM tier above already caches them),
  * buffers are aligned to the device's direct-I/O alignment, and a large image

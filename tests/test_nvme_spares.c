@@ -1,0 +1,456 @@
+/*
+ * test_nvme_spares.c — the NVMe tier's spare files (src/tier/nvme.c,
+ * "Spares"): a deleted version's file is kept under a temporary name and a
+ * later put writes its image into it, so a crash-safe SET neither makes nor
+ * frees a file.  Checked here: images of other sizes both ways (an exactly
+ * block-sized one too) read back byte-identical, power-safe puts into a
+ * spare, a read in flight across a delete and a reuse, a full tier with no
+ * eviction, spares given back after a failed put, close removing them,
+ * and six threads mixing puts, gets and deletes — with io_uring and with
+ * pread/pwrite.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <linux/magic.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/abuf.h"
+#include "common/io.h"
+#include "format/object.h"
+#include "tier/nvme.h"
+#include "test.h"
+#include "tier_test_util.h"
+
+static kvt_ns ns_small, ns_large;
+
+static void ns_make(kvt_ns *ns, uint32_t layers, uint32_t heads,
+		    uint32_t dim, uint32_t tokens, uint64_t seed)
+{
+	memset(ns, 0, sizeof(*ns));
+	test_fill(ns->digest, sizeof(ns->digest), seed);
+	ns->layout = (kvt_layout){ .num_layers = layers, .num_kv_heads = heads,
+				   .head_dim = dim, .dtype = KVT_DTYPE_BF16,
+				   .kv_planes = 2, .block_size = 16,
+				   .chunk_tokens = tokens };
+	ns->hash_scheme = KVT_HASH_SHA256;
+	ns->tp_size = ns->pp_size = 1;
+}
+
+static uint64_t img_len(const kvt_ns *ns)
+{
+	return KVT_OBJ_HEADER_BYTES + kvt_layout_payload_bytes(&ns->layout);
+}
+
+static kvt_key key_of(uint64_t i)
+{
+	kvt_key k;
+	test_fill(k.b, sizeof(k.b), 7777 * (i + 1));
+	return k;
+}
+
+/* Put one chunk of `ns`; `copy` (img_len bytes), if given, gets the image. */
+static int put_one(kvt_tier *t, const kvt_ns *ns, const kvt_key *key,
+		   uint64_t seed, int dur, uint8_t *copy)
+{
+	uint64_t len = img_len(ns), pl = len - KVT_OBJ_HEADER_BYTES;
+	uint64_t lb = kvt_layout_layer_bytes(&ns->layout);
+	const void *layers[KVT_MAX_LAYERS];
+	kvt_tier_wbuf *w;
+	kvt_obj_hdr *h = malloc(sizeof(*h));
+	uint8_t *payload = malloc(pl);
+	uint32_t i;
+	int rc;
+
+	test_fill(payload, pl, seed);
+	for (i = 0; i < ns->layout.num_layers; i++)
+		layers[i] = payload + i * lb;
+	rc = t->ops->put_begin(t, key, len, &w);
+	if (!rc) {
+		rc = kvt_obj_hdr_init(h, ns, key);
+		if (!rc)
+			rc = kvt_obj_write_iov(h, layers, w->iov, w->n_iov);
+		if (!rc && copy)
+			memcpy(copy, w->iov[0].iov_base, len);
+		if (rc)
+			t->ops->put_abort(t, w);
+		else
+			rc = t->ops->put_commit(t, w, dur);
+	}
+	free(payload);
+	free(h);
+	return rc;
+}
+
+/* 0 if get returns exactly `img` and the image verifies; else the code or
+ * -1 for different bytes. */
+static int get_cmp(kvt_tier *t, const kvt_key *key, const uint8_t *img,
+		   uint64_t len)
+{
+	kvt_tier_rbuf *r;
+	kvt_obj_hdr *h;
+	int rc = t->ops->get(t, key, &r);
+
+	if (rc)
+		return rc;
+	h = malloc(sizeof(*h));
+	rc = 0;
+	if (r->len != len || r->n_iov != 1 ||
+	    memcmp(r->iov[0].iov_base, img, len) ||
+	    memcmp(r->key.b, key->b, KVT_KEY_BYTES))
+		rc = -1;
+	else if (kvt_obj_decode(r->iov[0].iov_base, len, h))
+		rc = -2;
+	free(h);
+	t->ops->release(t, r);
+	return rc;
+}
+
+/* --- files ---------------------------------------------------------------- */
+
+static char path_buf[PATH_MAX];
+static const char *final_path(const char *root, const kvt_key *k)
+{
+	char hex[65];
+
+	kvt_key_hex(k, hex);
+	snprintf(path_buf, sizeof(path_buf), "%s/%.2s/%.2s/%s.kvt", root, hex,
+		 hex + 2, hex);
+	return path_buf;
+}
+
+static long long file_size(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) ? -1 : (long long)st.st_size;
+}
+
+static char base_dir[256];
+static int dir_seq;
+
+static char *new_dir(void)
+{
+	char *p = malloc(PATH_MAX);
+	snprintf(p, PATH_MAX, "%s/t%d", base_dir, dir_seq++);
+	return p;
+}
+
+static kvt_tier *open_tier(const char *dir, uint64_t cap, int uring,
+			   kvt_io *io)
+{
+	kvt_nvme_opts o = { .path = dir, .capacity = cap, .queue_depth = 16,
+			    .use_io_uring = uring, .io = io };
+	kvt_tier *t = NULL;
+	int rc = kvt_nvme_open(&o, &t);
+
+	CHECK_EQ(rc, 0);
+	return t;
+}
+
+/* --- tests ------------------------------------------------------------------ */
+
+static kvt_ns ns_odd;
+
+static int count_dir(const char *root, const char *sub)
+{
+	char p[PATH_MAX];
+	snprintf(p, sizeof(p), "%s/%s", root, sub);
+	return tt_count_dir(p);
+}
+
+static ino_t ino_of(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) ? 0 : st.st_ino;
+}
+
+static void settle_wait(void) { usleep(200000); }
+
+/* Recycling across sizes: large -> small (aligned, cut), small -> large (extended), odd. */
+static void test_sizes(int uring)
+{
+	char *dir = new_dir();
+	uint64_t sl = img_len(&ns_small), ll = img_len(&ns_large), ol = img_len(&ns_odd);
+	uint8_t *s = malloc(sl), *l = malloc(ll), *o = malloc(ol);
+	kvt_key ka = key_of(1), kb = key_of(2), kc = key_of(3), kd = key_of(4);
+	kvt_tier *t = open_tier(dir, 1ull << 30, uring, NULL);
+	ino_t ia, ib, ic;
+
+	fprintf(stderr, "  sizes uring=%d: small %llu (aligned %d) large %llu odd %llu\n", uring,
+		(unsigned long long)sl, !(sl & 4095), (unsigned long long)ll, (unsigned long long)ol);
+	CHECK_EQ(put_one(t, &ns_large, &ka, 11, KVT_DUR_CRASH_SAFE, l), 0);
+	ia = ino_of(final_path(dir, &ka));
+	CHECK_EQ(t->ops->del(t, &ka), 0);
+	CHECK_EQ(t->ops->exists(t, &ka), 0);
+	CHECK_EQ(file_size(final_path(dir, &ka)), -1);
+	CHECK_EQ(count_dir(dir, "tmp"), 1); /* the spare */
+	settle_wait();
+	CHECK_EQ(put_one(t, &ns_small, &kb, 12, KVT_DUR_CRASH_SAFE, s), 0);
+	ib = ino_of(final_path(dir, &kb));
+	CHECK_EQ(ib, ia); /* the large file, cut */
+	CHECK_EQ(file_size(final_path(dir, &kb)), (long long)sl);
+	CHECK_EQ(get_cmp(t, &kb, s, sl), 0);
+	CHECK_EQ(count_dir(dir, "tmp"), 0);
+	CHECK_EQ(t->ops->del(t, &kb), 0);
+	settle_wait();
+	CHECK_EQ(put_one(t, &ns_large, &kc, 13, KVT_DUR_POWER_SAFE, l), 0);
+	ic = ino_of(final_path(dir, &kc));
+	CHECK_EQ(ic, ia); /* the small one, extended */
+	CHECK_EQ(file_size(final_path(dir, &kc)), (long long)ll);
+	CHECK_EQ(get_cmp(t, &kc, l, ll), 0);
+	CHECK_EQ(t->ops->del(t, &kc), 0);
+	settle_wait();
+	CHECK_EQ(put_one(t, &ns_odd, &kd, 14, KVT_DUR_CACHED, o), 0);
+	CHECK_EQ(ino_of(final_path(dir, &kd)), ia);
+	CHECK_EQ(file_size(final_path(dir, &kd)), (long long)ol);
+	CHECK_EQ(get_cmp(t, &kd, o, ol), 0);
+	{
+		kvt_tier_stats st;
+		t->ops->stats(t, &st);
+		CHECK_EQ(st.chunks, 1);
+		CHECK_EQ(st.used_bytes, (ol + 4095) & ~4095ull);
+	}
+	/* a spare left at close is removed */
+	CHECK_EQ(t->ops->del(t, &kd), 0);
+	CHECK_EQ(count_dir(dir, "tmp"), 1);
+	t->ops->close(t);
+	CHECK_EQ(count_dir(dir, "tmp"), 0);
+	t = open_tier(dir, 1ull << 30, uring, NULL);
+	{
+		kvt_tier_stats st;
+		t->ops->stats(t, &st);
+		CHECK_EQ(st.chunks, 0);
+	}
+	t->ops->close(t);
+	tt_rm_rf(dir);
+	free(dir); free(s); free(l); free(o);
+}
+
+/* A read in flight when its file is deleted keeps its bytes: no put
+ * overwrites a spare while a read that may hold it runs. */
+struct rd_arg { kvt_tier *t; const char *dir; kvt_key victim, other; uint8_t *buf; size_t cap;
+		ino_t victim_ino, other_ino; int put_rc; uint8_t *otherimg; };
+
+static int rd_reserve(void *arg, uint64_t len, const struct iovec **iov, int *n)
+{
+	struct rd_arg *a = arg;
+	static struct iovec v;
+	/* the read has its file open: delete it, then put another key */
+	CHECK_EQ(a->t->ops->del(a->t, &a->victim), 0);
+	settle_wait();
+	a->put_rc = put_one(a->t, &ns_large, &a->other, 99, KVT_DUR_CRASH_SAFE, a->otherimg);
+	a->other_ino = ino_of(final_path(a->dir, &a->other));
+	v.iov_base = a->buf;
+	v.iov_len = len;
+	*iov = &v;
+	*n = 1;
+	return 0;
+}
+
+static void test_reader(int uring)
+{
+	char *dir = new_dir();
+	uint64_t ll = img_len(&ns_large);
+	uint8_t *l = malloc(ll), *l2 = malloc(ll);
+	struct rd_arg a = { 0 };
+	kvt_tier *t = open_tier(dir, 1ull << 30, uring, NULL);
+	void *buf = NULL;
+
+	CHECK_EQ(posix_memalign(&buf, 4096, ll + 4096), 0);
+	a.t = t; a.dir = dir; a.victim = key_of(20); a.other = key_of(21); a.buf = buf;
+	a.otherimg = l2;
+	CHECK_EQ(put_one(t, &ns_large, &a.victim, 20, KVT_DUR_CRASH_SAFE, l), 0);
+	a.victim_ino = ino_of(final_path(dir, &a.victim));
+	CHECK_EQ(t->ops->get_into(t, &a.victim, rd_reserve, &a), 0);
+	CHECK_EQ(a.put_rc, 0);
+	CHECK(a.other_ino != a.victim_ino); /* a fresh file, not the spare */
+	CHECK_EQ(memcmp(buf, l, ll), 0);   /* the read's bytes are whole */
+	CHECK_EQ(get_cmp(t, &a.other, l2, ll), 0);
+	/* the read over, the next put takes the spare */
+	{
+		kvt_key k = key_of(22);
+		CHECK_EQ(put_one(t, &ns_large, &k, 22, KVT_DUR_CRASH_SAFE, l), 0);
+		CHECK_EQ(ino_of(final_path(dir, &k)), a.victim_ino);
+		CHECK_EQ(get_cmp(t, &k, l, ll), 0);
+	}
+	t->ops->close(t);
+	CHECK_EQ(count_dir(dir, "tmp"), 0);
+	tt_rm_rf(dir);
+	free(dir); free(l); free(l2); free(buf);
+}
+
+/* A full tier: a put takes the spare its replaced key left, evicting nothing. */
+static void test_full(void)
+{
+	char *dir = new_dir();
+	uint64_t sl = img_len(&ns_small), c = (sl + 4095) & ~4095ull, cap = 16 * c;
+	kvt_tier *t = open_tier(dir, cap, 1, NULL);
+	kvt_key k[40];
+	kvt_tier_stats st;
+	int i;
+
+	for (i = 0; i < 40; i++)
+		k[i] = key_of(40 + i);
+	for (i = 0; i < 16; i++)
+		CHECK_EQ(put_one(t, &ns_small, &k[i], 40 + i, KVT_DUR_CRASH_SAFE, NULL), 0);
+	for (i = 16; i < 32; i++) {
+		ino_t old = ino_of(final_path(dir, &k[i - 16]));
+		CHECK_EQ(t->ops->del(t, &k[i - 16]), 0);
+		CHECK_EQ(count_dir(dir, "tmp"), 1);
+		settle_wait();
+		CHECK_EQ(put_one(t, &ns_small, &k[i], 40 + i, KVT_DUR_CRASH_SAFE, NULL), 0);
+		CHECK_EQ(count_dir(dir, "tmp"), 0);
+		CHECK_EQ(ino_of(final_path(dir, &k[i])), old);
+	}
+	t->ops->stats(t, &st);
+	CHECK_EQ(st.chunks, 16);
+	CHECK_EQ(st.evictions, 0);
+	/* a spare waiting and a new key: the spare gives its room, nothing is evicted */
+	CHECK_EQ(t->ops->del(t, &k[16]), 0);
+	CHECK_EQ(count_dir(dir, "tmp"), 1);
+	CHECK_EQ(put_one(t, &ns_large, &k[32], 99, KVT_DUR_CRASH_SAFE, NULL), KVT_ETOOBIG);
+	CHECK_EQ(count_dir(dir, "tmp"), 1); /* given back */
+	/* a read in flight keeps the spare from being taken: covered by test_reader */
+	CHECK_EQ(put_one(t, &ns_odd, &k[33], 98, KVT_DUR_CRASH_SAFE, NULL), 0); /* takes it */
+	CHECK_EQ(count_dir(dir, "tmp"), 0);
+	CHECK_EQ(put_one(t, &ns_small, &k[34], 97, KVT_DUR_CRASH_SAFE, NULL), 0); /* evicts one */
+	t->ops->stats(t, &st);
+	CHECK_EQ(st.evictions, 1);
+	t->ops->close(t);
+	CHECK_EQ(count_dir(dir, "tmp"), 0);
+	tt_rm_rf(dir);
+	free(dir);
+}
+
+/* Threads putting, reading and deleting overlapping keys at once: every
+ * read is whole or a miss, never wrong bytes, never corrupt. */
+/* Like get_cmp, the payload alone (the header holds the time of the put). */
+static int get_payload(kvt_tier *t, const kvt_key *key, const uint8_t *img, uint64_t len)
+{
+	kvt_tier_rbuf *r;
+	kvt_obj_hdr *h;
+	int rc = t->ops->get(t, key, &r);
+
+	if (rc)
+		return rc;
+	h = malloc(sizeof(*h));
+	rc = 0;
+	if (r->len != len || memcmp((uint8_t *)r->iov[0].iov_base + KVT_OBJ_HEADER_BYTES,
+				    img + KVT_OBJ_HEADER_BYTES, len - KVT_OBJ_HEADER_BYTES))
+		rc = -1;
+	else if (kvt_obj_decode(r->iov[0].iov_base, len, h))
+		rc = -2;
+	free(h);
+	t->ops->release(t, r);
+	return rc;
+}
+
+struct st_arg { kvt_tier *t; int id; int bad; uint8_t *img[8]; };
+static kvt_ns *st_ns[3] = { &ns_small, &ns_odd, &ns_small };
+
+static void *st_run(void *p)
+{
+	struct st_arg *a = p;
+	for (int i = 0; i < 300; i++) {
+		int n = (i + a->id) % 8;
+		kvt_key k = key_of(1000 + n);
+		const kvt_ns *ns = st_ns[n % 3];
+		uint64_t len = img_len(ns);
+		int rc;
+		switch ((i * 7 + a->id) % 3) {
+		case 0:
+			rc = put_one(a->t, ns, &k, 1000 + n, KVT_DUR_CRASH_SAFE, NULL);
+			if (rc && rc != KVT_EEXIST)
+				a->bad++, fprintf(stderr, "put %d\n", rc);
+			break;
+		case 1:
+			rc = get_payload(a->t, &k, a->img[n], len);
+			if (rc && rc != KVT_ENOTFOUND)
+				a->bad++, fprintf(stderr, "get %d\n", rc);
+			break;
+		default:
+			rc = a->t->ops->del(a->t, &k);
+			if (rc && rc != KVT_ENOTFOUND)
+				a->bad++, fprintf(stderr, "del %d\n", rc);
+		}
+	}
+	return NULL;
+}
+
+static void test_stress(int uring)
+{
+	char *dir = new_dir();
+	kvt_tier *t = open_tier(dir, 1ull << 30, uring, NULL);
+	struct st_arg a[6];
+	pthread_t th[6];
+	uint8_t *img[8];
+	int i;
+
+	/* the image of each key: put once, read back, delete */
+	for (i = 0; i < 8; i++) {
+		kvt_key k = key_of(1000 + i);
+		const kvt_ns *ns = st_ns[i % 3];
+		img[i] = malloc(img_len(ns));
+		CHECK_EQ(put_one(t, ns, &k, 1000 + i, KVT_DUR_CRASH_SAFE, img[i]), 0);
+		CHECK_EQ(t->ops->del(t, &k), 0);
+	}
+	for (i = 0; i < 6; i++) {
+		a[i] = (struct st_arg){ t, i, 0, { 0 } };
+		memcpy(a[i].img, img, sizeof(img));
+		pthread_create(&th[i], NULL, st_run, &a[i]);
+	}
+	for (i = 0; i < 6; i++) {
+		pthread_join(th[i], NULL);
+		CHECK_EQ(a[i].bad, 0);
+	}
+	{
+		kvt_tier_stats st;
+		t->ops->stats(t, &st);
+		CHECK_EQ(st.corrupt, 0);
+		fprintf(stderr, "  stress uring=%d: %llu chunks left, %llu puts\n", uring,
+			(unsigned long long)st.chunks, (unsigned long long)st.puts);
+	}
+	t->ops->close(t);
+	CHECK_EQ(count_dir(dir, "tmp"), 0);
+	t = open_tier(dir, 1ull << 30, uring, NULL);
+	{
+		kvt_tier_stats st;
+		t->ops->stats(t, &st);
+		CHECK_EQ(st.corrupt, 0);
+	}
+	t->ops->close(t);
+	tt_rm_rf(dir);
+	free(dir);
+	for (i = 0; i < 8; i++)
+		free(img[i]);
+}
+
+int main(void)
+{
+	snprintf(base_dir, sizeof(base_dir), "/var/tmp/kvt_spt_XXXXXX");
+	if (!mkdtemp(base_dir))
+		return 1;
+	ns_make(&ns_small, 2, 2, 64, 16, 1);
+	ns_make(&ns_large, 28, 4, 128, 256, 2);
+	ns_make(&ns_odd, 3, 1, 40, 16, 3);
+	for (int u = 0; u <= 1; u++) {
+		test_sizes(u);
+		test_reader(u);
+	}
+	test_full();
+	test_stress(1);
+	test_stress(0);
+	tt_rm_rf(base_dir);
+	TEST_DONE();
+}
