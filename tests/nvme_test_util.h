@@ -1,0 +1,121 @@
+/*
+ * nvme_test_util.h — what the NVMe tier's tests share (test_nvme.c,
+ * test_nvme_spares.c): namespaces of a small and a large chunk, an image
+ * put and compared through the tier's ops, and paths in its directory.
+ */
+#ifndef KVT_NVME_TEST_UTIL_H
+#define KVT_NVME_TEST_UTIL_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <linux/magic.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/abuf.h"
+#include "common/io.h"
+#include "format/object.h"
+#include "tier/nvme.h"
+#include "test.h"
+#include "tier_test_util.h"
+
+static kvt_ns ns_small, ns_large;
+
+static void ns_make(kvt_ns *ns, uint32_t layers, uint32_t heads,
+		    uint32_t dim, uint32_t tokens, uint64_t seed)
+{
+	memset(ns, 0, sizeof(*ns));
+	test_fill(ns->digest, sizeof(ns->digest), seed);
+	ns->layout = (kvt_layout){ .num_layers = layers, .num_kv_heads = heads,
+				   .head_dim = dim, .dtype = KVT_DTYPE_BF16,
+				   .kv_planes = 2, .block_size = 16,
+				   .chunk_tokens = tokens };
+	ns->hash_scheme = KVT_HASH_SHA256;
+	ns->tp_size = ns->pp_size = 1;
+}
+
+static uint64_t img_len(const kvt_ns *ns)
+{
+	return KVT_OBJ_HEADER_BYTES + kvt_layout_payload_bytes(&ns->layout);
+}
+
+static kvt_key key_of(uint64_t i)
+{
+	kvt_key k;
+	test_fill(k.b, sizeof(k.b), 7777 * (i + 1));
+	return k;
+}
+
+/* Put one chunk of `ns`; `copy` (img_len bytes), if given, gets the image. */
+static int put_one(kvt_tier *t, const kvt_ns *ns, const kvt_key *key,
+		   uint64_t seed, int dur, uint8_t *copy)
+{
+	uint64_t len = img_len(ns), pl = len - KVT_OBJ_HEADER_BYTES;
+	uint64_t lb = kvt_layout_layer_bytes(&ns->layout);
+	const void *layers[KVT_MAX_LAYERS];
+	kvt_tier_wbuf *w;
+	kvt_obj_hdr *h = malloc(sizeof(*h));
+	uint8_t *payload = malloc(pl);
+	uint32_t i;
+	int rc;
+
+	test_fill(payload, pl, seed);
+	for (i = 0; i < ns->layout.num_layers; i++)
+		layers[i] = payload + i * lb;
+	rc = t->ops->put_begin(t, key, len, &w);
+	if (!rc) {
+		rc = kvt_obj_hdr_init(h, ns, key);
+		if (!rc)
+			rc = kvt_obj_write_iov(h, layers, w->iov, w->n_iov);
+		if (!rc && copy)
+			memcpy(copy, w->iov[0].iov_base, len);
+		if (rc)
+			t->ops->put_abort(t, w);
+		else
+			rc = t->ops->put_commit(t, w, dur);
+	}
+	free(payload);
+	free(h);
+	return rc;
+}
+
+/* 0 if get returns exactly `img` and the image verifies; else the code or
+ * -1 for different bytes. */
+static int get_cmp(kvt_tier *t, const kvt_key *key, const uint8_t *img,
+		   uint64_t len)
+{
+	kvt_tier_rbuf *r;
+	kvt_obj_hdr *h;
+	int rc = t->ops->get(t, key, &r);
+
+	if (rc)
+		return rc;
+	h = malloc(sizeof(*h));
+	rc = 0;
+	if (r->len != len || r->n_iov != 1 ||
+	    memcmp(r->iov[0].iov_base, img, len) ||
+	    memcmp(r->key.b, key->b, KVT_KEY_BYTES))
+		rc = -1;
+	else if (kvt_obj_decode(r->iov[0].iov_base, len, h))
+		rc = -2;
+	free(h);
+	t->ops->release(t, r);
+	return rc;
+}
+
+/* --- files ---------------------------------------------------------------- */
+
+static char path_buf[PATH_MAX];
+
+#endif
