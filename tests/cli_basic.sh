@@ -70,7 +70,7 @@ obj=$(find "$work/store" -name '*.kvt' | head -1)
 expect "inspect a stored object" "$kvtier" inspect "$obj"
 grep -q "verified" "$work/out" && ok "inspect verifies" || bad "inspect: $(cat "$work/out")"
 cp "$obj" "$work/flip.kvt"
-printf '\x55' | dd of="$work/flip.kvt" bs=1 seek=5000 conv=notrunc status=none
+flip_byte "$work/flip.kvt" 5000
 expect_fail "inspect a flipped payload byte" "checksum mismatch" "$kvtier" inspect "$work/flip.kvt"
 head -c 3000 "$obj" >"$work/short.kvt"
 expect_fail "inspect a truncated object" "truncated" "$kvtier" inspect "$work/short.kvt"
@@ -80,7 +80,7 @@ expect_fail "inspect garbage" "bad magic" "$kvtier" inspect "$work/junk.kvt"
 # --- verify (fsck) finds a damaged chunk on disk and repairs ---------------
 expect "verify a healthy store" "$kvtier" verify "${common[@]}"
 grep -q "nvme: 4 object(s) checked, 0 bad" "$work/out" && ok "verify checks 4 chunks" || bad "verify: $(cat "$work/out")"
-printf '\x55' | dd of="$obj" bs=1 seek=6000 conv=notrunc status=none
+flip_byte "$obj" 6000
 expect_fail "verify finds the flipped byte" "" "$kvtier" verify "${common[@]}"
 grep -q "BAD: .*layer 0 checksum mismatch" "$work/out" && ok "verify names the bad chunk" || bad "verify: $(cat "$work/out")"
 "$kvtier" verify "${common[@]}" --json >"$work/v.json" 2>"$work/err"

@@ -71,7 +71,7 @@ for tier in shared_fs local_disk; do
 	objs=($(find "$D" -name '*.kvt' | sort))
 	truncate -s 100 "${objs[0]}"                          # truncated
 	printf 'XXXX' | dd of="${objs[1]}" conv=notrunc 2>/dev/null   # bad magic
-	printf '\x01' | dd of="${objs[2]}" bs=1 seek=5000 conv=notrunc 2>/dev/null # payload bit
+	flip_byte "${objs[2]}" 5000                            # a payload byte
 	sums=$(md5sum "${objs[@]}" | md5sum)
 	for cmd in ls stat; do
 		"$kvtier" $cmd "${m[@]}" --set "$tier=$D" >/dev/null 2>&1
