@@ -228,13 +228,15 @@ int bench_events(int argc, char **argv)
 		}
 		n = (long)((o.quick ? 0.1 : 0.2) / (t / n)) + 1;
 		for (int r = 0; r < rounds && !rc; r++) {
-			double t_off, t_on;
+			double t_off = 0, t_on = 0;
 			if (r & 1)
 				rc = put_run(on, &ns_on, src, len, &seq, n, &t_on) ||
 				     put_run(off, &ns_off, src, len, &seq, n, &t_off);
 			else
 				rc = put_run(off, &ns_off, src, len, &seq, n, &t_off) ||
 				     put_run(on, &ns_on, src, len, &seq, n, &t_on);
+			if (rc)
+				break;
 			rate_off[sh][r] = n / t_off;
 			rate_on[sh][r] = n / t_on;
 			ratio[sh][r] = rate_on[sh][r] / rate_off[sh][r];
