@@ -47,6 +47,7 @@ class InProcess(unittest.TestCase):
             st.flush(10000)
             for k in keys[:3]:  # read last: the most recently used
                 st.get(ns, k)
+            st.flush(10000)  # the reads' promotions into DRAM have landed
             path = os.path.join(env.root, "hot.keys")
             st.hot_save(path)
             st.close()
@@ -144,6 +145,9 @@ class Daemon(unittest.TestCase):
             st.get(ns, k)
         st.close()
         self.hot = [bytes(k) for k in keys[:8]]
+        deadline = time.monotonic() + 10  # the reads' promotions land in the background
+        while self.dram_chunks() != 8 and time.monotonic() < deadline:
+            time.sleep(0.05)
         self.assertEqual(self.dram_chunks(), 8)
         self.stop()  # saves the hot list
         self.assertTrue(os.path.exists(os.path.join(self.data, "hot.keys")))
