@@ -8,7 +8,9 @@
  *
  *  - even: the input is a stream of requests sent to a live local server
  *    (a store with a small shared DRAM tier, started once), each built
- *    from 40 bytes of input: a well-formed header with the input's op,
+ *    from 40 bytes of input: a well-formed header with the input's op
+ *    (LOOKUP, WHY and NAME followed by the message they announce, of the
+ *    length they say or, by the input, another),
  *    id (or the id of the last reply, to reach real borrows and writes),
  *    size and key, or, when the block says so, 64 raw bytes (a commit's
  *    size asks for the next write to be reserved, whose id the next
@@ -123,7 +125,11 @@ static void server_side(const uint8_t *data, size_t size)
 		if (b[1] & 1)
 			q.id = last_id;
 		memcpy(&sz, b + 12, 4);
-		q.size = q.op == KVT_LP_LOOKUP ? sz % 10 : sz % (20u << 20); /* around the arena */
+		q.size = q.op == KVT_LP_LOOKUP || q.op == KVT_LP_WHY ? sz % 10
+			 : q.op == KVT_LP_NAME ? sz % 18
+					       : sz % (20u << 20); /* around the arena */
+		if (q.op == KVT_LP_NAME && !(b[1] & 4)) /* a hash length that exists */
+			q.id = (b[5] & 1 ? 8u : 32u) | (b[5] & 2 ? 256u : 0u);
 		memcpy(&q.arg, b + 16, 4);
 		if (b[1] & 2)
 			q.arg &= 3; /* a durability that exists */
@@ -141,7 +147,20 @@ static void server_side(const uint8_t *data, size_t size)
 		}
 		if (send(fd, raw, n, MSG_NOSIGNAL) < 0)
 			break;
-		if (!(b[1] & 0x80) && q.op == KVT_LP_LOOKUP) {
+		if (!(b[1] & 0x80) && q.op == KVT_LP_NAME) {
+			/* its parent and hashes: as long as it says, or (by the
+			 * input) not; a refused header is never followed */
+			uint8_t body[18 * 32] = { 0 };
+			size_t hl = (size_t)(q.id & 255), bn = (b[1] & 8) ? (size_t)b[3] % sizeof(body)
+								: (q.size + 1) * hl;
+			if (bn > sizeof(body))
+				bn = sizeof(body);
+			for (size_t i = 0; i < bn; i++)
+				body[i] = b[20 + i % 20];
+			if (send(fd, body, bn, MSG_NOSIGNAL) < 0)
+				break;
+		}
+		if (!(b[1] & 0x80) && (q.op == KVT_LP_LOOKUP || q.op == KVT_LP_WHY)) {
 			/* its keys: as many as it says, or (by the input) not */
 			uint8_t keys[8 * KVT_KEY_BYTES] = { 0 };
 			size_t kn = (b[1] & 8) ? (size_t)(b[3] % 9) * KVT_KEY_BYTES
