@@ -740,7 +740,7 @@ typedef struct kvt_why_chunk {
 	int32_t reason; /* enum kvt_why_reason */
 	int32_t tier;   /* the tier it concerns, -1 for none */
 	double when;    /* CLOCK_REALTIME seconds of the event; 0 if none */
-	char detail[192]; /* a sentence saying it, with names and values */
+	char detail[256]; /* a sentence saying it, with names and values */
 } kvt_why_chunk;
 
 /* Why each of keys[0..n) is or is not served: out[i] for each.  From

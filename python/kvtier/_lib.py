@@ -93,7 +93,7 @@ class kvt_events_stats(ctypes.Structure):
 
 class kvt_why_chunk(ctypes.Structure):
     _fields_ = [("reason", ctypes.c_int32), ("tier", ctypes.c_int32), ("when", c_double),
-                ("detail", ctypes.c_char * 192)]
+                ("detail", ctypes.c_char * 256)]
 
 
 class kvt_warm_progress(ctypes.Structure):

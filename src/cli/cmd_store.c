@@ -439,7 +439,8 @@ static void why_usage(FILE *f)
 		   "but after a missing chunk), never stored, stored under another namespace\n"
 		   "(the fields that differ), evicted, deleted, corrupt, expired, a load past\n"
 		   "its deadline, or a tier that does not answer; with the tier and the time.\n"
-		   "With --set daemon=unix:///PATH the running kvtierd answers.\n"
+		   "With --set daemon=unix:///PATH the running kvtierd answers.  A chunk\n"
+		   "stored under another of the presets (kvtier hash --models) is named so.\n"
 		   "  --json           machine-readable output\n%s",
 		   cli_common_help);
 }
@@ -466,6 +467,19 @@ int cmd_why(int argc, char **argv)
 	if (cli_open(&a.c, &st, &ns)) {
 		free(t);
 		return 1;
+	}
+	/* The other namespaces a chunk of this prompt may be under: every
+	 * model the CLI knows, with this tenant and chunk size.  kvt_why_tokens
+	 * tries those the store has resolved; a process resolves only what it
+	 * is asked, so this one resolves them all. */
+	for (size_t i = 0; kvt_model_preset_at(i); i++) {
+		kvt_ns_desc d;
+		kvt_ns other;
+		kvt_model_preset_desc(kvt_model_preset_at(i), &d);
+		d.layout.block_size = 0;
+		d.layout.chunk_tokens = ns.layout.chunk_tokens;
+		d.tenant = a.c.tenant;
+		(void)kvt_ns_init(st, &d, &other); /* a preset that does not fit is not tried */
 	}
 	n = nt / ns.layout.chunk_tokens;
 	out = calloc(n + 1, sizeof(*out));

@@ -359,7 +359,7 @@ int kvt_why_tokens(kvt_store *st, const kvt_ns *ns, const uint32_t *tokens, size
 	pthread_mutex_unlock(&st->why.mu);
 	for (size_t j = 0; j < n_others; j++) {
 		size_t have = held_tokens(st, &others[j].ns, tokens, n_tokens, extra);
-		char diff[160];
+		char diff[208];
 		if (!have)
 			continue;
 		ns_diff(&self, &others[j], diff, sizeof(diff));

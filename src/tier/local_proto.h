@@ -50,7 +50,7 @@
 #define KVT_LP_MAX_MSG (256u * 1024u)
 #define KVT_LP_MAX_SEGS ((KVT_LP_MAX_MSG - sizeof(struct kvt_lp_rep)) / sizeof(struct kvt_lp_seg))
 #define KVT_LP_ITER_BATCH 4096u
-#define KVT_LP_MAX_WHY 1024u /* keys per WHY: their answers fill a message */
+#define KVT_LP_MAX_WHY 896u /* keys per WHY: their answers (272 bytes each) fill a message */
 #define KVT_LP_ERRMSG_MAX 512u
 #define KVT_LP_MAX_REL 64u
 #define KVT_LP_MAX_LOOKUP 4096u /* keys per LOOKUP */
