@@ -61,32 +61,10 @@ static kvt_key key_of(uint64_t i)
 static int put_one(kvt_tier *t, const kvt_ns *ns, const kvt_key *key,
 		   uint64_t seed, int dur, uint8_t *copy)
 {
-	uint64_t len = img_len(ns), pl = len - KVT_OBJ_HEADER_BYTES;
-	uint64_t lb = kvt_layout_layer_bytes(&ns->layout);
-	const void *layers[KVT_MAX_LAYERS];
-	kvt_tier_wbuf *w;
-	kvt_obj_hdr *h = malloc(sizeof(*h));
-	uint8_t *payload = malloc(pl);
-	uint32_t i;
-	int rc;
+	uint8_t *payload = malloc(img_len(ns) - KVT_OBJ_HEADER_BYTES);
+	int rc = tt_put_image_copy(t, ns, key, seed, payload, dur, copy);
 
-	test_fill(payload, pl, seed);
-	for (i = 0; i < ns->layout.num_layers; i++)
-		layers[i] = payload + i * lb;
-	rc = t->ops->put_begin(t, key, len, &w);
-	if (!rc) {
-		rc = kvt_obj_hdr_init(h, ns, key);
-		if (!rc)
-			rc = kvt_obj_write_iov(h, layers, w->iov, w->n_iov);
-		if (!rc && copy)
-			memcpy(copy, w->iov[0].iov_base, len);
-		if (rc)
-			t->ops->put_abort(t, w);
-		else
-			rc = t->ops->put_commit(t, w, dur);
-	}
 	free(payload);
-	free(h);
 	return rc;
 }
 
@@ -117,5 +95,53 @@ static int get_cmp(kvt_tier *t, const kvt_key *key, const uint8_t *img,
 /* --- files ---------------------------------------------------------------- */
 
 static char path_buf[PATH_MAX];
+
+/* Where the tier keeps `k` under `root` (in a static buffer). */
+static const char *final_path(const char *root, const kvt_key *k)
+{
+	char hex[65];
+
+	kvt_key_hex(k, hex);
+	snprintf(path_buf, sizeof(path_buf), "%s/%.2s/%.2s/%s.kvt", root, hex,
+		 hex + 2, hex);
+	return path_buf;
+}
+
+static long long file_size(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) ? -1 : (long long)st.st_size;
+}
+
+/* Entries in <root>/<sub>. */
+static inline int count_dir(const char *root, const char *sub)
+{
+	char p[PATH_MAX];
+	snprintf(p, sizeof(p), "%s/%s", root, sub);
+	return tt_count_dir(p);
+}
+
+/* A fresh directory name under base_dir (which main makes). */
+static char base_dir[256];
+static int dir_seq;
+
+static char *new_dir(void)
+{
+	char *p = malloc(PATH_MAX);
+	snprintf(p, PATH_MAX, "%s/t%d", base_dir, dir_seq++);
+	return p;
+}
+
+static kvt_tier *open_tier(const char *dir, uint64_t cap, int uring,
+			   kvt_io *io)
+{
+	kvt_nvme_opts o = { .path = dir, .capacity = cap, .queue_depth = 16,
+			    .use_io_uring = uring, .io = io };
+	kvt_tier *t = NULL;
+	int rc = kvt_nvme_open(&o, &t);
+
+	CHECK_EQ(rc, 0);
+	return t;
+}
 
 #endif

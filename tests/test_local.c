@@ -17,6 +17,8 @@
  *     the parent's borrow reads the very pages the child wrote;
  *   - a child killed -9 holding a borrow and a reserved write: the
  *     daemon's borrowed count goes back to 0 and its pages come back;
+ *   - clients that send a LOOKUP, NAME or WHY and never the message it
+ *     announces: closed after KVT_LP_FOLLOW_MS, the others served;
  *   - a store that is not the daemon's: open fails naming the socket;
  *   - a daemon restart: the call that finds it gone fails naming the
  *     socket, the next one connects again and finds the crash-safe
@@ -28,6 +30,7 @@
  *     DRAM quota holds for this local client.
  */
 #include <errno.h>
+#include <poll.h>
 #include <pwd.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -73,17 +76,28 @@ static int can_connect(const char *path)
 /* A raw connection that reserves `len` bytes for `fill` key and never
  * commits: what a client killed between PUT_BEGIN and PUT_COMMIT leaves.
  * The fd, or -1. */
-static int raw_reserve(uint64_t len, int fill)
+static int raw_connect(void)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+
+	snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock);
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static int raw_reserve(uint64_t len, int fill)
+{
 	struct kvt_lp_req q = { .magic = KVT_LP_MAGIC, .version = KVT_LP_VERSION,
 				.len = sizeof(q) };
 	static uint8_t rep[KVT_LP_MAX_MSG];
 	struct kvt_lp_rep r;
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+	int fd = raw_connect();
 
-	snprintf(a.sun_path, sizeof(a.sun_path), "%s", sock);
-	if (connect(fd, (struct sockaddr *)&a, sizeof(a)))
+	if (fd < 0)
 		return -1;
 	q.op = KVT_LP_PUT_BEGIN;
 	q.size = len;
@@ -92,6 +106,29 @@ static int raw_reserve(uint64_t len, int fill)
 		return -1;
 	memcpy(&r, rep, sizeof(r));
 	return r.status == 0 && r.size == len ? fd : -1;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Does the daemon's log hold `what`? */
+static int log_has(const char *what)
+{
+	char path[96], buf[1 << 16];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/kvtierd.log", dir);
+	if ((fd = open(path, O_RDONLY)) < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	return strstr(buf, what) != NULL;
 }
 
 static const char *daemon_extra[8]; /* more options for the next start */
@@ -587,6 +624,52 @@ static void killed_client(kvt_store *st)
 /* The daemon stops: the call that finds it gone fails naming the socket;
  * started again, the next call reconnects and the crash-safe chunks are
  * there, read back from its disk tier. */
+/* LOOKUP, NAME and WHY announce a second message.  Clients that send the
+ * request and never the message are closed after KVT_LP_FOLLOW_MS, with
+ * the log naming what was missing, and serve the others meanwhile. */
+static void silent_follow_up(kvt_store *st)
+{
+	static const uint8_t ops[3] = { KVT_LP_LOOKUP, KVT_LP_NAME, KVT_LP_WHY };
+	int fd[3], closed[3] = { 0 }, left = 3;
+	double t0 = now_s(), first = 0;
+	kvt_ns ns;
+	kvt_key k;
+
+	for (int i = 0; i < 3; i++) {
+		struct kvt_lp_req q = { .magic = KVT_LP_MAGIC, .version = KVT_LP_VERSION,
+					.len = sizeof(q), .op = ops[i], .size = 2 };
+		if (ops[i] == KVT_LP_NAME)
+			q.id = 32; /* two 32-byte hashes (and the parent) to come */
+		fd[i] = raw_connect();
+		CHECK(fd[i] >= 0);
+		CHECK_EQ(send(fd[i], &q, sizeof(q), 0), (ssize_t)sizeof(q));
+	}
+	/* the other clients are served meanwhile */
+	ns_of(st, "silent", &ns);
+	memset(&k, 0x5a, sizeof(k));
+	CHECK(kvt_lookup(st, &ns, &k, 1, NULL) >= 0);
+	while (left > 0 && now_s() - t0 < KVT_LP_FOLLOW_MS / 1000.0 + 20) {
+		for (int i = 0; i < 3; i++) {
+			struct pollfd p = { .fd = fd[i], .events = POLLIN };
+			char b[64];
+			if (closed[i] || poll(&p, 1, 100) <= 0)
+				continue;
+			CHECK(recv(fd[i], b, sizeof(b), 0) <= 0);
+			closed[i] = 1;
+			left--;
+			if (!first)
+				first = now_s() - t0;
+		}
+	}
+	CHECK_EQ(left, 0);
+	CHECK(first >= KVT_LP_FOLLOW_MS / 1000.0 * 0.9); /* waited, not refused */
+	CHECK(log_has("LOOKUP: the message it announces did not come in"));
+	CHECK(log_has("NAME: the message it announces did not come in"));
+	CHECK(log_has("WHY: the message it announces did not come in"));
+	for (int i = 0; i < 3; i++)
+		close(fd[i]);
+}
+
 static void restart(kvt_store *st, const char *bin)
 {
 	size_t len = kvt_layout_payload_bytes(&(kvt_layout){ LAYERS, HEADS, DIM, KVT_DTYPE_BF16,
@@ -805,6 +888,7 @@ int main(int argc, char **argv)
 		connector(st);
 		two_processes(st);
 		killed_client(st);
+		silent_follow_up(st);
 		restart(st, bin);
 		kvt_store_close(st);
 	} else {

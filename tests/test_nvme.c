@@ -35,44 +35,6 @@ static int count_quarantined(const char *dir)
 	return kvt;
 }
 
-static const char *final_path(const char *root, const kvt_key *k)
-{
-	char hex[65];
-
-	kvt_key_hex(k, hex);
-	snprintf(path_buf, sizeof(path_buf), "%s/%.2s/%.2s/%s.kvt", root, hex,
-		 hex + 2, hex);
-	return path_buf;
-}
-
-static long long file_size(const char *p)
-{
-	struct stat st;
-	return stat(p, &st) ? -1 : (long long)st.st_size;
-}
-
-static char base_dir[256];
-static int dir_seq;
-
-static char *new_dir(void)
-{
-	char *p = malloc(PATH_MAX);
-	snprintf(p, PATH_MAX, "%s/t%d", base_dir, dir_seq++);
-	return p;
-}
-
-static kvt_tier *open_tier(const char *dir, uint64_t cap, int uring,
-			   kvt_io *io)
-{
-	kvt_nvme_opts o = { .path = dir, .capacity = cap, .queue_depth = 16,
-			    .use_io_uring = uring, .io = io };
-	kvt_tier *t = NULL;
-	int rc = kvt_nvme_open(&o, &t);
-
-	CHECK_EQ(rc, 0);
-	return t;
-}
-
 static double now_s(void)
 {
 	struct timespec ts;

@@ -86,20 +86,24 @@ static inline uint64_t tt_counter_of(const kvt_key *k, uint64_t n,
 }
 
 /* Put the image of `key` in `ns` whose payload is test_fill(seed), built
- * in `payload` (room for the payload); the tier's code. */
-static inline int tt_put_image(kvt_tier *t, const kvt_ns *ns,
-			       const kvt_key *key, uint64_t seed,
-			       uint8_t *payload, int dur)
+ * in `payload` (room for the payload); `copy`, if given, gets the whole
+ * image as written.  The tier's code. */
+static inline int tt_put_image_copy(kvt_tier *t, const kvt_ns *ns,
+				    const kvt_key *key, uint64_t seed,
+				    uint8_t *payload, int dur, uint8_t *copy)
 {
 	uint64_t len = tt_img_len(ns), lb = kvt_layout_layer_bytes(&ns->layout);
 	const void *layers[KVT_MAX_LAYERS];
 	kvt_obj_hdr *h = malloc(sizeof(*h));
 	kvt_tier_wbuf *w;
+	uint64_t off;
 	uint32_t i;
 	int rc;
 
-	if (!h)
+	if (!h || !payload) {
+		free(h);
 		return KVT_ENOMEM;
+	}
 	test_fill(payload, len - KVT_OBJ_HEADER_BYTES, seed);
 	for (i = 0; i < ns->layout.num_layers; i++)
 		layers[i] = payload + i * lb;
@@ -108,6 +112,10 @@ static inline int tt_put_image(kvt_tier *t, const kvt_ns *ns,
 		rc = kvt_obj_hdr_init(h, ns, key);
 		if (!rc)
 			rc = kvt_obj_write_iov(h, layers, w->iov, w->n_iov);
+		for (i = 0, off = 0; !rc && copy && i < (uint32_t)w->n_iov; i++) {
+			memcpy(copy + off, w->iov[i].iov_base, w->iov[i].iov_len);
+			off += w->iov[i].iov_len;
+		}
 		if (rc)
 			t->ops->put_abort(t, w);
 		else
@@ -115,6 +123,13 @@ static inline int tt_put_image(kvt_tier *t, const kvt_ns *ns,
 	}
 	free(h);
 	return rc;
+}
+
+static inline int tt_put_image(kvt_tier *t, const kvt_ns *ns,
+			       const kvt_key *key, uint64_t seed,
+			       uint8_t *payload, int dur)
+{
+	return tt_put_image_copy(t, ns, key, seed, payload, dur, NULL);
 }
 
 /* Get `key` and check its image bit for bit against what tt_put_image

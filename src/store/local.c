@@ -337,6 +337,34 @@ static int do_iter(struct lconn *c, const struct kvt_lp_req *q)
 
 /* One request.  0 to go on; a negative value closes the connection (a
  * protocol error, logged, or the socket failing). */
+/* The message a LOOKUP, NAME or WHY announced (`what`), which its client
+ * sends straight after the request: its true length (MSG_TRUNC), or a
+ * negative code with the error set if it does not come within
+ * KVT_LP_FOLLOW_MS or the socket fails.  Without the wait, a client that
+ * never sends it would hold this connection's thread for good. */
+static ssize_t recv_follow(struct lconn *c, void *buf, size_t cap, const char *what)
+{
+	struct pollfd p = { .fd = c->fd, .events = POLLIN };
+	ssize_t n;
+	int rc;
+
+	do
+		rc = poll(&p, 1, KVT_LP_FOLLOW_MS);
+	while (rc < 0 && errno == EINTR);
+	if (rc == 0)
+		return kvt_err(-ETIMEDOUT, "%s: the message it announces did not come in %d ms",
+			       what, KVT_LP_FOLLOW_MS);
+	do
+		n = recv(c->fd, buf, cap, MSG_TRUNC);
+	while (n < 0 && errno == EINTR);
+	if (n < 0) {
+		int e = errno;
+		return kvt_err(-e, "%s: receiving the message it announces: %s", what,
+			       strerror(e));
+	}
+	return n;
+}
+
 static int serve_one(struct lconn *c, const struct kvt_lp_req *q)
 {
 	kvt_store *st = c->srv->st;
@@ -448,9 +476,9 @@ static int serve_one(struct lconn *c, const struct kvt_lp_req *q)
 		if (q->size == 0 || q->size > KVT_LP_MAX_LOOKUP)
 			return kvt_err(-EPROTO, "LOOKUP of %" PRIu64 " keys (1..%u)", q->size,
 				       KVT_LP_MAX_LOOKUP);
-		do
-			n = recv(c->fd, keys, KVT_LP_MAX_LOOKUP * KVT_KEY_BYTES + 1, MSG_TRUNC);
-		while (n < 0 && errno == EINTR);
+		n = recv_follow(c, keys, KVT_LP_MAX_LOOKUP * KVT_KEY_BYTES + 1, "LOOKUP");
+		if (n < 0)
+			return (int)n;
 		if (n != (ssize_t)(q->size * KVT_KEY_BYTES))
 			return kvt_err(-EPROTO, "LOOKUP of %" PRIu64 " keys followed by %zd bytes",
 				       q->size, n);
@@ -467,9 +495,9 @@ static int serve_one(struct lconn *c, const struct kvt_lp_req *q)
 		if ((hl != 32 && hl != 8) || n == 0 || n > KVT_CHUNK_NAME_MAX ||
 		    q->arg < 0 || q->id >> 9)
 			return kvt_err(-EPROTO, "NAME of %u hashes of %u bytes", n, hl);
-		do
-			got = recv(c->fd, body, sizeof(body), MSG_TRUNC);
-		while (got < 0 && errno == EINTR);
+		got = recv_follow(c, body, sizeof(body), "NAME");
+		if (got < 0)
+			return (int)got;
 		if (got != (ssize_t)((n + 1) * hl))
 			return kvt_err(-EPROTO, "NAME of %u hashes followed by %zd bytes", n, got);
 		return send_status(c, q, kvt_store_name_chunk(st, &key, body + hl, n, hl,
@@ -490,9 +518,11 @@ static int serve_one(struct lconn *c, const struct kvt_lp_req *q)
 			return kvt_err(-EPROTO, "WHY of %" PRIu64 " keys (1..%u)", q->size,
 				       KVT_LP_MAX_WHY);
 		}
-		do
-			n = recv(c->fd, keys, KVT_LP_MAX_WHY * KVT_KEY_BYTES + 1, MSG_TRUNC);
-		while (n < 0 && errno == EINTR);
+		n = recv_follow(c, keys, KVT_LP_MAX_WHY * KVT_KEY_BYTES + 1, "WHY");
+		if (n < 0) {
+			free(keys);
+			return (int)n;
+		}
 		if (n != (ssize_t)(q->size * KVT_KEY_BYTES)) {
 			free(keys);
 			return kvt_err(-EPROTO, "WHY of %" PRIu64 " keys followed by %zd bytes",

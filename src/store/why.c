@@ -18,6 +18,7 @@
 
 #include "common/err.h"
 #include "store/store_int.h"
+#include "store/tiers.h"
 
 #define WHY_SLOTS 32768 /* a power of two */
 
@@ -155,11 +156,17 @@ static const char *tier_name(kvt_store *st, int tier)
 	return tier >= 0 && tier < st->n_tiers ? st->tiers[tier]->ops->name : "no";
 }
 
-/* A tier that does not answer now, or -1. */
-static int tier_down(kvt_store *st)
+/* A tier that does not answer now, or -1.  `remote_only` asks only the
+ * remote tiers (peer, S3), the only ones that can be unreachable: what a
+ * miss on the read path can afford to ask. */
+static int tier_down(kvt_store *st, int remote_only)
 {
+	if (remote_only && st->n_remote == 0)
+		return -1;
 	for (int i = 0; i < st->n_tiers; i++) {
 		kvt_tier_stats ts;
+		if (remote_only && !st->cls[i]->remote)
+			continue;
 		memset(&ts, 0, sizeof(ts));
 		st->tiers[i]->ops->stats(st->tiers[i], &ts);
 		if (ts.unreachable)
@@ -227,7 +234,7 @@ int kvt_why(kvt_store *st, const kvt_ns *ns, const kvt_key *keys, size_t n, kvt_
 		return kvt_err(KVT_EINVAL, "store, namespace, keys or output missing");
 	if (st->n_tiers == 1 && st->tiers[0]->ops->why) /* kvtierd's client: it knows */
 		return st->tiers[0]->ops->why(st->tiers[0], keys, n, out);
-	down = tier_down(st);
+	down = tier_down(st, 0);
 	for (size_t i = 0; i < n; i++) {
 		kvt_why_chunk *c = &out[i];
 		int held = -1;
@@ -385,7 +392,7 @@ void store_count_miss(kvt_store *st, int acct, const kvt_key *key)
 	if (acct < 0 || acct >= WHY_ACCTS)
 		acct = 0;
 	if (!why_recall(&st->why, key, &reason, &tier, &when)) {
-		tier = tier_down(st);
+		tier = tier_down(st, 1);
 		reason = tier >= 0 ? KVT_WHY_TIER_DOWN : KVT_WHY_NEVER;
 	}
 	if (tier < 0 || tier >= WHY_TIERS - 1)

@@ -54,6 +54,10 @@
 #define KVT_LP_ERRMSG_MAX 512u
 #define KVT_LP_MAX_REL 64u
 #define KVT_LP_MAX_LOOKUP 4096u /* keys per LOOKUP */
+/* LOOKUP, NAME and WHY announce a second message that the client sends
+ * straight after the request; a server waits this long for it, then
+ * closes the connection. */
+#define KVT_LP_FOLLOW_MS 5000
 /* The longest request: the struct and its released ids. */
 #define KVT_LP_MAX_REQ (sizeof(struct kvt_lp_req) + KVT_LP_MAX_REL * sizeof(uint64_t))
 

@@ -9,7 +9,6 @@ back from the replay socket.
 
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -335,12 +334,6 @@ class InProcess(unittest.TestCase):
                                 "kv_events:\n  publisher: zmq\n  colour: red\n")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Daemon(unittest.TestCase):
     """kvtierd as a node runs it: --data-dir, the events configured in its
     YAML the way vLLM's --kv-events-config reads, SETs from redis-py."""
@@ -358,7 +351,7 @@ class Daemon(unittest.TestCase):
                     "max_local_disk_size: 64MiB\n"
                     "kv_events:\n  publisher: zmq\n  endpoint: %s\n  replay_endpoint: %s\n"
                     "  topic: node1\n" % (self.pub, self.rep))
-        self.port, self.mport = free_port(), free_port()
+        self.port, self.mport = tier_env.free_port(), tier_env.free_port()
         self.proc = None
 
     def tearDown(self):
@@ -366,27 +359,15 @@ class Daemon(unittest.TestCase):
         subprocess.run(["rm", "-rf", self.root])
 
     def start(self):
-        self.log = open(os.path.join(self.root, "kvtierd.log"), "a")
-        self.proc = subprocess.Popen(
+        self.proc = tier_env.start_kvtierd_tcp(
             [self.bin, "--port", str(self.port), "--config", self.cfg, "--data-dir",
              os.path.join(self.root, "data"), "--threads", "2", "--metrics-port",
-             str(self.mport)], stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("kvtierd did not start: " +
-                                       open(os.path.join(self.root, "kvtierd.log")).read())
-                time.sleep(0.05)
+             str(self.mport)], self.port, os.path.join(self.root, "kvtierd.log"))
 
     def stop(self):
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(30)
-            self.log.close()
         self.proc = None
 
     def test_a_client_names_chunks_for_the_daemon(self):

@@ -39,7 +39,6 @@ import os
 import re
 import select
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -156,12 +155,6 @@ def chunk_key_strings(tokens):
     return [_object_key_to_string(k) for k in keys]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     """`python -m lmcache.v1.multiprocess.server` with one kvtier L2 adapter;
     its output in a log file."""
@@ -169,7 +162,7 @@ class Server:
     READY = "LMCache cache server is running..."
 
     def __init__(self, root, name, spec, extra=()):
-        self.port = free_port()
+        self.port = tier_env.free_port()
         self.log_path = os.path.join(root, "%s-%d.log" % (name, self.port))
         self.argv = [sys.executable, "-m", "lmcache.v1.multiprocess.server",
                      "--host", "127.0.0.1", "--port", str(self.port),

@@ -48,7 +48,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import tempfile
 import threading
 import time
@@ -162,12 +161,6 @@ def key_names(eng, tokens):
     return [r[2].to_string() for r in eng.token_database.process_tokens(tokens)]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def parse_command(buf):
     """One RESP command (an array of bulk strings) from the front of `buf`:
     ((name, first argument), bytes used), or (None, 0) if incomplete."""
@@ -274,25 +267,14 @@ class Kvtierd:
             for user, (tenant, password, _) in USERS.items():
                 f.write("user %s tenant %s sha256:%s\n" %
                         (user, tenant, hashlib.sha256(password.encode()).hexdigest()))
-        self.port = free_port()
+        self.port = tier_env.free_port()
         self.proc = None
         self.log = os.path.join(root, "kvtierd.log")
 
     def start(self):
-        with open(self.log, "a") as log:
-            self.proc = subprocess.Popen(
-                [self.bin, "--port", str(self.port), "--config", self.config, "--data-dir",
-                 self.data, "--acl", self.acl, "--threads", "2"],
-                stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("kvtierd did not start:\n" + open(self.log).read())
-                time.sleep(0.05)
+        self.proc = tier_env.start_kvtierd_tcp(
+            [self.bin, "--port", str(self.port), "--config", self.config, "--data-dir",
+             self.data, "--acl", self.acl, "--threads", "2"], self.port, self.log)
 
     def stop(self, sig=signal.SIGTERM):
         if self.proc is not None and self.proc.poll() is None:

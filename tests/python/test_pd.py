@@ -30,6 +30,7 @@ import urllib.request
 import torch
 
 import kvtier
+import tier_env
 from test_local import LAYOUT, start_daemon
 
 
@@ -109,12 +110,6 @@ class PrefillDecode(unittest.TestCase):
             shutil.rmtree(d, ignore_errors=True)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def metrics(port):
     """The daemon's /metrics as {(name, tier or None): value}."""
     text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10).read()
@@ -189,7 +184,7 @@ class Peers(unittest.TestCase):
 
     def node(self, name, extra):
         sock = os.path.join(self.dir, name + ".sock")
-        mport = free_port()
+        mport = tier_env.free_port()
         self.procs.append(start_daemon(self.bin, os.path.join(self.dir, name), sock,
                                        ["--metrics-port", str(mport), *extra]))
         return "unix://" + sock, mport
@@ -216,7 +211,7 @@ class Peers(unittest.TestCase):
                 self.assertTrue(torch.equal(out.view(torch.int16), x.view(torch.int16)))
 
     def test_decode_node_fetches_from_the_prefill_node(self):
-        port_a = free_port()
+        port_a = tier_env.free_port()
         url_a, m_a = self.node("prefill", ["--serve-peers", "--port", str(port_a)])
         url_b, m_b = self.node("decode", ["--set", "peers=127.0.0.1:%d" % port_a])
         tokens, data = self.prefill(url_a, 8, 1)
@@ -236,7 +231,7 @@ class Peers(unittest.TestCase):
     def test_a_restarted_prefill_node_is_read_again_at_once(self):
         """The decode node's idle connection to the prefill node dies with
         that node's restart: the next read reconnects, it does not fail."""
-        port_a = free_port()
+        port_a = tier_env.free_port()
         url_a, _ = self.node("prefill", ["--serve-peers", "--port", str(port_a)])
         url_b, m_b = self.node("decode", ["--set", "peers=127.0.0.1:%d" % port_a])
         tokens, data = self.prefill(url_a, 4, 5)
@@ -257,7 +252,7 @@ class Peers(unittest.TestCase):
         self.assertEqual(metrics(m_b)[("kvtier_tier_read_errors_total", "peer")], 0)
 
     def test_a_prefill_node_without_serve_peers_refuses(self):
-        port_a = free_port()
+        port_a = tier_env.free_port()
         url_a, _ = self.node("prefill", ["--port", str(port_a)])
         url_b, m_b = self.node("decode", ["--set", "peers=127.0.0.1:%d" % port_a])
         tokens, data = self.prefill(url_a, 2, 2)
@@ -277,7 +272,7 @@ class Peers(unittest.TestCase):
             f.write("user node tenant default +admin sha256:%s\n"
                     % hashlib.sha256(b"n0de-pass").hexdigest())
             f.write("user app tenant default sha256:%s\n" % hashlib.sha256(b"app-pass").hexdigest())
-        port_a = free_port()
+        port_a = tier_env.free_port()
         url_a, m_a = self.node("prefill", ["--serve-peers", "--port", str(port_a), "--acl", acl])
         peer = ["--set", "peers=127.0.0.1:%d" % port_a]
         url_app, _ = self.node("decode-app", [*peer, "--set", "peer_user=app",
@@ -361,7 +356,7 @@ class Peers(unittest.TestCase):
         shared = os.path.join(self.dir, "shared")
         os.mkdir(shared)
         fs = ["--set", "shared_fs=" + shared, "--set", "shared_fs_refresh_ms=100"]
-        port_a = free_port()
+        port_a = tier_env.free_port()
         url_a, _ = self.node("prefill", ["--serve-peers", "--port", str(port_a), *fs])
         slow = SlowLink(port_a, 0.02)
         try:

@@ -17,13 +17,10 @@ a producer: disaggregated prefill), and, with that kvtierd stopped, from
 each lower tier alone through the kvtierd the connector starts for itself.
 """
 
-import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest

@@ -20,12 +20,6 @@ import tier_env
 LAYOUT = kvtier.Layout(2, 2, 64, "bf16", chunk_tokens=256)  # 256 KiB chunks
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def http(port, path):
     try:
         with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=5) as r:
@@ -92,7 +86,7 @@ class Daemon(unittest.TestCase):
         self.env = tier_env.Env()
         self.data = os.path.join(self.env.root, "data")
         self.sock = os.path.join(self.env.root, "kvtierd.sock")
-        self.port, self.mport = free_port(), free_port()
+        self.port, self.mport = tier_env.free_port(), tier_env.free_port()
         self.proc = None
 
     def tearDown(self):

@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -51,14 +50,6 @@ def kvtier_bin():
     if not os.access(path, os.X_OK):
         raise RuntimeError("no kvtier command beside %s" % d)
     return path
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def where(args, timeout=60):
@@ -142,7 +133,7 @@ class Relay:
 
     def __init__(self, upstream):
         self.ctx = zmq.Context.instance()
-        self.port = free_port()
+        self.port = tier_env.free_port()
         self.pub = self.ctx.socket(zmq.PUB)
         self.pub.bind("tcp://127.0.0.1:%d" % self.port)
         self.upstream = upstream
@@ -210,7 +201,7 @@ class VllmPublisher(unittest.TestCase):
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def publisher(self, name):
-        pub, rep = free_port(), free_port()
+        pub, rep = tier_env.free_port(), tier_env.free_port()
         self.pubs[name] = ZmqEventPublisher(0, endpoint="tcp://*:%d" % pub,
                                             replay_endpoint="tcp://*:%d" % rep)
         return "%s=tcp://127.0.0.1:%d" % (name, pub), "tcp://127.0.0.1:%d" % rep
@@ -285,7 +276,7 @@ class Fleet(unittest.TestCase):
 
     @classmethod
     def start_node(cls, name):
-        pub, rep = free_port(), free_port()
+        pub, rep = tier_env.free_port(), tier_env.free_port()
         sock = os.path.join(cls.dir, name + ".sock")
         proc = tier_env.start_kvtierd(sock, [
             "--set", "kv_events_publisher=zmq", "--set", "kv_events_endpoint=tcp://*:%d" % pub,
@@ -416,7 +407,7 @@ class Fleet(unittest.TestCase):
     def test_late_node_is_caught_up_through_replay(self):
         """A node `where` names before it runs: what it published before
         its stream reached `where` comes from its replay socket."""
-        pub, rep = free_port(), free_port()
+        pub, rep = tier_env.free_port(), tier_env.free_port()
         relay = Relay("tcp://127.0.0.1:%d" % pub)
         srv = Serve(["--subscribe", self.nodes[0]["sub"] + ",late=" + relay.endpoint,
                      "--replay", self.nodes[0]["rep"] + ",tcp://127.0.0.1:%d" % rep,
@@ -533,7 +524,7 @@ class FakeNode:
 
     def __init__(self, first_answer):
         self.ctx = zmq.Context.instance()
-        self.pub_port, self.rep_port = free_port(), free_port()
+        self.pub_port, self.rep_port = tier_env.free_port(), tier_env.free_port()
         self.pub = self.ctx.socket(zmq.PUB)
         self.pub.bind("tcp://127.0.0.1:%d" % self.pub_port)
         self.batches = {}  # seq -> payload, what a later replay request gets

@@ -105,6 +105,34 @@ class Env:
         return path
 
 
+def free_port():
+    """A TCP port of 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_kvtierd_tcp(argv, port, log, timeout=30):
+    """kvtierd run as `argv` (its path first), its output appended to the
+    file `log`; returns the process once 127.0.0.1:`port` takes a
+    connection, or raises with the log if it exits or `timeout` s pass."""
+    with open(log, "a") as f:
+        p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return p
+        except OSError:
+            if p.poll() is not None or time.monotonic() > deadline:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+                with open(log) as f:
+                    raise RuntimeError("kvtierd did not start:\n" + f.read())
+            time.sleep(0.05)
+
+
 def start_kvtierd(sock, extra=(), dram="16MiB", bin_=None):
     """kvtierd (`bin_`, else KVT_KVTIERD, set by <build>/pytest.sh) serving
     the node's processes on the Unix socket `sock`, `extra` arguments after
