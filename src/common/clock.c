@@ -32,3 +32,10 @@ struct timespec kvt_deadline_after(int64_t ms)
 	}
 	return ts;
 }
+
+int64_t kvt_mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}

@@ -1,5 +1,5 @@
 /*
- * clock.h — timed waits on the monotonic clock.
+ * clock.h — the monotonic clock: timed waits and time stamps.
  *
  * Every deadline in kvtier is a duration from now, so it is measured on
  * CLOCK_MONOTONIC: a wall-clock step (NTP, an operator's `date`) neither
@@ -20,5 +20,8 @@ int kvt_cond_init_mono(pthread_cond_t *cv);
 /* The CLOCK_MONOTONIC instant `ms` milliseconds from now (ms >= 0), for
  * pthread_cond_timedwait on a condition made by kvt_cond_init_mono. */
 struct timespec kvt_deadline_after(int64_t ms);
+
+/* CLOCK_MONOTONIC now, in nanoseconds. */
+int64_t kvt_mono_ns(void);
 
 #endif

@@ -27,10 +27,14 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "engine/paged.h"
-#include "store/store_int.h"
+#include "store/store.h"
 #ifdef KVT_HAVE_CUDA
 #include "engine/cuda.h"
-#include "tier/dram.h"
+
+static void pin_arena(void *cu, void *base, size_t len)
+{
+	conn_cuda_pin(cu, base, len);
+}
 #endif
 
 #define CONN_MAX_THREADS 64
@@ -290,7 +294,7 @@ static void load_fetch(kvt_conn *c, struct conn_req *r, kvt_ref **refs, int *tie
 	kvt_op *op;
 
 	if (r->deadline_ns >= 0) {
-		int64_t left = r->deadline_ns - store_mono_ns();
+		int64_t left = r->deadline_ns - kvt_mono_ns();
 		ms = left <= 0 ? 0 : (int)(left / 1000000);
 	}
 	if (kvt_prefetch(c->st, &c->ns, r->lkeys, r->n_lchunks, ms, &op) == 0) {
@@ -301,14 +305,12 @@ static void load_fetch(kvt_conn *c, struct conn_req *r, kvt_ref **refs, int *tie
 	}
 	for (uint32_t i = 0; i < r->n_lchunks; i++) {
 		if ((uint32_t)k <= i && r->deadline_ns >= 0 &&
-		    store_mono_ns() >= r->deadline_ns) {
+		    kvt_mono_ns() >= r->deadline_ns) {
 			uint32_t mask = 0;
 			/* Past the deadline only what the first tier holds
 			 * is worth reading. */
 			if (kvt_locate(c->st, &c->ns, &r->lkeys[i], &mask) <= 0 || !(mask & 1)) {
-				/* kvt_why's answer for it, from the lowest tier holding it */
-				why_record(&c->st->why, &r->lkeys[i], KVT_WHY_DEADLINE,
-					   mask ? __builtin_ctz(mask) : -1);
+				store_note_deadline(c->st, &r->lkeys[i], mask);
 				load_bad(c, r, i, KVT_ETIMEDOUT);
 				continue;
 			}
@@ -326,7 +328,8 @@ static void load_run(kvt_conn *c, struct conn_req *r)
 	uint32_t n = r->n_lchunks, bpc = c->g.blocks_per_chunk;
 	kvt_ref **refs = calloc(n ? n : 1, sizeof(*refs));
 	int *tier = calloc(n ? n : 1, sizeof(*tier));
-	int rc;
+	const struct iovec *iov;
+	int rc, n_iov;
 
 	if (!refs || !tier) {
 		for (uint32_t i = 0; i < n; i++)
@@ -339,21 +342,17 @@ static void load_run(kvt_conn *c, struct conn_req *r)
 		for (uint32_t i = 0; i < n; i++) {
 			if (!refs[i])
 				continue;
-			rc = 0;
-			/* A payload in device memory came through a put that
-			 * hashed it; the CPU cannot read it to check again. */
-			if (c->st->verify[tier[i]] && !refs[i]->dev)
-				rc = kvt_obj_verify_layer_iov(&refs[i]->hdr, refs[i]->rb->iov,
-							      refs[i]->rb->n_iov, l);
+			rc = store_ref_check_layer(refs[i], tier[i], &r->lkeys[i], l);
 			if (rc == KVT_ECORRUPT) {
-				store_drop_corrupt(refs[i], &r->lkeys[i]);
 				refs[i] = NULL;
 				load_bad(c, r, i, rc);
 				continue;
 			}
 			if (rc == 0)
+				rc = kvt_ref_iov(refs[i], &iov, &n_iov);
+			if (rc == 0)
 				rc = conn_copy(c, l, r->lblocks + (size_t)i * bpc,
-					       chunk_tokens_of(c, r, i), refs[i]->iov, refs[i]->n_iov,
+					       chunk_tokens_of(c, r, i), iov, n_iov,
 					       (uint64_t)l * c->g.layer_bytes, CONN_SCATTER);
 			if (rc)
 				load_bad(c, r, i, rc);
@@ -509,12 +508,8 @@ int kvt_conn_open(kvt_store *st, const kvt_ns *ns, const kvt_conn_desc *d, kvt_c
 		free(c);
 		return rc;
 	}
-	for (int i = 0; c->cuda && i < st->n_tiers; i++) {
-		void *base;
-		size_t len;
-		if (kvt_dram_arena(st->tiers[i], &base, &len) == 0)
-			conn_cuda_pin(c->cuda, base, len);
-	}
+	if (c->cuda)
+		store_each_arena(st, pin_arena, c->cuda);
 #endif
 	c->st = st;
 	c->ns = *ns;
@@ -725,7 +720,7 @@ static int load_register(kvt_conn *c, uint64_t req, kvt_key *keys, uint32_t n_ch
 		r->layers_done = 0;
 		r->n_bad_blocks = r->n_bad_chunks = 0;
 		r->deadline_ns = deadline_ms < 0 ? -1
-						 : store_mono_ns() + (int64_t)deadline_ms * 1000000;
+						 : kvt_mono_ns() + (int64_t)deadline_ms * 1000000;
 		if (n_chunks == 0) {
 			r->load_done = 1;
 			r->layers_done = c->g.num_layers;

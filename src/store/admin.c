@@ -1,9 +1,10 @@
 /*
  * admin.c — what maintenance tools call without opening a store: verify
- * one object file (kvt_object_inspect_fd) and collect a shared directory's
- * garbage (kvt_shared_gc).  Both are thin: the object decoder and the
- * shared tier's collector do the work; this file gives them the public
- * shape (kvtier.h) so that a tool links the library and nothing else.
+ * one object file (kvt_object_inspect_fd).  It is thin: the object decoder
+ * does the work; this file gives it the public shape (kvtier.h) so that a
+ * tool links the library and nothing else.  A shared directory's garbage
+ * collection (kvt_shared_gc) is the registry's (tiers.c), which alone above
+ * tier/ names a tier kind.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -17,7 +18,6 @@
 #include "format/object.h"
 #include "store/config.h"
 #include "store/store_int.h"
-#include "tier/fsdir.h"
 
 /* Read up to n bytes (fewer only at end of file).  The count, or a
  * negated errno. */
@@ -158,34 +158,4 @@ out:
 	free(buf);
 	free(h);
 	return rc;
-}
-
-int kvt_shared_gc(const char *dir, const kvt_gc_opts *o, kvt_gc_result *res)
-{
-	kvt_fsdir_gc_opts fo;
-	kvt_fsdir_gc_result fr;
-
-	if (!dir || !o || !res)
-		return kvt_err(KVT_EINVAL, "kvt_shared_gc: %s is NULL",
-			       !dir ? "dir" : !o ? "the options" : "the result");
-	memset(&fo, 0, sizeof(fo));
-	fo.budget = o->budget;
-	fo.ttl_s = o->ttl_s;
-	fo.tmp_grace_s = o->tmp_grace_s;
-	fo.dry_run = o->dry_run;
-	int rc = kvt_fsdir_gc(dir, &fo, &fr);
-	memset(res, 0, sizeof(*res));
-	if (rc)
-		return rc;
-	res->files = fr.files;
-	res->bytes = fr.bytes;
-	res->removed = fr.removed;
-	res->removed_bytes = fr.removed_bytes;
-	res->expired = fr.expired;
-	res->raced = fr.raced;
-	res->tmp_removed = fr.tmp_removed;
-	res->errors = fr.errors;
-	res->bytes_left = fr.bytes_left;
-	res->seconds = fr.seconds;
-	return 0;
 }

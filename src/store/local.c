@@ -53,7 +53,6 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "store/store_int.h"
-#include "tier/dram.h"
 #include "tier/local_proto.h"
 
 #define LOCAL_MAX_SLOTS 65536u
@@ -96,6 +95,7 @@ struct kvt_local_server {
 	char path[108];
 	int lfd;
 	int stop_pipe[2];
+	const struct kvt_tier_pages *pages; /* the first tier's: the shared arena */
 	int memfd;
 	void *arena;
 	size_t arena_len;
@@ -246,7 +246,7 @@ static int reserve_next(struct lconn *c, const struct kvt_lp_req *q)
 	uint64_t id, seq = ++c->reserved;
 	int first, rc;
 
-	if (!q->size || q->size > kvt_dram_free_bytes(st->tiers[0]) / 2)
+	if (!q->size || q->size > c->srv->pages->free_bytes(st->tiers[0]) / 2)
 		return send_status(c, q, 0);
 	/* A key of this connection's own until its commit names the real
 	 * one: no client's (theirs are digests), no other connection's. */
@@ -415,7 +415,7 @@ static int serve_one(struct lconn *c, const struct kvt_lp_req *q)
 			 * the commit names, if no tier holds it. */
 			if (memcmp(w->key.b, key.b, KVT_KEY_BYTES) &&
 			    ((rc = store_image_held(st, &key)) ||
-			     (rc = kvt_dram_rekey(t0, w, &key)))) {
+			     (rc = c->srv->pages->rekey(t0, w, &key)))) {
 				store_image_abort(st, first, w);
 				return send_status(c, q, rc);
 			}
@@ -757,6 +757,7 @@ int kvt_local_serve(kvt_store *st, const kvt_local_opts *o, kvt_local_server **o
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	struct kvt_local_server *s;
 	struct stat sb;
+	const struct kvt_tier_pages *pages;
 	void *base;
 	size_t len;
 	int e;
@@ -768,8 +769,8 @@ int kvt_local_serve(kvt_store *st, const kvt_local_opts *o, kvt_local_server **o
 	if (strlen(o->path) >= sizeof(a.sun_path))
 		return kvt_err(KVT_EINVAL, "local socket path %s is longer than %zu bytes",
 			       o->path, sizeof(a.sun_path) - 1);
-	if (st->n_tiers == 0 || kvt_dram_arena_fd(st->tiers[0]) < 0 ||
-	    kvt_dram_arena(st->tiers[0], &base, &len))
+	if (st->n_tiers == 0 || !(pages = st->tiers[0]->ops->pages) ||
+	    pages->arena_fd(st->tiers[0]) < 0 || pages->arena(st->tiers[0], &base, &len))
 		return kvt_err(KVT_ECONFIG, "local clients need the first tier to be DRAM with "
 			       "dram_shared: true (its arena is what they map)");
 	s = calloc(1, sizeof(*s));
@@ -777,7 +778,8 @@ int kvt_local_serve(kvt_store *st, const kvt_local_opts *o, kvt_local_server **o
 		return kvt_err(KVT_ENOMEM, "out of memory");
 	s->st = st;
 	s->lfd = s->stop_pipe[0] = s->stop_pipe[1] = -1;
-	s->memfd = kvt_dram_arena_fd(st->tiers[0]);
+	s->pages = pages;
+	s->memfd = pages->arena_fd(st->tiers[0]);
 	s->arena = base;
 	s->arena_len = len;
 	s->tenant_of = o->tenant_of;

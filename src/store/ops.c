@@ -320,7 +320,7 @@ static int prefetch_run(kvt_store *st, kvt_op *op)
 
 		if (st->tiers[0]->ops->exists(st->tiers[0], k) == 1)
 			continue;
-		if (store_mono_ns() > op->deadline_ns) {
+		if (kvt_mono_ns() > op->deadline_ns) {
 			int held = -1; /* kvt_why's answer for it */
 			for (int t = 1; t < st->n_tiers && held < 0; t++)
 				if (st->tiers[t]->ops->exists(st->tiers[t], k) == 1)
@@ -387,7 +387,7 @@ int kvt_prefetch(kvt_store *st, const kvt_ns *ns, const kvt_key *keys,
 	op->n_keys = n_keys;
 	op->kind = OP_PREFETCH;
 	op->ns = *ns;
-	op->deadline_ns = store_mono_ns() + (int64_t)(deadline_ms < 0 ? 0 : deadline_ms) * 1000000;
+	op->deadline_ns = kvt_mono_ns() + (int64_t)(deadline_ms < 0 ? 0 : deadline_ms) * 1000000;
 	return op_submit(st, op, out);
 }
 

@@ -572,17 +572,10 @@ int store_check_args(kvt_store *st, const kvt_ns *ns, const kvt_key *key)
 	return 0;
 }
 
-long long store_mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000000000ll + ts.tv_nsec;
-}
-
 static int writes_off(kvt_store *st, int i)
 {
 	long long until = atomic_load(&st->health[i].off_until);
-	return until && store_mono_ns() < until;
+	return until && kvt_mono_ns() < until;
 }
 
 /* The error of a write refused while tier i's writes are off: the code and
@@ -591,7 +584,7 @@ static int writes_off(kvt_store *st, int i)
 static int writes_off_text(kvt_store *st, int i, char *buf, size_t len)
 {
 	struct tier_health *hl = &st->health[i];
-	long long left = (atomic_load(&hl->off_until) - store_mono_ns()) / 1000000000ll + 1;
+	long long left = (atomic_load(&hl->off_until) - kvt_mono_ns()) / 1000000000ll + 1;
 	int rc = atomic_load(&hl->last_rc);
 
 	pthread_mutex_lock(&st->err_mu);
@@ -628,7 +621,7 @@ static void tier_note_write(kvt_store *st, int i, int rc)
 		 * time: both mean the next write will likely fail too. */
 		atomic_fetch_add(&hl->errors, 1);
 		if (atomic_fetch_add(&hl->streak, 1) + 1 == TIER_FAIL_STREAK) {
-			atomic_store(&hl->off_until, store_mono_ns() + TIER_WRITES_OFF_NS);
+			atomic_store(&hl->off_until, kvt_mono_ns() + TIER_WRITES_OFF_NS);
 			kvt_log(KVT_LOG_ERROR,
 				"%s tier: %d writes failed in a row (last: %s); no writes for %lld s, reads go on",
 				st->tiers[i]->ops->name, TIER_FAIL_STREAK, kvt_strerror(rc),
@@ -1868,6 +1861,30 @@ static void promote(kvt_store *st, int tier, const kvt_key *key)
 
 /* Drop the borrowed copy that failed verification (exactly that one: a
  * good copy published since stays), then let go of it. */
+int store_ref_check_layer(kvt_ref *ref, int tier, const kvt_key *key, uint32_t layer)
+{
+	int rc;
+
+	if (!ref->st->verify[tier] || ref->dev)
+		return 0;
+	rc = kvt_obj_verify_layer_iov(&ref->hdr, ref->rb->iov, ref->rb->n_iov, layer);
+	if (rc == KVT_ECORRUPT)
+		store_drop_corrupt(ref, key);
+	return rc;
+}
+
+void store_each_arena(kvt_store *st, void (*fn)(void *arg, void *base, size_t len),
+		      void *arg)
+{
+	for (int i = 0; i < st->n_tiers; i++) {
+		const struct kvt_tier_pages *p = st->tiers[i]->ops->pages;
+		void *base;
+		size_t len;
+		if (p && p->arena(st->tiers[i], &base, &len) == 0)
+			fn(arg, base, len);
+	}
+}
+
 void store_drop_corrupt(kvt_ref *ref, const kvt_key *key)
 {
 	char hex[65];

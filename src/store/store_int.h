@@ -18,6 +18,7 @@
 #include "format/object.h"
 #include "kvtier.h"
 #include "store/config.h"
+#include "store/store.h"
 #include "store/events.h"
 #include "store/why.h"
 #include "store/hier.h"
@@ -159,8 +160,7 @@ int store_payload_iov(const kvt_tier_rbuf *rb, uint64_t skip, struct iovec **out
 
 /* Argument checks every call shares: 0 or KVT_EINVAL with a message. */
 int store_check_args(kvt_store *st, const kvt_ns *ns, const kvt_key *key);
-/* CLOCK_MONOTONIC in ns and in s. */
-long long store_mono_ns(void);
+/* CLOCK_MONOTONIC in s (kvt_mono_ns: in ns). */
 double store_now_s(void);
 /* The account chunks of `ns` are charged to (0: the default tenant's). */
 int store_ns_acct(kvt_store *st, const kvt_ns *ns);
@@ -188,11 +188,6 @@ void store_after_insert(kvt_store *st, int tier, const kvt_key *key, uint64_t le
 uint32_t store_image_tokens(const struct iovec *iov, int n);
 /* Fold a read of `bytes` in `secs` into tier i's measured speed. */
 void store_perf_note(kvt_store *st, int i, uint64_t bytes, double secs);
-/* Borrow `key` from the first tier that serves a good copy.  `dev`: the
- * caller copies on the device tier's device, so that tier hands out its
- * device pages (ref->dev) rather than a host copy. */
-int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key, kvt_ref **out,
-		 int *tier_out, int dev);
 /* Copy a borrowed image into tier `dst`, verifying it in the copy pass. */
 int store_copy_verified(kvt_store *st, int dst, const kvt_tier_rbuf *rb,
 			const kvt_obj_hdr *src_hdr);

@@ -519,3 +519,37 @@ const char *kvt_tier_enable_hint(char *buf, size_t len)
 	}
 	return buf;
 }
+
+/* --- what tools call without a store ------------------------------------ */
+
+/* kvt_shared_gc: the shared directory tier's coordinator-free collector
+ * (tier/fsdir_gc.c) in the public shape. */
+int kvt_shared_gc(const char *dir, const kvt_gc_opts *o, kvt_gc_result *res)
+{
+	kvt_fsdir_gc_opts fo;
+	kvt_fsdir_gc_result fr;
+
+	if (!dir || !o || !res)
+		return kvt_err(KVT_EINVAL, "kvt_shared_gc: %s is NULL",
+			       !dir ? "dir" : !o ? "the options" : "the result");
+	memset(&fo, 0, sizeof(fo));
+	fo.budget = o->budget;
+	fo.ttl_s = o->ttl_s;
+	fo.tmp_grace_s = o->tmp_grace_s;
+	fo.dry_run = o->dry_run;
+	int rc = kvt_fsdir_gc(dir, &fo, &fr);
+	memset(res, 0, sizeof(*res));
+	if (rc)
+		return rc;
+	res->files = fr.files;
+	res->bytes = fr.bytes;
+	res->removed = fr.removed;
+	res->removed_bytes = fr.removed_bytes;
+	res->expired = fr.expired;
+	res->raced = fr.raced;
+	res->tmp_removed = fr.tmp_removed;
+	res->errors = fr.errors;
+	res->bytes_left = fr.bytes_left;
+	res->seconds = fr.seconds;
+	return 0;
+}

@@ -382,6 +382,12 @@ int kvt_why_tokens(kvt_store *st, const kvt_ns *ns, const uint32_t *tokens, size
 	return m;
 }
 
+void store_note_deadline(kvt_store *st, const kvt_key *key, uint32_t mask)
+{
+	/* kvt_why's answer for it, from the lowest tier holding it */
+	why_record(&st->why, key, KVT_WHY_DEADLINE, mask ? __builtin_ctz(mask) : -1);
+}
+
 /* --- counted misses -------------------------------------------------------- */
 
 void store_count_miss(kvt_store *st, int acct, const kvt_key *key)

@@ -5,7 +5,7 @@
  * The tier keeps its index, its LRU and a copy of each object's 4 KiB
  * header in host memory, and the images in fixed pages of one device
  * allocation.  Its memory is reached through a small table of operations
- * (struct kvt_devmem): CUDA (src/engine/cuda.cu, where nvcc built it) or
+ * (struct kvt_devmem): CUDA (device_cuda.cu, where nvcc built it) or
  * host memory, for engines whose "device" is the CPU (llama.cpp on CPU)
  * and so that the tier runs, and is tested, on any machine.
  *

@@ -774,6 +774,13 @@ static void dram_close(kvt_tier *tt)
 		dram_destroy(dram_of(tt));
 }
 
+static const struct kvt_tier_pages dram_pages = {
+	.arena = kvt_dram_arena,
+	.arena_fd = kvt_dram_arena_fd,
+	.free_bytes = kvt_dram_free_bytes,
+	.rekey = kvt_dram_rekey,
+};
+
 static const struct kvt_tier_ops dram_ops = {
 	.name = "dram",
 	.put_begin = dram_put_begin,
@@ -787,6 +794,7 @@ static const struct kvt_tier_ops dram_ops = {
 	.stats = dram_stats,
 	.corrupt = dram_corrupt,
 	.close = dram_close,
+	.pages = &dram_pages,
 };
 
 /* ---------------------------------------------------------------------- */

@@ -45,6 +45,25 @@ typedef struct kvt_tier_rbuf {
 	int n_iov;
 } kvt_tier_rbuf;
 
+/* Optional (the DRAM tier's): the memory a tier's images live in, one
+ * mapping of fixed pages, for a caller that registers it with a device
+ * (page-locked DMA: the connector) or shares it with the node's processes
+ * (the local protocol's server). */
+struct kvt_tier_pages {
+	/* The mapping: 0, or a negative code. */
+	int (*arena)(const kvt_tier *t, void **base, size_t *len);
+	/* The memfd behind a mapping shared with other processes, owned by
+	 * the tier (passed on, never closed); -1 if it is not shared.  Page
+	 * i lies at offset i * page size of the file. */
+	int (*arena_fd)(const kvt_tier *t);
+	/* Bytes of free pages now: what the next put_begin takes without
+	 * evicting. */
+	uint64_t (*free_bytes)(const kvt_tier *t);
+	/* Give write `w` (put_begin's, not yet committed) the key its commit
+	 * publishes it under: a write reserved before its key was named. */
+	int (*rekey)(kvt_tier *t, kvt_tier_wbuf *w, const kvt_key *key);
+};
+
 struct kvt_tier_ops {
 	const char *name;
 
@@ -152,6 +171,9 @@ struct kvt_tier_ops {
 	 * nodes share), KVT_ENOTFOUND (not listed bad), or an error. */
 	int (*repair)(kvt_tier *t, const kvt_key *key);
 	void (*close)(kvt_tier *t);
+	/* Optional: the tier's memory, where its images are pages of one
+	 * mapping (NULL for every tier but DRAM). */
+	const struct kvt_tier_pages *pages;
 };
 
 struct kvt_tier {
