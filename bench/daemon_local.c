@@ -23,7 +23,7 @@
  *
  * kvtierd serves a 1 GiB DRAM tier alone, started here from beside this
  * program, its arena pre-faulted like a production one (in the daemon;
- * this process's mapping of it the library fills in, src/tier/daemon.c).
+ * this process's mapping of it the library fills in, src/tier/local_client.c).
  */
 #include <errno.h>
 #include <sched.h>

@@ -1,6 +1,6 @@
 /*
  * fuzz_local.c — libFuzzer target for the local protocol
- * (src/tier/local_proto.c, the daemon's side in src/store/local.c).
+ * (src/proto/local_msg.c, the daemon's side in src/store/local_server.c).
  *
  * Every request the daemon reads came from another process on the node,
  * every reply the client reads names memory it will write into.  The
@@ -36,7 +36,7 @@
 #include <unistd.h>
 
 #include "kvtier.h"
-#include "tier/local_proto.h"
+#include "proto/local_msg.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

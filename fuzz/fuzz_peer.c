@@ -1,6 +1,6 @@
 /*
  * fuzz_peer.c — libFuzzer target for the peer tier's reply reader
- * (src/tier/peer.c, kvt_peer_read_reply): the bytes another node's daemon
+ * (src/proto/resp_client.c, resp_read_reply): the bytes another node's daemon
  * sends back, which may be anything a broken or hostile peer writes.
  *
  * The input is a stream of replies.  Its first byte sets how many bytes
@@ -18,7 +18,7 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#include "tier/peer.h"
+#include "proto/resp.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -64,8 +64,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	s = (struct src){ data + 1, size - 1, (size_t)(data[0] % 64) + 1 };
 	int into = data[0] & 64;
 	for (int i = 0; i < 64; i++) {
-		struct kvt_peer_reply r;
-		if (kvt_peer_read_reply(from_input, &s, stash, sizeof(stash), &n, 1024,
+		struct resp_reply r;
+		if (resp_read_reply(from_input, &s, stash, sizeof(stash), &n, 1024,
 					into ? reserve : NULL, NULL, &r))
 			break;
 		if (into) {

@@ -1,6 +1,6 @@
 /*
  * fuzz_resp.c — libFuzzer target for kvtierd's RESP request parser
- * (src/daemon/resp.c).
+ * (src/proto/resp.c).
  *
  * Every byte the parser sees came from a network client.  The input is
  * parsed twice: fed whole, and fed in pieces whose sizes the input's own
@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/resp.c"
+#include "proto/resp.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -9,6 +9,7 @@
 #   store                one store over its tiers
 #   policy               eviction and admission
 #   tier                 the tiers
+#   proto                the wire: the local protocol, RESP
 #   key                  keys and namespaces
 #   format               the object format, layouts, models
 #   common               errors, I/O, logging, units
@@ -29,11 +30,12 @@ command -v nm >/dev/null || { bad "nm absent (binutils, installed with build-ess
 ranks='bench 10
 cli 9
 daemon 9
-engine 7
-plan 6
-store 5
-policy 4
-tier 3
+engine 8
+plan 7
+store 6
+policy 5
+tier 4
+proto 3
 key 2
 format 1
 common 0'
@@ -72,7 +74,7 @@ awk '{split($4, h, "/"); if (h[2] ~ /_int\.h$/ && $1 != $2) print}' "$work/inclu
 # own module; everything else goes through the vtable (tier/tier.h).  The
 # benchmarks measure kinds one by one and may name them.
 awk '$2 == "tier" && $1 != "tier" && $1 != "bench" && $3 !~ /^src\/store\/tiers\.c:/ &&
-	$4 !~ /^tier\/(tier|speeds|local_proto)\.h$/' "$work/includes" >"$work/kinds"
+	$4 !~ /^tier\/(tier|speeds)\.h$/' "$work/includes" >"$work/kinds"
 [ ! -s "$work/kinds" ] && ok "above tier/, only the registry names a tier kind" ||
 	bad "a tier kind named above tier/: $(awk '{print $3, "includes", $4}' "$work/kinds" | tr '\n' ';')"
 
@@ -84,6 +86,7 @@ find "$build/CMakeFiles" -name '*.o' | grep -E '\.dir/(src/[a-z_]+|bench)/' |
 [ "$(wc -l <"$work/objects")" -ge 50 ] && ok "$(wc -l <"$work/objects") objects of the build read" ||
 	bad "too few objects under $build/CMakeFiles: $(wc -l <"$work/objects")"
 while read -r folder source obj; do
+	[ -e "$src/$source" ] || continue # left in the build by a source since gone
 	nm -g --defined-only "$obj" 2>/dev/null | awk -v f="$folder" -v s="$source" \
 		'NF == 3 && $2 ~ /^[TDBRVWGS]$/ {print $3, f, s}' >>"$work/defined"
 	nm -u "$obj" 2>/dev/null | awk -v f="$folder" -v s="$source" \

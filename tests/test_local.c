@@ -42,7 +42,7 @@
 #include <unistd.h>
 
 #include "test.h"
-#include "tier/local_proto.h"
+#include "proto/local_msg.h"
 
 #define LAYERS 4
 #define HEADS 2

@@ -34,7 +34,7 @@
 
 #include <kvtier.h>
 
-#include "daemon/resp.h"
+#include "proto/resp.h"
 #include "daemon/values.h"
 
 #define KVTD_VERSION "7.0.0" /* the Redis version clients are told (HELLO, INFO) */

@@ -1232,7 +1232,7 @@ static int put_chunk(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	return rc;
 }
 
-/* --- images another process writes (the local server, local.c) ------------- */
+/* --- images another process writes (the local server, local_server.c) ------------- */
 
 int store_image_held(kvt_store *st, const kvt_key *key)
 {

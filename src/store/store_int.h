@@ -196,7 +196,7 @@ void store_drop_corrupt(kvt_ref *ref, const kvt_key *key);
 void store_ref_free(kvt_ref *ref);
 
 /* Images written and read by another process in the first tier's own
- * memory (the local server, local.c), with no namespace: the store checks
+ * memory (the local server, local_server.c), with no namespace: the store checks
  * keys, the client checks what is inside.  begin reserves the image in
  * the first tier (KVT_EEXIST if any tier holds the key; KVT_ENOTSUP if the
  * first tier takes no puts); commit publishes it as kvt_put would at

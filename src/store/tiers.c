@@ -9,7 +9,7 @@
 #include <strings.h>
 
 #include "common/err.h"
-#include "tier/daemon.h"
+#include "tier/local_client.h"
 #include "tier/device.h"
 #include "tier/dram.h"
 #include "tier/fsdir.h"
@@ -444,7 +444,7 @@ static int daemon_configured(const kvt_config *c) { return c->daemon[0] != '\0';
 static int daemon_open_cfg(const kvt_config *c, kvt_io *io, kvt_tier **out)
 {
 	(void)io; /* a socket and shared memory: no files */
-	return kvt_daemon_open(c->daemon, out);
+	return kvt_local_client_open(c->daemon, out);
 }
 
 const char *kvt_config_daemon(const kvt_config *cfg)

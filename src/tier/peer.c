@@ -48,10 +48,10 @@
 
 #include "common/err.h"
 #include "common/hex.h"
+#include "proto/resp.h"
 
 #define PEER_IDLE 8            /* idle connections kept per peer */
 #define PEER_STASH 4096
-#define PEER_LINE_MAX 160      /* a reply's first line */
 #define PEER_DOWN_MS 1000      /* a peer that failed is skipped this long, */
 #define PEER_DOWN_MAX_MS 30000 /* doubling per failure in a row up to this */
 #define PEER_CONNECT_MS 1000   /* a connect waits at most this (a LAN's) */
@@ -193,135 +193,6 @@ int kvt_peer_list_check(const char *peers)
 
 /* --- the reply reader ---------------------------------------------------------- */
 
-static int src_err(long got)
-{
-	if (got == 0)
-		return kvt_err(-EPIPE, "the connection closed in the middle of a reply");
-	if (got == -ETIMEDOUT)
-		return kvt_err(-ETIMEDOUT, "no whole reply within peer_timeout_ms");
-	return kvt_err((int)got, "reading the reply: %s", strerror((int)-got));
-}
-
-/* Bring the first line into the stash: its length with the CRLF. */
-static int read_line(kvt_peer_src src, void *arg, char *stash, size_t cap, size_t *n,
-		     size_t *line_len)
-{
-	for (;;) {
-		for (size_t i = 1; i < *n && i < PEER_LINE_MAX; i++)
-			if (stash[i - 1] == '\r' && stash[i] == '\n') {
-				*line_len = i + 1;
-				return 0;
-			}
-		if (*n >= PEER_LINE_MAX)
-			return kvt_err(KVT_EMALFORMED, "a reply line longer than %d bytes",
-				       PEER_LINE_MAX);
-		long got = src(arg, stash + *n, cap - *n);
-		if (got <= 0)
-			return src_err(got);
-		*n += (size_t)got;
-	}
-}
-
-/* Fill `len` bytes at `dst`: first from the stash, then from the source. */
-static int read_exact(kvt_peer_src src, void *arg, char *stash, size_t *n, void *dst,
-		      size_t len)
-{
-	size_t from = *n < len ? *n : len;
-
-	memcpy(dst, stash, from);
-	memmove(stash, stash + from, *n - from);
-	*n -= from;
-	while (from < len) {
-		long got = src(arg, (char *)dst + from, len - from);
-		if (got <= 0)
-			return src_err(got);
-		from += (size_t)got;
-	}
-	return 0;
-}
-
-static int parse_int(const char *s, size_t len, int64_t *out)
-{
-	int64_t v = 0;
-	size_t i = 0;
-	int neg = 0;
-
-	if (len && s[0] == '-')
-		neg = 1, i = 1;
-	if (i == len || len - i > 18)
-		return -1;
-	for (; i < len; i++) {
-		if (s[i] < '0' || s[i] > '9')
-			return -1;
-		v = v * 10 + (s[i] - '0');
-	}
-	*out = neg ? -v : v;
-	return 0;
-}
-
-int kvt_peer_read_reply(kvt_peer_src src, void *arg, char *stash, size_t stash_cap,
-			size_t *stash_len, uint64_t max_bulk, kvt_peer_reserve reserve,
-			void *reserve_arg, struct kvt_peer_reply *r)
-{
-	size_t ll = 0;
-	int rc;
-	char crlf[2];
-
-	memset(r, 0, sizeof(*r));
-	if ((rc = read_line(src, arg, stash, stash_cap, stash_len, &ll)))
-		return rc;
-	r->type = stash[0];
-	switch (r->type) {
-	case '+':
-	case '-':
-		snprintf(r->text, sizeof(r->text), "%.*s", (int)(ll - 3), stash + 1);
-		break;
-	case ':':
-	case '$':
-		if (parse_int(stash + 1, ll - 3, &r->num) || r->num < -1)
-			return kvt_err(KVT_EMALFORMED, "a reply of type '%c' with no number",
-				       r->type);
-		break;
-	default:
-		return kvt_err(KVT_EMALFORMED, "not a reply this client asks for (first byte 0x%02x)",
-			       (unsigned char)r->type);
-	}
-	memmove(stash, stash + ll, *stash_len - ll);
-	*stash_len -= ll;
-	if (r->type != '$' || r->num < 0)
-		return 0;
-	if ((uint64_t)r->num > max_bulk)
-		return kvt_err(KVT_EMALFORMED, "a reply of %lld bytes, more than the %llu a chunk may be",
-			       (long long)r->num, (unsigned long long)max_bulk);
-	if (reserve) {
-		const struct iovec *iov;
-		int n_iov;
-		uint64_t left = (uint64_t)r->num;
-		if ((rc = reserve(reserve_arg, left, &iov, &n_iov)))
-			return rc;
-		for (int i = 0; rc == 0 && i < n_iov && left; i++) {
-			size_t k = iov[i].iov_len < left ? iov[i].iov_len : (size_t)left;
-			rc = read_exact(src, arg, stash, stash_len, iov[i].iov_base, k);
-			left -= k;
-		}
-		if (rc == 0 && left)
-			rc = kvt_err(KVT_EINVAL, "the space reserved is short of the reply");
-	} else if (!(r->data = malloc(r->num ? (size_t)r->num : 1))) {
-		return kvt_err(KVT_ENOMEM, "out of memory for a %lld-byte reply", (long long)r->num);
-	} else {
-		rc = read_exact(src, arg, stash, stash_len, r->data, (size_t)r->num);
-	}
-	if (rc == 0)
-		rc = read_exact(src, arg, stash, stash_len, crlf, 2);
-	if (rc == 0 && (crlf[0] != '\r' || crlf[1] != '\n'))
-		rc = kvt_err(KVT_EMALFORMED, "a %lld-byte reply not ended by CRLF", (long long)r->num);
-	if (rc) {
-		free(r->data);
-		r->data = NULL;
-	}
-	return rc;
-}
-
 /* --- connections ---------------------------------------------------------------- */
 
 /* A reply's bytes as they come, until the request's deadline: a peer that
@@ -421,7 +292,7 @@ static int connect_timed(const struct peer_addr *a, int timeout_ms, int *fd_out)
 }
 
 static int roundtrip(struct peer_tier *t, struct peer_conn *c, const struct peer_addr *a,
-		     struct iovec *iov, int n, struct kvt_peer_reply *r);
+		     struct iovec *iov, int n, struct resp_reply *r);
 
 static int conn_open(struct peer_tier *t, const struct peer_addr *a, struct peer_conn **out)
 {
@@ -444,21 +315,21 @@ static int conn_open(struct peer_tier *t, const struct peer_addr *a, struct peer
 	setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	if (t->pass[0]) {
 		/* AUTH [user] password, as redis-cli sends it */
-		char n_args[32], ul[24], pl[24];
+		char n_args[40], ul[24], pl[24];
 		struct iovec v[8];
-		struct kvt_peer_reply r;
+		struct resp_reply r;
 		int m = 0;
 
-		v[m++] = (struct iovec){ n_args, (size_t)snprintf(n_args, sizeof(n_args),
-				"*%d\r\n$4\r\nAUTH\r\n", t->user[0] ? 3 : 2) };
+		size_t h = resp_array_head(n_args, t->user[0] ? 3 : 2);
+
+		memcpy(n_args + h, "$4\r\nAUTH\r\n", 10);
+		v[m++] = (struct iovec){ n_args, h + 10 };
 		if (t->user[0]) {
-			v[m++] = (struct iovec){ ul, (size_t)snprintf(ul, sizeof(ul), "$%zu\r\n",
-								    strlen(t->user)) };
+			v[m++] = (struct iovec){ ul, resp_bulk_head(ul, strlen(t->user)) };
 			v[m++] = (struct iovec){ t->user, strlen(t->user) };
 			v[m++] = (struct iovec){ "\r\n", 2 };
 		}
-		v[m++] = (struct iovec){ pl, (size_t)snprintf(pl, sizeof(pl), "$%zu\r\n",
-							    strlen(t->pass)) };
+		v[m++] = (struct iovec){ pl, resp_bulk_head(pl, strlen(t->pass)) };
 		v[m++] = (struct iovec){ t->pass, strlen(t->pass) };
 		v[m++] = (struct iovec){ "\r\n", 2 };
 		rc = roundtrip(t, c, a, v, m, &r);
@@ -475,7 +346,7 @@ static int conn_open(struct peer_tier *t, const struct peer_addr *a, struct peer
 }
 
 static int roundtrip(struct peer_tier *t, struct peer_conn *c, const struct peer_addr *a,
-		     struct iovec *iov, int n, struct kvt_peer_reply *r)
+		     struct iovec *iov, int n, struct resp_reply *r)
 {
 	int rc;
 
@@ -483,7 +354,7 @@ static int roundtrip(struct peer_tier *t, struct peer_conn *c, const struct peer
 	if ((rc = send_all(c->fd, iov, n)))
 		return kvt_err(rc, "peer %s: sending: %s", a->name,
 			       rc == -ETIMEDOUT ? "timed out" : strerror(-rc));
-	rc = kvt_peer_read_reply(fd_src, c, c->stash, sizeof(c->stash), &c->n, t->max_image,
+	rc = resp_read_reply(fd_src, c, c->stash, sizeof(c->stash), &c->n, t->max_image,
 				 NULL, NULL, r);
 	if (rc)
 		kvt_err_prefix(rc, "peer %s: ", a->name);
@@ -510,13 +381,13 @@ struct peer_call {
 	int reused;               /* c was idle: the peer may have closed it */
 	const struct iovec *iov;
 	int n_iov;
-	kvt_peer_reserve reserve;  /* a bulk reply into these, or NULL */
+	resp_reserve reserve;  /* a bulk reply into these, or NULL */
 	void *reserve_arg;
 	int reserved;              /* reserve was called: the reply may be
 				    * half in it, and no retry can follow */
 	int reserve_rc;            /* what it returned */
 	int64_t deadline_ms;       /* the whole request's, from its first send */
-	struct kvt_peer_reply r;
+	struct resp_reply r;
 };
 
 /* The peer failed: skipped for a second, doubling with each failure in a
@@ -589,7 +460,7 @@ static int reserve_hook(void *arg, uint64_t len, const struct iovec **iov, int *
 
 static int call_read(struct peer_tier *t, struct peer_call *k)
 {
-	return kvt_peer_read_reply(fd_src, k->c, k->c->stash, sizeof(k->c->stash), &k->c->n,
+	return resp_read_reply(fd_src, k->c, k->c->stash, sizeof(k->c->stash), &k->c->n,
 				   t->max_image, k->reserve ? reserve_hook : NULL, k, &k->r);
 }
 
@@ -634,7 +505,7 @@ static int call_recv(struct peer_tier *t, struct peer_call *k)
 }
 
 static int request(struct peer_tier *t, int i, const struct iovec *iov, int n,
-		   struct kvt_peer_reply *r)
+		   struct resp_reply *r)
 {
 	struct peer_call k = { .i = i, .iov = iov, .n_iov = n };
 	int rc = call_send(t, &k);
@@ -647,8 +518,8 @@ static int request(struct peer_tier *t, int i, const struct iovec *iov, int n,
 
 /* KVTIER.FETCH of `key` from peer i: the image in r->data, or with
  * `reserve` in the segments it gives. */
-static int fetch(struct peer_tier *t, int i, const kvt_key *key, kvt_peer_reserve reserve,
-		 void *reserve_arg, struct kvt_peer_reply *r)
+static int fetch(struct peer_tier *t, int i, const kvt_key *key, resp_reserve reserve,
+		 void *reserve_arg, struct resp_reply *r)
 {
 	static const char cmd[] = "*2\r\n$12\r\nKVTIER.FETCH\r\n$64\r\n";
 	char hex[2 * KVT_KEY_BYTES + 3];
@@ -684,18 +555,21 @@ static char *peek_req(const kvt_key *keys, size_t k, char *head, struct iovec *i
 		return NULL;
 	for (size_t j = 0; j < k; j++) {
 		char *p = body + j * one;
-		memcpy(p, "$64\r\n", 5);
+		resp_bulk_head(p, 2 * KVT_KEY_BYTES);
 		kvt_hex_encode(keys[j].b, KVT_KEY_BYTES, p + 5);
 		memcpy(p + 5 + 2 * KVT_KEY_BYTES, "\r\n", 2);
 	}
-	iov[0] = (struct iovec){ head, (size_t)snprintf(head, 48, "*%zu\r\n$11\r\nKVTIER.PEEK\r\n",
-							   k + 1) };
+	static const char peek[] = "$11\r\nKVTIER.PEEK\r\n";
+	size_t h = resp_array_head(head, k + 1);
+
+	memcpy(head + h, peek, sizeof(peek) - 1);
+	iov[0] = (struct iovec){ head, h + sizeof(peek) - 1 };
 	iov[1] = (struct iovec){ body, k * one };
 	return body;
 }
 
 /* The count a PEEK of k keys answered, or KVT_EMALFORMED. */
-static int peek_count(struct peer_tier *t, int i, struct kvt_peer_reply *r, size_t k)
+static int peek_count(struct peer_tier *t, int i, struct resp_reply *r, size_t k)
 {
 	free(r->data);
 	r->data = NULL;
@@ -715,7 +589,7 @@ static int peek(struct peer_tier *t, int i, const kvt_key *keys, size_t n)
 		size_t k = n - done < KVT_PEER_MAX_PEEK ? n - done : KVT_PEER_MAX_PEEK;
 		char head[48];
 		struct iovec iov[2];
-		struct kvt_peer_reply r;
+		struct resp_reply r;
 		char *body = peek_req(keys + done, k, head, iov);
 		int rc;
 
@@ -760,7 +634,7 @@ static int peer_get(kvt_tier *tt, const kvt_key *key, kvt_tier_rbuf **out)
 
 	for (int j = 0; j < t->n; j++) {
 		int i = (first + j) % t->n;
-		struct kvt_peer_reply r;
+		struct resp_reply r;
 		struct peer_rbuf *b;
 		int rc;
 
@@ -804,7 +678,7 @@ static int peer_get_into(kvt_tier *tt, const kvt_key *key,
 
 	for (int j = 0; j < t->n; j++) {
 		int i = (first + j) % t->n;
-		struct kvt_peer_reply r;
+		struct resp_reply r;
 		int rc;
 
 		if (peer_down(t, i))

@@ -40,33 +40,4 @@ int kvt_peer_open(const kvt_peer_opts *o, kvt_tier **out);
 /* Check a "host:port,..." list (the configuration's setter). */
 int kvt_peer_list_check(const char *peers);
 
-/* --- the reply reader (exposed for its fuzz target) -------------------------- */
-
-/* Where a reply's bytes come from: read up to `len` bytes into `buf`,
- * returning how many (> 0), 0 at end of stream, or a negative errno. */
-typedef long (*kvt_peer_src)(void *arg, void *buf, size_t len);
-
-struct kvt_peer_reply {
-	char type;               /* '$' bulk, ':' integer, '+' status, '-' error */
-	int64_t num;             /* ':' the integer; '$' the length, -1 null */
-	void *data;              /* '$' with num >= 0: num bytes (free()) */
-	char text[160];          /* '+' / '-': the line */
-};
-
-/* Where a bulk goes instead of a malloc'd buffer (the tier's get_into):
- * segments at least `len` bytes long, or an error. */
-typedef int (*kvt_peer_reserve)(void *arg, uint64_t len, const struct iovec **iov,
-				int *n_iov);
-
-/* Read one reply, a bulk of at most `max_bulk` bytes: into r->data, or,
- * with `reserve`, into the segments it gives (r->data stays NULL).  0, or
- * KVT_EMALFORMED (not a RESP reply, a bulk over the cap, a bulk not ended
- * by CRLF), KVT_ENOMEM, reserve's error, or the source's error (-EPIPE for
- * an early end); kvt_errmsg() says what.  `stash` is the reader's buffer of
- * `stash_cap` bytes and `*stash_len` what it holds: bytes read past one
- * reply start the next. */
-int kvt_peer_read_reply(kvt_peer_src src, void *arg, char *stash, size_t stash_cap,
-			size_t *stash_len, uint64_t max_bulk, kvt_peer_reserve reserve,
-			void *reserve_arg, struct kvt_peer_reply *r);
-
 #endif

@@ -1,13 +1,13 @@
 /*
- * local_proto.c — the local protocol's checks and its receive
- * (local_proto.h).
+ * local_msg.c — the local protocol's checks and its receive
+ * (local_msg.h).
  *
  * Everything here reads bytes another process wrote: a request from any
  * process allowed on the daemon's socket, a reply that names memory the
  * client is about to write into.  Each check names what was wrong, for the
  * daemon's log and the client's kvt_errmsg().
  */
-#include "tier/local_proto.h"
+#include "proto/local_msg.h"
 
 #include <errno.h>
 #include <inttypes.h>

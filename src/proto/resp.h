@@ -1,6 +1,8 @@
 /*
- * resp.h — the Redis serialization protocol: an incremental request
- * parser and the reply encoders (RESP2, and RESP3 after HELLO 3).
+ * resp.h — the Redis serialization protocol, both sides.  The server's
+ * (resp.c, kvtierd's): an incremental request parser and the reply
+ * encoders (RESP2, and RESP3 after HELLO 3).  The client's (resp_client.c,
+ * the peer tier's): command heads and a reader of replies.
  *
  * The parser is fed whatever the socket gave, in any split, and keeps its
  * place between feeds, so a command is never re-parsed from its start and
@@ -16,8 +18,8 @@
  * RESP_MAX_ARGS arguments, a bulk longer than the parser's max_bulk, a
  * command whose arguments total more than max_cmd bytes.
  */
-#ifndef KVTD_RESP_H
-#define KVTD_RESP_H
+#ifndef KVT_RESP_H
+#define KVT_RESP_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -166,5 +168,40 @@ void resp_null(struct resp_buf *b, int proto);              /* $-1 or _ */
 void resp_array(struct resp_buf *b, long long n);           /* *n */
 void resp_map(struct resp_buf *b, int proto, long long n);   /* %n or *2n */
 void resp_nil_array(struct resp_buf *b, int proto);         /* *-1 or _ */
+
+/* --- the client's side (resp_client.c): a peer tier's -------------------- */
+
+/* The head of a command of `n` arguments, "*<n>\r\n", and of one bulk
+ * argument of `len` bytes, "$<len>\r\n", into `buf` (24 bytes hold
+ * either); the bytes written. */
+size_t resp_array_head(char *buf, size_t n);
+size_t resp_bulk_head(char *buf, size_t len);
+
+
+/* Where a reply's bytes come from: read up to `len` bytes into `buf`,
+ * returning how many (> 0), 0 at end of stream, or a negative errno. */
+typedef long (*resp_src)(void *arg, void *buf, size_t len);
+
+struct resp_reply {
+	char type;               /* '$' bulk, ':' integer, '+' status, '-' error */
+	int64_t num;             /* ':' the integer; '$' the length, -1 null */
+	void *data;              /* '$' with num >= 0: num bytes (free()) */
+	char text[160];          /* '+' / '-': the line */
+};
+
+/* Where a bulk goes instead of a malloc'd buffer (the tier's get_into):
+ * segments at least `len` bytes long, or an error. */
+typedef int (*resp_reserve)(void *arg, uint64_t len, const struct iovec **iov, int *n_iov);
+
+/* Read one reply, a bulk of at most `max_bulk` bytes: into r->data, or,
+ * with `reserve`, into the segments it gives (r->data stays NULL).  0, or
+ * KVT_EMALFORMED (not a RESP reply, a bulk over the cap, a bulk not ended
+ * by CRLF), KVT_ENOMEM, reserve's error, or the source's error (-EPIPE for
+ * an early end); kvt_errmsg() says what.  `stash` is the reader's buffer of
+ * `stash_cap` bytes and `*stash_len` what it holds: bytes read past one
+ * reply start the next. */
+int resp_read_reply(resp_src src, void *arg, char *stash, size_t stash_cap, size_t *stash_len,
+		    uint64_t max_bulk, resp_reserve reserve, void *reserve_arg, struct resp_reply *r);
+
 
 #endif

@@ -1,7 +1,7 @@
 /*
- * local.c — serving a store to the processes of its node over a Unix
+ * local_server.c — serving a store to the processes of its node over a Unix
  * socket, the data in shared memory (kvt_local_serve, include/kvtier.h;
- * the protocol: src/tier/local_proto.h; the client: src/tier/daemon.c).
+ * the protocol: src/proto/local_msg.h; the client: src/tier/local_client.c).
  *
  * The store's first tier is a DRAM tier whose arena is a memfd
  * (dram_shared).  A client gets that fd at HELLO and maps it; from then on
@@ -53,7 +53,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "store/store_int.h"
-#include "tier/local_proto.h"
+#include "proto/local_msg.h"
 
 #define LOCAL_MAX_SLOTS 65536u
 #define SLOT_FREE 0

@@ -1,5 +1,5 @@
 /*
- * local_proto.h — the local protocol between kvtierd and the processes of
+ * local_msg.h — the local protocol between kvtierd and the processes of
  * its node (docs/DAEMON.md, "Local clients").
  *
  * A SOCK_SEQPACKET Unix socket: one message is one request or one reply,
@@ -20,7 +20,7 @@
  * 64 bytes, up to KVT_LP_MAX_REL ids of borrows the client has let go of
  * (len says how many), which the daemon releases before serving the
  * request itself.  The client holds released ids back until its next
- * request, or a few milliseconds (daemon.c): a borrow then costs one round
+ * request, or a few milliseconds (tier/local_client.c): a borrow then costs one round
  * trip, not a round trip and a message.
  *
  * A put costs one round trip too.  PUT_COMMIT names the key the image is
@@ -33,8 +33,8 @@
  * The daemon reserves ahead only from free pages (it evicts nothing for
  * a put that may not come), so PUT_BEGIN remains for the rest.
  */
-#ifndef KVT_LOCAL_PROTO_H
-#define KVT_LOCAL_PROTO_H
+#ifndef KVT_LOCAL_MSG_H
+#define KVT_LOCAL_MSG_H
 
 #include <stddef.h>
 #include <stdint.h>

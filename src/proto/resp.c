@@ -1,7 +1,7 @@
 /*
  * resp.c — RESP request parser and reply encoders (resp.h).
  */
-#include "daemon/resp.h"
+#include "proto/resp.h"
 
 #include <stdarg.h>
 #include <stdio.h>

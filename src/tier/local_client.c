@@ -1,5 +1,6 @@
 /*
- * daemon.c — the tier of a store that is a client of kvtierd (daemon.h).
+ * local_client.c — the tier of a store that is a client of kvtierd
+ * (local_client.h).
  *
  * Why a tier.  A store opened with `daemon: unix:///path` has this one
  * tier, and everything above it — kvt_put's fused copy and checksum,
@@ -20,7 +21,7 @@
  * One socket, one request at a time under a mutex (a request is
  * microseconds of the daemon's index work; the bytes do not cross it).
  * PUT_ABORT and CORRUPT are sent without waiting.  A release is not sent
- * at all at first: its id rides on the next request (local_proto.h), so
+ * at all at first: its id rides on the next request (proto/local.h), so
  * a borrow and its release cost one round trip.  So that a client gone
  * quiet does not keep the daemon's pages pinned, a thread of this tier
  * sends the ids still held after a millisecond or two; it ticks only
@@ -51,7 +52,7 @@
  * so a reader still holding one reads stale but mapped memory, never a
  * fault.  A write begun before the loss fails at commit.
  */
-#include "tier/daemon.h"
+#include "tier/local_client.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -68,7 +69,7 @@
 
 #include "common/clock.h"
 #include "common/err.h"
-#include "tier/local_proto.h"
+#include "proto/local_msg.h"
 
 /* What a mapping's page tables are filled in by (see "First touch"). */
 #define DMN_PREMAP_SHIFT 21
@@ -822,7 +823,7 @@ static const struct kvt_tier_ops dmn_ops = {
 	.close = dmn_close,
 };
 
-int kvt_daemon_open(const char *path, kvt_tier **out)
+int kvt_local_client_open(const char *path, kvt_tier **out)
 {
 	struct dmn_tier *t;
 	int rc;
