@@ -7,7 +7,11 @@
 #ifndef KVT_BENCH_HIER_H
 #define KVT_BENCH_HIER_H
 
+#include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/statvfs.h>
 
 #include "bench.h"
 #include "policy/replay.h"
@@ -79,11 +83,23 @@ struct hier_bench {
 };
 
 /* Free space under b->base into b->free_bytes: 0, or 1 (printed). */
-int hier_free_space(struct hier_bench *b);
+static inline int hier_free_space(struct hier_bench *b)
+{
+	struct statvfs sv;
 
+	if (statvfs(b->base, &sv)) {
+		fprintf(stderr, "kvtier-bench " HIER_CMD ": %s: %s\n", b->base, strerror(errno));
+		return 1;
+	}
+	b->free_bytes = (uint64_t)sv.f_bavail * sv.f_frsize;
+	return 0;
+}
 
 /* `bytes` as "<n>KiB", rounded up to 4 KiB. */
-void hier_size_kib(char *out, size_t cap, uint64_t bytes);
+static inline void hier_size_kib(char *out, size_t cap, uint64_t bytes)
+{
+	snprintf(out, cap, "%lluKiB", (unsigned long long)(((bytes + 4095) >> 12) << 2));
+}
 
 /* Part 1 into b->promo: 0, or 1 after printing what failed. */
 int hier_promotion(struct hier_bench *b);

@@ -33,23 +33,7 @@
 #include <sys/statvfs.h>
 
 #include "hier.h"
-
-int hier_free_space(struct hier_bench *b)
-{
-	struct statvfs sv;
-
-	if (statvfs(b->base, &sv)) {
-		fprintf(stderr, "kvtier-bench " HIER_CMD ": %s: %s\n", b->base, strerror(errno));
-		return 1;
-	}
-	b->free_bytes = (uint64_t)sv.f_bavail * sv.f_frsize;
-	return 0;
-}
-
-void hier_size_kib(char *out, size_t cap, uint64_t bytes)
-{
-	snprintf(out, cap, "%lluKiB", (unsigned long long)(((bytes + 4095) >> 12) << 2));
-}
+#include "kvtier/units.h"
 
 /* ------------------------------------------------------------------------ */
 /* Reports                                                                   */

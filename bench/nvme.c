@@ -81,6 +81,7 @@
 #include "bench.h"
 #include "cli/cli.h"
 #include "fio.h"
+#include "kvtier/units.h"
 
 #define CMD "nvme"
 #define MAX_ROUNDS 3

@@ -42,6 +42,7 @@
 #include "plan/cost.h"
 #include "plan/fleet.h"
 #include "plan/plan.h"
+#include "kvtier/plan.h"
 
 #define MAXCAP 16
 /* The end-to-end process comparison: the trace this many times over with
@@ -341,8 +342,9 @@ static char *libcachesim_run(const char *trace, const char *caps_arg, unsigned r
 	FILE *f;
 
 	if (!bench_data_path("plan_libcachesim.py", script, sizeof(script)) ||
-	    bench_beside_exe("libkvtier.so", lib, sizeof(lib))) {
-		w = snprintf(why, whylen, "%s or libkvtier.so missing (the build puts them there)", script);
+	    bench_beside_exe("libkvtier_plan.so", lib, sizeof(lib))) {
+		w = snprintf(why, whylen, "%s or libkvtier_plan.so missing (the build puts them there)",
+			     script);
 		(void)w;
 		return NULL;
 	}

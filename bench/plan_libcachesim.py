@@ -1,8 +1,8 @@
 """kvtier-bench plan's libCacheSim side: kvtier's planner and libCacheSim
 (PyPI's libcachesim) simulate the same block accesses in this one process.
 
-The trace is read by kvtier (kvt_plan_trace_read through libkvtier, the
-KVTIER_LIB this build made); its dense block ids, every access in request
+The trace is read by kvtier (kvt_plan_trace_read through the build's
+shared planner, libkvtier_plan.so, which KVTIER_LIB names); its dense block ids, every access in request
 order, are written once as a libCacheSim oracleGeneral file (24-byte
 records, each block of size 1, so a capacity in bytes is one in blocks).
 For each capacity and policy, rounds alternate which one runs first:

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "store/config.c"
+#include "kvtier/units.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

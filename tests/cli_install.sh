@@ -46,22 +46,50 @@ cc -std=c11 -Wall -Werror $san "$work/embed.c" -o "$work/embed-static" $(pkg-con
 ldd "$work/embed-static" | grep -q libkvtier && fail "the static link still needs libkvtier.so"
 "$work/embed-static" >"$work/embed.out" 2>&1 || fail "the statically linked example failed: $(cat "$work/embed.out")"
 grep -q "identical" "$work/embed.out" || fail "static example: $(cat "$work/embed.out")"
+# The same example in a CMake project, with find_package(kvtier) alone:
+# kvtier::kvtier (the shared library) and kvtier::static.
+mkdir -p "$work/pkg"
+cp "$work/embed.c" "$work/pkg/"
+cat >"$work/pkg/CMakeLists.txt" <<'EOF'
+cmake_minimum_required(VERSION 3.16)
+project(embed C)
+find_package(kvtier 0.2 REQUIRED)
+add_executable(embed-shared embed.c)
+target_link_libraries(embed-shared PRIVATE kvtier::kvtier)
+add_executable(embed-static embed.c)
+target_link_libraries(embed-static PRIVATE kvtier::static)
+EOF
+cmake -S "$work/pkg" -B "$work/pkg/build" -DCMAKE_PREFIX_PATH="$work/prefix" \
+	-DCMAKE_C_FLAGS="$san" -DCMAKE_EXE_LINKER_FLAGS="$san" >"$work/pkg.log" 2>&1 &&
+	cmake --build "$work/pkg/build" >>"$work/pkg.log" 2>&1 ||
+	fail "find_package(kvtier) does not build the example: $(tail -8 "$work/pkg.log")"
+for e in embed-shared embed-static; do
+	LD_LIBRARY_PATH=$libdir "$work/pkg/build/$e" >"$work/embed.out" 2>&1 &&
+		grep -q "identical" "$work/embed.out" || fail "find_package's $e: $(cat "$work/embed.out")"
+done
+ldd "$work/pkg/build/embed-static" | grep -q libkvtier && fail "kvtier::static still needs libkvtier.so"
 "$work/prefix/bin/kvtier" --version | grep -q "kvtier" || fail "installed kvtier does not run"
 # A missing configuration file is an error that names it, not a silent run.
 "$work/prefix/bin/kvtier" lookup --config "$work/absent.yaml" --tokens /dev/null >"$work/cfg.log" 2>&1 &&
 	fail "a missing configuration file was accepted"
 grep -q "absent.yaml: cannot open" "$work/cfg.log" || fail "missing configuration: $(cat "$work/cfg.log")"
 
-# The command-line tool is a client of the public library like any other:
-# its sources, copied away from the rest of the tree, build against the
-# installed header and library alone (and jansson, which it writes JSON
-# with), and the result runs.  An internal header would not be found.
+# The command-line tool is a client of the public API: its sources, copied
+# away from the rest of the tree, build against the installed headers and
+# libraries alone (the planner's libkvtier_plan.a over the static
+# libkvtier.a, and jansson, which it writes JSON with), and the result
+# runs.  An internal header would not be found.
+for f in "$work/prefix/include/kvtier/connector.h" "$work/prefix/include/kvtier/plan.h"; do
+	[ -e "$f" ] || fail "$f not installed"
+done
 mkdir -p "$work/cli/cli"
 cp "$src"/src/cli/*.c "$src"/src/cli/*.h "$work/cli/cli/"
 # shellcheck disable=SC2086
-cc -std=gnu11 -Wall -Werror $san -I"$work/cli" "$work"/cli/cli/*.c -o "$work/kvtier-cli" \
-	$flags $(pkg-config --cflags --libs jansson) -lm 2>"$work/cc.log" ||
-	fail "the CLI does not build against the installed kvtier.h alone: $(head -5 "$work/cc.log")"
+cc -std=gnu11 -Wall -Werror $san -DKVT_PLANNER=1 -I"$work/cli" "$work"/cli/cli/*.c -o "$work/kvtier-cli" \
+	$(pkg-config --cflags kvtier) -L"$libdir" -lkvtier_plan -Wl,-Bstatic -lkvtier -Wl,-Bdynamic $static \
+	$(pkg-config --cflags --libs jansson) -lm 2>"$work/cc.log" ||
+	fail "the CLI does not build against the installed kvtier alone: $(head -5 "$work/cc.log")"
+"$work/kvtier-cli" plan --help >/dev/null 2>&1 || fail "the CLI built against the install has no planner"
 LD_LIBRARY_PATH=$(pkg-config --variable=libdir kvtier) "$work/kvtier-cli" demo >"$work/demo.log" 2>&1 ||
 	fail "the CLI built against the installed library fails its demo: $(tail -3 "$work/demo.log")"
 grep -q "every byte verified" "$work/demo.log" || fail "demo: $(tail -3 "$work/demo.log")"

@@ -12,6 +12,7 @@
 #include "store/config.h"
 #include "store/tiers.h"
 #include "test.h"
+#include "kvtier/units.h"
 
 static kvt_config *parse(const char *y, int *err)
 {

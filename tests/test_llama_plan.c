@@ -23,6 +23,7 @@
 #include "gguf_write.h"
 #include "kvt_llama.h"
 #include "test.h"
+#include "kvtier/plan.h"
 
 #define CHUNK 64
 #define N_CONV 3

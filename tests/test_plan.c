@@ -11,6 +11,7 @@
 #include "plan/plan.h"
 #include "test.h"
 #include "test_data.h"
+#include "kvtier/plan.h"
 
 /* One node, local tiers only == kvt_replay_run exclusive; one node, T0 +
  * shared == kvt_replay_run inclusive. */

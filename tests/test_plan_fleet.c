@@ -11,6 +11,7 @@
 #include "plan/plan.h"
 #include "test.h"
 #include "test_data.h"
+#include "kvtier/plan.h"
 
 static int near(double a, double b)
 {

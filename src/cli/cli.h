@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "kvtier.h"
+#include "kvtier/units.h"
 
 /* A model whose KV layout the CLI knows by name (kvt_model_preset_find). */
 typedef kvt_model_preset cli_model;

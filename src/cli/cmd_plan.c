@@ -21,6 +21,7 @@
 #include "cli.h"
 #include "jsonw.h"
 #include "plan_cli.h"
+#include "kvtier/plan.h"
 
 #define MAX_LIST 64     /* capacities per tier list */
 #define MAX_POLICIES 8
@@ -29,7 +30,6 @@
 #define MAX_LIMIT 1000000000000ull /* requests: 10^12 */
 #define PLAN_ACCESSES_PER_THREAD 2e6 /* ~50 ms of simulation */
 #define MAX_SHARED_TIERS 8
-#define HOURS_MONTH 730.0
 
 /* ---- options -------------------------------------------------------------- */
 
@@ -170,85 +170,6 @@ static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
 	return (x > y) - (x < y);
-}
-
-/* Cached tokens of request q with h blocks hit: whole blocks, at most
- * the prompt. */
-static uint64_t hit_tokens(const kvt_plan_trace_view *pt, uint64_t q, uint64_t h)
-{
-	uint64_t t = h * pt->block_tokens;
-	return t < pt->in_len[q] ? t : pt->in_len[q];
-}
-
-static double cap_blocks(const struct plan_ctx *x, uint64_t cap)
-{
-	return cap == KVT_PLAN_UNBOUNDED ? (double)x->tv.distinct_blocks : (double)cap;
-}
-
-void plan_evaluate(const struct plan_ctx *x, struct cfg_out *o, const kvt_plan_req_hit *ph,
-		   double *ttft)
-{
-	const kvt_plan_trace_view *pt = &x->tv;
-	double kvb = kvt_plan_kv_bytes_per_token(x->model);
-	double sum = 0;
-	o->gpu_s = 0;
-	for (unsigned k = 0; k < KVT_PLAN_NT; k++)
-		o->load_bytes[k] = 0;
-	for (uint64_t q = 0; q < pt->requests; q++) {
-		double L = pt->in_len[q];
-		double load = 0, prev = 0;
-		uint64_t acc = 0;
-		for (unsigned k = 0; k < KVT_PLAN_NT; k++) {
-			acc += ph[q].hit[k];
-			double upto = (double)hit_tokens(pt, q, acc);
-			double b = (upto - prev) * kvb;
-			if (b > 0) {
-				o->load_bytes[k] += b;
-				load += kvt_plan_load_seconds(o->tc[k], b);
-			}
-			prev = upto;
-		}
-		double from = prev >= L ? (L > 0 ? L - 1 : 0) : prev;
-		double comp = kvt_plan_prefill_seconds(x->model, x->gpu, from, L);
-		o->gpu_s += comp;
-		ttft[q] = load + comp;
-		sum += ttft[q];
-	}
-	uint64_t n = pt->requests;
-	(void)sum;
-	/* One percentile: a selection, not a sort (a sort of every request's
-	 * TTFT was a fifth of a large trace's whole run). */
-	o->ttft_alone_p90 = kvt_plan_quantile(ttft, pt->requests, 0.9);
-
-	const kvt_plan_conf *c = &o->conf;
-	double gib = x->block_bytes / 1073741824.0;
-	o->usd_storage_month = 0;
-	o->shared_tib = 0;
-	for (unsigned k = 0; k < KVT_PLAN_NT && !o->no_tiers; k++) {
-		if (!c->tier[k].capacity)
-			continue;
-		double copies = k == KVT_PLAN_TS ? 1 : c->nodes;
-		double g = cap_blocks(x, c->tier[k].capacity) * gib;
-		if (k == KVT_PLAN_TS && o->tc[k]->gbps_per_tib > 0) {
-			/* A file system is bought by the TiB, at least its
-			 * smallest size. */
-			o->shared_tib = g / 1024 > o->tc[k]->min_tib ? g / 1024 : o->tc[k]->min_tib;
-			g = o->shared_tib * 1024;
-		}
-		o->usd_storage_month += copies * g * o->tc[k]->usd_gib_month;
-	}
-	double usd_req = 0;
-	for (unsigned k = 0; k < KVT_PLAN_NT; k++)
-		usd_req += (double)o->r.hit_tier[k] * o->tc[k]->usd_per_1k_get / 1000 +
-			   (double)o->r.inserts[k] * o->tc[k]->usd_per_1k_put / 1000;
-	double nreq = n ? (double)n : 1;
-	o->usd_req_per_m = usd_req / nreq * 1e6;
-	o->usd_month = o->usd_storage_month + usd_req / nreq * x->req_per_month;
-	o->gpu_h_saved_per_m = (x->base_gpu_s - o->gpu_s) / nreq * 1e6 / 3600;
-	o->usd_net_month = (x->base_gpu_s - o->gpu_s) / nreq * x->req_per_month / 3600 *
-			   x->gpu->usd_hour - o->usd_month;
-	o->usd_gpu_month = (double)plan_accels(x, o) * x->gpu->usd_hour * HOURS_MONTH;
-	o->usd_fleet_month = o->usd_gpu_month + o->usd_month;
 }
 
 static void *worker(void *arg)
@@ -528,33 +449,19 @@ static FILE *open_in(const char *dir, const char *name, char *path, size_t n)
 	return f;
 }
 
-static int write_report(struct plan_ctx *x, const char *dir, const char *trace, long best,
-			const char *why, const char *json_tail)
+/* The report's hit-rate data: one series per (policy, admit, nvme,
+ * shared, nodes), blank-line separated gnuplot data blocks, titled in
+ * titles[].  The number of series, or -1. */
+static int report_hitrate(const struct plan_ctx *x, const char *dir, char titles[64][160])
 {
 	char path[4200];
-	if (mkdir(dir, 0777) && errno != EEXIST) {
-		fprintf(stderr, "kvtier plan: mkdir %s: %s\n", dir, strerror(errno));
-		return 1;
-	}
-	FILE *f = open_in(dir, "plan.csv", path, sizeof(path));
-	if (!f)
-		return 1;
-	write_csv(x, f);
-	fclose(f);
-	f = open_in(dir, "plan.json", path, sizeof(path));
-	if (!f)
-		return 1;
-	fputs(json_tail, f);
-	fclose(f);
+	FILE *f = open_in(dir, "hitrate.dat", path, sizeof(path));
 
-	/* Hit rate against T0 capacity: one series per (policy, admit, nvme,
-	 * shared, nodes), blank-line separated gnuplot data blocks. */
-	f = open_in(dir, "hitrate.dat", path, sizeof(path));
 	if (!f)
-		return 1;
+		return -1;
 	char *done = calloc(x->ncfg, 1);
 	int nseries = 0;
-	char titles[64][160];
+
 	for (size_t i = 0; done && i < x->ncfg; i++) {
 		if (done[i] || x->cfg[i].rc)
 			continue;
@@ -579,7 +486,7 @@ static int write_report(struct plan_ctx *x, const char *dir, const char *trace, 
 				continue;
 			done[j] = 1;
 			fprintf(f, "%.6f %.4f %.4f\n",
-				cap_blocks(x, o->conf.tier[0].capacity) * x->block_bytes / 1073741824.0,
+				plan_cap_blocks(x, o->conf.tier[0].capacity) * x->block_bytes / 1073741824.0,
 				100.0 * (double)o->r.hit_tokens / (double)(o->r.tokens ? o->r.tokens : 1),
 				100.0 * (double)o->r.hit_blocks / (double)(o->r.blocks ? o->r.blocks : 1));
 		}
@@ -588,10 +495,16 @@ static int write_report(struct plan_ctx *x, const char *dir, const char *trace, 
 	}
 	free(done);
 	fclose(f);
+	return nseries;
 
-	/* TTFT distribution, with queueing, without the cache (at the
-	 * fleet accelerators alone need, or the recommended one's) and with
-	 * the recommended configuration. */
+}
+
+/* The report's TTFT distribution, with queueing, without the cache (at
+ * the fleet accelerators alone need, or the recommended one's) and with
+ * the recommended configuration.  0, or 1. */
+static int report_ttft(const struct plan_ctx *x, const char *dir, long best)
+{
+	char path[4200];
 	uint64_t n = x->tv.requests;
 	double *base = malloc((n + 1) * sizeof(double)), *with = malloc((n + 1) * sizeof(double));
 	double *scratch = malloc((n + 1) * sizeof(double));
@@ -612,7 +525,7 @@ static int write_report(struct plan_ctx *x, const char *dir, const char *trace, 
 	free(scratch);
 	qsort(base, n, sizeof(double), cmp_double);
 	qsort(with, n, sizeof(double), cmp_double);
-	f = open_in(dir, "ttft.dat", path, sizeof(path));
+	FILE *f = open_in(dir, "ttft.dat", path, sizeof(path));
 	if (!f) {
 		free(base); free(with); free(ph);
 		return 1;
@@ -626,10 +539,20 @@ static int write_report(struct plan_ctx *x, const char *dir, const char *trace, 
 		fprintf(f, "%.4f %.5f\n", with[i] * 1e3, (double)(i + 1) / (double)n);
 	fclose(f);
 	free(base); free(with); free(ph);
+	return 0;
+}
 
-	f = open_in(dir, "charts.gp", path, sizeof(path));
+/* The gnuplot commands of every chart, drawn: 1 drawn, 0 not (gnuplot is
+ * absent or failed), -1 the file could not be written.  *frag gets the
+ * <img> lines of the pictures in time (plan_fleet_report). */
+static int report_charts(const struct plan_ctx *x, const char *dir, char titles[64][160],
+			 int nseries, long best, char **frag)
+{
+	char path[4200];
+	FILE *f = open_in(dir, "charts.gp", path, sizeof(path));
+
 	if (!f)
-		return 1;
+		return -1;
 	fprintf(f, "set terminal svg size 900,560 dynamic enhanced font 'sans,12' background '#ffffff'\n"
 		   "set datafile commentschars '#'\n"
 		   "set output '%s/hitrate.svg'\n"
@@ -651,20 +574,27 @@ static int write_report(struct plan_ctx *x, const char *dir, const char *trace, 
 		dir, x->model->name, x->gpu->name, dir, dir);
 	/* The pictures in time (frontier, bandwidth, queueing): their data
 	 * and commands now, their <img> lines once gnuplot has drawn them. */
-	char *frag = NULL;
 	size_t fraglen = 0;
-	FILE *mem = open_memstream(&frag, &fraglen);
+	FILE *mem = open_memstream(frag, &fraglen);
 	if (mem) {
 		plan_fleet_report(x, best, dir, f, mem);
 		fclose(mem);
 	}
 	fclose(f);
-	int have_charts = run_gnuplot(path) == 0;
-	if (!have_charts)
-		fprintf(stderr, "kvtier plan: gnuplot failed or is absent; the report has no charts "
-				"(apt-get install gnuplot-nox)\n");
+	if (run_gnuplot(path) == 0)
+		return 1;
+	fprintf(stderr, "kvtier plan: gnuplot failed or is absent; the report has no charts "
+			"(apt-get install gnuplot-nox)\n");
+	return 0;
+}
 
-	f = open_in(dir, "index.html", path, sizeof(path));
+/* index.html: the recommendation, the fleet, the charts, the grid. */
+static int report_html(const struct plan_ctx *x, const char *dir, const char *trace, long best,
+		       const char *why, int have_charts, const char *frag)
+{
+	char path[4200];
+	FILE *f = open_in(dir, "index.html", path, sizeof(path));
+
 	if (!f)
 		return 1;
 	fprintf(f, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
@@ -747,8 +677,40 @@ static int write_report(struct plan_ctx *x, const char *dir, const char *trace, 
 		   "         im.addEventListener('error', function(){ one(false); }); }\n"
 		   " });\n})();\n</script>\n</body></html>\n");
 	fclose(f);
-	free(frag);
 	return 0;
+}
+
+/* --report DIR: plan.csv, plan.json, the charts' data and pictures, and
+ * index.html. */
+static int write_report(struct plan_ctx *x, const char *dir, const char *trace, long best,
+			const char *why, const char *json_tail)
+{
+	char path[4200], titles[64][160], *frag = NULL;
+	int nseries, charts, rc;
+
+	if (mkdir(dir, 0777) && errno != EEXIST) {
+		fprintf(stderr, "kvtier plan: mkdir %s: %s\n", dir, strerror(errno));
+		return 1;
+	}
+	FILE *f = open_in(dir, "plan.csv", path, sizeof(path));
+	if (!f)
+		return 1;
+	write_csv(x, f);
+	fclose(f);
+	f = open_in(dir, "plan.json", path, sizeof(path));
+	if (!f)
+		return 1;
+	fputs(json_tail, f);
+	fclose(f);
+	if ((nseries = report_hitrate(x, dir, titles)) < 0 || report_ttft(x, dir, best))
+		return 1;
+	if ((charts = report_charts(x, dir, titles, nseries, best, &frag)) < 0) {
+		free(frag);
+		return 1;
+	}
+	rc = report_html(x, dir, trace, best, why, charts, frag);
+	free(frag);
+	return rc;
 }
 
 /* ---- main ----------------------------------------------------------------- */
@@ -904,6 +866,386 @@ static void warn_overloaded(const struct plan_ctx *x, const struct cfg_out *o, u
 		o->tm.wait_p90 * 1e3, x->base_ttft_p90 * 1e3);
 }
 
+/* The grid of configurations the options ask for, parsed and checked
+ * before the trace is read (a typo is reported at once, not after a long
+ * trace); capacities are in blocks once the trace says a block's bytes. */
+struct plan_grid {
+	uint64_t c0[MAX_LIST], c1[MAX_LIST], cs[MAX_LIST];
+	int n0, n1, ns;
+	char pbuf[256], abuf[256], rbuf[64], sbuf[512], tbuf[64];
+	char *pols[MAX_POLICIES], *adms[MAX_ADMITS], *rts[3], *sts[MAX_SHARED_TIERS], *tps_s[8];
+	int kinds[MAX_POLICIES], routes[3];
+	uint32_t tps[8];
+	kvt_plan_tier_conf ac[MAX_ADMITS];
+	int np, na, nr, nst, ntp;
+};
+
+/* The defaults a TTFT target changes: its grid explores every tier and
+ * both routings over the fleet sizes searched. */
+static void plan_defaults(struct plan_args *pa, int fleet)
+{
+	if (!pa->dram)
+		pa->dram = fleet ? "256GiB,1TiB" : "1000,2000,5000,10000,20000,50000,inf";
+	if (!pa->nvme)
+		pa->nvme = fleet ? "0,4TiB" : "0";
+	if (!pa->shared)
+		pa->shared = fleet ? "0,16TiB" : "0";
+	if (!pa->shared_tier)
+		pa->shared_tier = fleet ? "fs,s3" : "fs";
+	if (!pa->route)
+		pa->route = fleet ? "rr,balanced" : "rr";
+	if (!pa->policy)
+		pa->policy = fleet ? "lru" : "lru,s3fifo";
+	if (!pa->tp)
+		pa->tp = fleet ? "1,2,4" : "1";
+}
+
+/* The capacity lists, in blocks of `block_bytes` (1 before the trace is
+ * read: sizes are then only checked).  0, or 2 (printed). */
+static int plan_grid_caps(const struct plan_args *pa, struct plan_grid *g, double block_bytes)
+{
+	return parse_caps("--dram", pa->dram, block_bytes, g->c0, &g->n0) ||
+	       parse_caps("--nvme", pa->nvme, block_bytes, g->c1, &g->n1) ||
+	       parse_caps("--shared", pa->shared, block_bytes, g->cs, &g->ns) ? 2 : 0;
+}
+
+/* Every list option into `g`: 0, or 2 (printed). */
+static int plan_grid_parse(const struct plan_args *pa, struct plan_grid *g)
+{
+	if (plan_grid_caps(pa, g, 1))
+		return 2;
+	g->np = split_list("--policy", pa->policy, g->pbuf, sizeof(g->pbuf), g->pols, MAX_POLICIES);
+	g->na = split_list("--admit", pa->admit, g->abuf, sizeof(g->abuf), g->adms, MAX_ADMITS);
+	g->nr = split_list("--route", pa->route, g->rbuf, sizeof(g->rbuf), g->rts, 3);
+	g->nst = split_list("--shared-tier", pa->shared_tier, g->sbuf, sizeof(g->sbuf), g->sts,
+			    MAX_SHARED_TIERS);
+	g->ntp = split_list("--tp", pa->tp, g->tbuf, sizeof(g->tbuf), g->tps_s, 8);
+	if (g->np < 0 || g->na < 0 || g->nr < 0 || g->nst < 0 || g->ntp < 0)
+		return 2;
+	for (int i = 0; i < g->np; i++) {
+		if (!strcmp(g->pols[i], "lru")) {
+			g->kinds[i] = KVT_PLAN_LRU;
+		} else if (!strcmp(g->pols[i], "s3fifo")) {
+			g->kinds[i] = KVT_PLAN_S3FIFO;
+		} else {
+			fprintf(stderr, "kvtier plan: --policy \"%s\": expected a comma list of lru, s3fifo\n",
+				g->pols[i]);
+			return 2;
+		}
+	}
+	for (int i = 0; i < g->na; i++)
+		if (parse_admit(g->adms[i], &g->ac[i]))
+			return 2;
+	for (int i = 0; i < g->ntp; i++)
+		if (cli_parse_u32("plan", "--tp", g->tps_s[i], 1, 64, &g->tps[i]))
+			return 2;
+	for (int i = 0; i < g->nr; i++) {
+		if (!strcmp(g->rts[i], "rr") || !strcmp(g->rts[i], "round-robin")) {
+			g->routes[i] = KVT_PLAN_ROUTE_RR;
+		} else if (!strcmp(g->rts[i], "affinity") || !strcmp(g->rts[i], "prefix")) {
+			g->routes[i] = KVT_PLAN_ROUTE_AFFINITY;
+		} else if (!strcmp(g->rts[i], "balanced")) {
+			g->routes[i] = KVT_PLAN_ROUTE_BALANCED;
+		} else {
+			fprintf(stderr, "kvtier plan: --route \"%s\": expected a comma list of rr, affinity, balanced\n",
+				g->rts[i]);
+			return 2;
+		}
+	}
+	return 0;
+}
+
+static void plan_ctx_free(struct plan_ctx *x)
+{
+	if (!x)
+		return;
+	free(x->cfg);
+	kvt_plan_trace_free(x->tr);
+	free(x);
+}
+
+/* The context of a run: the catalog's entries, the trace read (in
+ * *t_parse seconds), the cost of the trace with no cache and its request
+ * rate, and the capacities in blocks.  NULL with *rc the exit code. */
+static struct plan_ctx *plan_ctx_new(const struct plan_args *pa, struct plan_grid *g,
+				     const char *trace, int fleet, double *t_parse, int *rc)
+{
+	struct plan_ctx *x = calloc(1, sizeof(*x));
+	const char *unknown;
+	double dur;
+
+	*rc = 1;
+	if (!x)
+		return NULL;
+	x->repeat = pa->repeat;
+	x->rate = pa->rate;
+	x->gpus_per_node = pa->gpus_per_node;
+	x->max_nodes = pa->max_nodes;
+	x->fleet = fleet;
+	x->target_ttft_s = fleet ? pa->target_ttft / 1e3 : -1;
+	x->model = kvt_plan_model_find(pa->model);
+	x->gpu = kvt_plan_gpu_find(pa->gpu);
+	x->tc[KVT_PLAN_T0] = kvt_plan_tier_find("dram");
+	x->tc[KVT_PLAN_T1] = kvt_plan_tier_find("nvme");
+	x->pcie = kvt_plan_link_find("pcie");
+	x->nic = kvt_plan_link_find("nic");
+	unknown = !x->model ? pa->model : !x->gpu ? pa->gpu : NULL;
+	for (int i = 0; !unknown && i < g->nst; i++)
+		if (!(x->shared[x->nshared++] = kvt_plan_tier_find(g->sts[i])))
+			unknown = g->sts[i];
+	x->tc[KVT_PLAN_TS] = x->shared[0];
+	if (unknown || !x->tc[0] || !x->tc[1] || !x->pcie || !x->nic) {
+		fprintf(stderr, "kvtier plan: unknown %s \"%s\" (kvtier plan --list)\n",
+			!x->model ? "model" : !x->gpu ? "gpu" : "tier",
+			unknown ? unknown : "dram, nvme, pcie or nic");
+		free(x);
+		*rc = 2;
+		return NULL;
+	}
+	*t_parse = cli_now();
+	int r = kvt_plan_trace_read(trace, pa->fmt, pa->block_tokens, pa->limit, &x->tr);
+	if (r) {
+		free(x);
+		*rc = cli_fail_detail("plan", r); /* names the file, line, field */
+		return NULL;
+	}
+	*t_parse = cli_now() - *t_parse;
+	kvt_plan_trace_view_get(x->tr, &x->tv);
+	x->block_bytes = kvt_plan_kv_bytes_per_token(x->model) * x->tv.block_tokens;
+	for (uint64_t q = 0; q < x->tv.requests; q++)
+		x->base_gpu_s += kvt_plan_prefill_seconds(x->model, x->gpu, 0, x->tv.in_len[q]);
+	dur = x->tv.requests ? x->tv.arrive_s[x->tv.requests - 1] : 0;
+	if (dur <= 0)
+		dur = 3600; /* no timestamps: assume the trace spans an hour */
+	x->req_per_month = (double)x->tv.requests / dur * 30 * 86400 * x->rate;
+	if (plan_grid_caps(pa, g, x->block_bytes)) {
+		plan_ctx_free(x);
+		*rc = 2;
+		return NULL;
+	}
+	return x;
+}
+
+/* No tiers at all: the fleet accelerators alone need (fleet search), and
+ * a request's TTFT alone without a cache: the cheapest fleet of every
+ * --tp that meets the target (or the one with the lowest TTFT). */
+static void plan_base(struct plan_ctx *x, const struct plan_grid *g)
+{
+	kvt_plan_req_hit *ph = calloc(x->tv.requests + 1, sizeof(*ph));
+	double *tt = malloc((x->tv.requests + 1) * sizeof(double));
+
+	x->base.no_tiers = 1;
+	x->base.admit_name = "none";
+	x->base.conf.nodes = 1;
+	for (unsigned k = 0; k < KVT_PLAN_NT; k++)
+		x->base.tc[k] = x->tc[k];
+	for (int i = 0; ph && tt && i < (x->fleet ? g->ntp : 1); i++) {
+		struct cfg_out b = x->base;
+		b.tp = g->tps[i];
+		/* Without a target only its TTFT alone is shown: no fleet to
+		 * run (the report runs it when it draws it). */
+		if (x->fleet)
+			b.rc = plan_fleet_search(x, &b, ph, tt);
+		else
+			plan_evaluate(x, &b, ph, tt);
+		if (!i || (b.met && (!x->base.met || b.usd_fleet_month < x->base.usd_fleet_month)) ||
+		    (!b.met && !x->base.met && b.tm.ttft_p90 < x->base.tm.ttft_p90))
+			x->base = b;
+	}
+	x->base_ttft_p90 = x->base.ttft_alone_p90;
+	free(ph);
+	free(tt);
+}
+
+/* Every configuration of the grid into x->cfg: 0, or 1 out of memory. */
+static int plan_grid_fill(struct plan_ctx *x, const struct plan_grid *g, const struct plan_args *pa)
+{
+	size_t maxcfg = (size_t)g->np * (size_t)g->na * (size_t)g->n0 * (size_t)g->n1 *
+			(size_t)g->ns * (size_t)g->nr * (size_t)g->nst * (size_t)g->ntp;
+
+	x->cfg = calloc(maxcfg ? maxcfg : 1, sizeof(*x->cfg));
+	if (!x->cfg)
+		return 1;
+	for (size_t c = 0; c < (size_t)g->np * g->na * g->nr * g->nst * g->ntp; c++) {
+		size_t h = c / (size_t)g->ntp;
+		int ti = (int)(c % (size_t)g->ntp);
+		int p = (int)(h / ((size_t)g->na * g->nr * g->nst));
+		int a = (int)(h / ((size_t)g->nr * g->nst) % g->na);
+		int ri = (int)(h / g->nst % g->nr), st = (int)(h % g->nst);
+		for (int s = 0; s < g->ns; s++)
+			for (int j = 0; j < g->n1; j++)
+				for (int i = 0; i < g->n0; i++) {
+					/* Admission filters guard the slower tiers; with
+					 * none below T0 it has nothing to guard.  With no
+					 * shared tier, its kind does not matter. */
+					if (g->ac[a].admit && !g->c1[j] && !g->cs[s] && a > 0)
+						continue;
+					if (!g->cs[s] && st > 0)
+						continue;
+					struct cfg_out *o = &x->cfg[x->ncfg++];
+					o->conf.policy = g->kinds[p];
+					o->conf.s3_small_pct = pa->s3_small;
+					o->conf.s3_promote = pa->s3_promote;
+					o->conf.s3_fill_main = pa->s3_fill;
+					o->conf.nodes = pa->nodes;
+					o->conf.route = g->routes[ri];
+					o->tp = g->tps[ti];
+					o->tc[KVT_PLAN_T0] = x->tc[KVT_PLAN_T0];
+					o->tc[KVT_PLAN_T1] = x->tc[KVT_PLAN_T1];
+					o->tc[KVT_PLAN_TS] = x->shared[st];
+					o->conf.tier[KVT_PLAN_T0].capacity = g->c0[i] ? g->c0[i] : 1;
+					o->conf.tier[KVT_PLAN_T1].capacity = g->c1[j];
+					o->conf.tier[KVT_PLAN_TS].capacity = g->cs[s];
+					for (int k = KVT_PLAN_T1; k <= KVT_PLAN_TS; k++) {
+						uint64_t cap = o->conf.tier[k].capacity;
+						o->conf.tier[k] = g->ac[a];
+						o->conf.tier[k].capacity = cap;
+					}
+					o->admit_name = g->adms[a];
+				}
+	}
+	return 0;
+}
+
+/* Simulate every configuration on `threads` threads (0: as many as the
+ * work is worth), the main thread reporting progress on a terminal;
+ * returns the wall seconds, *threads the number used. */
+static double plan_run(struct plan_ctx *x, unsigned *threads, int quiet)
+{
+	unsigned n = *threads, started = 0;
+	pthread_t th[64];
+	int tty = !quiet && isatty(2);
+	double t0, wall;
+
+	if (!n) {
+		/* A thread costs its start, and on a busy machine its first
+		 * wait for a core (tens of ms measured on a loaded 2-core box:
+		 * the 4,000-request plan of kvtier-bench ran 3x slower with a
+		 * second one); the simulator does some 20-50 M block accesses
+		 * a second.  So one thread per PLAN_ACCESSES_PER_THREAD of
+		 * work, up to the online CPUs. */
+		long nc = sysconf(_SC_NPROCESSORS_ONLN);
+		double work = (double)x->ncfg * (double)x->tv.blocks * (x->fleet ? 8 : 1);
+		n = nc > 0 ? (unsigned)nc : 1;
+		if (work / PLAN_ACCESSES_PER_THREAD < n)
+			n = (unsigned)(work / PLAN_ACCESSES_PER_THREAD) + 1;
+	}
+	if (n > 64)
+		n = 64;
+	if (n > x->ncfg)
+		n = (unsigned)x->ncfg;
+	if (!n)
+		n = 1;
+	t0 = cli_now();
+	for (unsigned i = 1; i < n; i++)
+		if (pthread_create(&th[started], NULL, worker, x) == 0)
+			started++;
+	while (tty && started && atomic_load(&x->done) < x->ncfg) {
+		/* The main thread reports progress; the workers simulate. */
+		struct timespec ts = { 0, 100 * 1000 * 1000 };
+		fprintf(stderr, "\rkvtier plan: %zu/%zu configurations, %.1f s",
+			(size_t)atomic_load(&x->done), x->ncfg, cli_now() - t0);
+		nanosleep(&ts, NULL);
+	}
+	worker(x); /* the main thread works too (or finishes alone) */
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	wall = cli_now() - t0;
+	if (tty)
+		fprintf(stderr, "\rkvtier plan: %zu/%zu configurations, %.2f s\n", x->ncfg, x->ncfg,
+			wall);
+	*threads = n;
+	return wall;
+}
+
+/* The recommendation: the cheapest configuration meeting the targets;
+ * with no target, the one that saves the most money net of its own cost.
+ * Its index or -1; *why says which rule chose it (in whybuf). */
+static long plan_best(const struct plan_ctx *x, double target_hit, double target_ttft,
+		      char *whybuf, size_t len, const char **why)
+{
+	long best = -1;
+
+	if (target_hit < 0 && target_ttft < 0) {
+		*why = "largest GPU saving net of tier cost";
+		for (size_t i = 0; i < x->ncfg; i++)
+			if (!x->cfg[i].rc && (best < 0 || x->cfg[i].usd_net_month > x->cfg[best].usd_net_month))
+				best = (long)i;
+		return best;
+	}
+	char hs[64] = "", ts[64] = "";
+	if (target_hit >= 0)
+		snprintf(hs, sizeof(hs), " token hit rate >= %.3g", target_hit);
+	if (target_ttft >= 0)
+		snprintf(ts, sizeof(ts), "%s TTFT p90 <= %.4g ms", target_hit >= 0 ? " and" : "",
+			 target_ttft);
+	snprintf(whybuf, len, "cheapest meeting%s%s", hs, ts);
+	*why = whybuf;
+	for (size_t i = 0; i < x->ncfg; i++) {
+		const struct cfg_out *o = &x->cfg[i];
+		if (o->rc)
+			continue;
+		double hr = (double)o->r.hit_tokens / (double)(o->r.tokens ? o->r.tokens : 1);
+		if (target_hit >= 0 && hr < target_hit)
+			continue;
+		/* A fleet is met at its searched size; its price is the
+		 * accelerators' and the tiers'. */
+		if (x->fleet && !o->met)
+			continue;
+		double usd = x->fleet ? o->usd_fleet_month : o->usd_month;
+		double bu = best < 0 ? 0 : x->fleet ? x->cfg[best].usd_fleet_month : x->cfg[best].usd_month;
+		if (best < 0 || usd < bu)
+			best = (long)i;
+	}
+	return best;
+}
+
+/* The answer in words: the trace, the table, the recommendation, the
+ * sources of every figure and the simulation's own speed. */
+static void plan_print(const struct plan_ctx *x, const struct plan_args *pa, const char *trace,
+		       long best, const char *why)
+{
+	printf("trace %s: %s, %llu requests, %llu block references (%llu distinct), %u tokens/block, "
+	       "%.1f MiB of KV per block (%s)\n",
+	       trace, kvt_plan_format_name(x->tv.format), (unsigned long long)x->tv.requests,
+	       (unsigned long long)x->tv.blocks, (unsigned long long)x->tv.distinct_blocks,
+	       x->tv.block_tokens, x->block_bytes / 1048576.0, x->model->name);
+	if (x->fleet)
+		printf("capacities in blocks per node (shared: fleet-wide); accel: the fewest accelerators "
+		       "(%u a node) meeting TTFT p90 <= %.4g ms with queueing at %gx the trace's rate; "
+		       "DRAM over NVMe exclusive, shared tier inclusive; model %s on %s\n\n",
+		       x->gpus_per_node, pa->target_ttft, x->rate, x->model->name, x->gpu->name);
+	else
+		printf("capacities in blocks per node (shared: fleet-wide); %u node(s) of %u accelerator(s), "
+		       "%gx the trace's rate; DRAM over NVMe exclusive, shared tier inclusive; model %s on %s\n\n",
+		       pa->nodes, x->gpus_per_node, x->rate, x->model->name, x->gpu->name);
+	print_table(x, stdout);
+	if (!x->fleet && x->ncfg)
+		warn_overloaded(x, &x->cfg[best >= 0 ? best : 0], pa->nodes);
+	if (x->fleet) {
+		plan_fleet_print(x, best, stdout);
+	} else if (best >= 0) {
+		const struct cfg_out *o = &x->cfg[best];
+		char a[24], b[24], c[24], s0[32], s1[32], s2[32];
+		kvt_fmt_size((uint64_t)(plan_cap_blocks(x, o->conf.tier[0].capacity) * x->block_bytes), s0, sizeof(s0));
+		kvt_fmt_size((uint64_t)(plan_cap_blocks(x, o->conf.tier[1].capacity) * x->block_bytes), s1, sizeof(s1));
+		kvt_fmt_size((uint64_t)(plan_cap_blocks(x, o->conf.tier[2].capacity) * x->block_bytes), s2, sizeof(s2));
+		printf("\nrecommendation (%s): %s/%s, DRAM %s blocks (%s) per node, NVMe %s (%s), shared %s (%s): "
+		       "token hit %.1f%%, TTFT p90 %.1f ms (no cache %.1f ms), %.1f GPU-hours saved per million "
+		       "requests, tiers $%.0f/month, net $%.0f/month\n",
+		       why, pol_name(o->conf.policy), o->admit_name,
+		       cap_str(o->conf.tier[0].capacity, a, sizeof(a)), s0,
+		       cap_str(o->conf.tier[1].capacity, b, sizeof(b)), o->conf.tier[1].capacity ? s1 : "-",
+		       cap_str(o->conf.tier[2].capacity, c, sizeof(c)), o->conf.tier[2].capacity ? s2 : "-",
+		       100.0 * (double)o->r.hit_tokens / (double)(o->r.tokens ? o->r.tokens : 1),
+		       o->tm.ttft_p90 * 1e3, x->base_ttft_p90 * 1e3, o->gpu_h_saved_per_m, o->usd_month, o->usd_net_month);
+		plan_fleet_print(x, best, stdout);
+	} else {
+		printf("\nrecommendation: no configuration of the grid meets the target\n");
+	}
+	sources_print(x, stdout);
+}
+
 int cmd_plan(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -944,50 +1286,29 @@ int cmd_plan(int argc, char **argv)
 		.nodes = 1, .repeat = 1, .target_hit = -1, .target_ttft = -1, .rate = 1,
 		.gpus_per_node = 1, .max_nodes = 32,
 	};
-	int first;
-	int orc = cli_getopt("plan", argc, argv, NULL, opts, NULL, plan_opt, &pa, plan_usage, &first);
-	if (orc >= 0)
-		return orc;
-	/* A TTFT target asks for a fleet: its default grid explores every
-	 * tier and both routings over the fleet sizes searched. */
-	int fleet = pa.target_ttft >= 0;
-	if (!pa.dram)
-		pa.dram = fleet ? "256GiB,1TiB" : "1000,2000,5000,10000,20000,50000,inf";
-	if (!pa.nvme)
-		pa.nvme = fleet ? "0,4TiB" : "0";
-	if (!pa.shared)
-		pa.shared = fleet ? "0,16TiB" : "0";
-	if (!pa.shared_tier)
-		pa.shared_tier = fleet ? "fs,s3" : "fs";
-	if (!pa.route)
-		pa.route = fleet ? "rr,balanced" : "rr";
-	if (!pa.policy)
-		pa.policy = fleet ? "lru" : "lru,s3fifo";
-	if (!pa.tp)
-		pa.tp = fleet ? "1,2,4" : "1";
+	struct plan_grid g;
+	struct plan_ctx *x;
+	const char *trace, *why;
+	char whybuf[160], *jbuf;
+	double t_parse = 0, wall, accesses = 0, sim_cpu = 0;
+	unsigned threads;
+	int first, rc, failed = 0;
+	long best;
+
+	rc = cli_getopt("plan", argc, argv, NULL, opts, NULL, plan_opt, &pa, plan_usage, &first);
+	if (rc >= 0)
+		return rc;
+	plan_defaults(&pa, pa.target_ttft >= 0);
 	if (first + 1 < argc) {
 		fprintf(stderr, "kvtier plan: unexpected argument \"%s\" (one TRACE)\n\n",
 			argv[first + 1]);
 		plan_usage(stderr);
 		return 2;
 	}
-	const char *trace = first < argc ? argv[first] : NULL, *dram = pa.dram, *nvme = pa.nvme,
-		   *shared = pa.shared, *shared_tier = pa.shared_tier, *policy = pa.policy,
-		   *admit = pa.admit, *model = pa.model, *gpu = pa.gpu, *report = pa.report,
-		   *catalog = pa.catalog;
-	int fmt = pa.fmt, json = pa.json, csv = pa.csv, quiet = pa.quiet, list = pa.list;
-	uint32_t nodes = pa.nodes, threads = pa.threads, repeat = pa.repeat;
-	uint32_t block_tokens = pa.block_tokens;
-	uint64_t limit = pa.limit;
-	double target_hit = pa.target_hit, target_ttft = pa.target_ttft;
-
-	if (catalog) {
-		int rc = kvt_plan_catalog_load(catalog);
-		if (rc)
-			return cli_fail("plan", "catalog", rc);
-	}
-	if (list) {
-		int rc;
+	trace = first < argc ? argv[first] : NULL;
+	if (pa.catalog && (rc = kvt_plan_catalog_load(pa.catalog)))
+		return cli_fail("plan", "catalog", rc);
+	if (pa.list) {
 		fflush(stdout);
 		if ((rc = kvt_plan_catalog_write(1)))
 			return cli_fail("plan", "--list", rc);
@@ -997,236 +1318,18 @@ int cmd_plan(int argc, char **argv)
 		fputs(plan_help, stderr);
 		return 2;
 	}
-	/* Every option is checked before the trace is read: a typo is
-	 * reported at once, not after a long trace.  Sizes in capacity lists
-	 * need the block's bytes, known from the trace: checked again then. */
-	uint64_t c0[MAX_LIST], c1[MAX_LIST], cs[MAX_LIST];
-	int n0, n1, ns;
-	if (parse_caps("--dram", dram, 1, c0, &n0) || parse_caps("--nvme", nvme, 1, c1, &n1) ||
-	    parse_caps("--shared", shared, 1, cs, &ns))
+	memset(&g, 0, sizeof(g));
+	if (plan_grid_parse(&pa, &g))
 		return 2;
-	char pbuf[256], abuf[256];
-	char *pols[MAX_POLICIES], *adms[MAX_ADMITS];
-	int kinds[MAX_POLICIES];
-	kvt_plan_tier_conf ac[MAX_ADMITS];
-	int np = split_list("--policy", policy, pbuf, sizeof(pbuf), pols, MAX_POLICIES);
-	int na = split_list("--admit", admit, abuf, sizeof(abuf), adms, MAX_ADMITS);
-	if (np < 0 || na < 0)
-		return 2;
-	for (int i = 0; i < np; i++) {
-		if (!strcmp(pols[i], "lru")) {
-			kinds[i] = KVT_PLAN_LRU;
-		} else if (!strcmp(pols[i], "s3fifo")) {
-			kinds[i] = KVT_PLAN_S3FIFO;
-		} else {
-			fprintf(stderr, "kvtier plan: --policy \"%s\": expected a comma list of lru, s3fifo\n",
-				pols[i]);
-			return 2;
-		}
-	}
-	for (int i = 0; i < na; i++)
-		if (parse_admit(adms[i], &ac[i]))
-			return 2;
-	char rbuf[64], sbuf[512], *rts[3], *sts[MAX_SHARED_TIERS];
-	int routes[3];
-	int nr = split_list("--route", pa.route, rbuf, sizeof(rbuf), rts, 3);
-	int nst = split_list("--shared-tier", shared_tier, sbuf, sizeof(sbuf), sts, MAX_SHARED_TIERS);
-	char tbuf[64], *tps_s[8];
-	uint32_t tps[8];
-	int ntp = split_list("--tp", pa.tp, tbuf, sizeof(tbuf), tps_s, 8);
-	if (nr < 0 || nst < 0 || ntp < 0)
-		return 2;
-	for (int i = 0; i < ntp; i++)
-		if (cli_parse_u32("plan", "--tp", tps_s[i], 1, 64, &tps[i]))
-			return 2;
-	for (int i = 0; i < nr; i++) {
-		if (!strcmp(rts[i], "rr") || !strcmp(rts[i], "round-robin")) {
-			routes[i] = KVT_PLAN_ROUTE_RR;
-		} else if (!strcmp(rts[i], "affinity") || !strcmp(rts[i], "prefix")) {
-			routes[i] = KVT_PLAN_ROUTE_AFFINITY;
-		} else if (!strcmp(rts[i], "balanced")) {
-			routes[i] = KVT_PLAN_ROUTE_BALANCED;
-		} else {
-			fprintf(stderr, "kvtier plan: --route \"%s\": expected a comma list of rr, affinity, balanced\n",
-				rts[i]);
-			return 2;
-		}
-	}
-	struct plan_ctx *x = calloc(1, sizeof(*x));
-	if (!x)
-		return 1;
-	x->repeat = repeat;
-	x->rate = pa.rate;
-	x->gpus_per_node = pa.gpus_per_node;
-	x->max_nodes = pa.max_nodes;
-	x->fleet = fleet;
-	x->target_ttft_s = fleet ? target_ttft / 1e3 : -1;
-	x->model = kvt_plan_model_find(model);
-	x->gpu = kvt_plan_gpu_find(gpu);
-	x->tc[KVT_PLAN_T0] = kvt_plan_tier_find("dram");
-	x->tc[KVT_PLAN_T1] = kvt_plan_tier_find("nvme");
-	x->pcie = kvt_plan_link_find("pcie");
-	x->nic = kvt_plan_link_find("nic");
-	const char *unknown = !x->model ? model : !x->gpu ? gpu : NULL;
-	for (int i = 0; !unknown && i < nst; i++)
-		if (!(x->shared[x->nshared++] = kvt_plan_tier_find(sts[i])))
-			unknown = sts[i];
-	x->tc[KVT_PLAN_TS] = x->shared[0];
-	if (unknown || !x->tc[0] || !x->tc[1] || !x->pcie || !x->nic) {
-		fprintf(stderr, "kvtier plan: unknown %s \"%s\" (kvtier plan --list)\n",
-			!x->model ? "model" : !x->gpu ? "gpu" : "tier",
-			unknown ? unknown : "dram, nvme, pcie or nic");
-		free(x);
-		return 2;
-	}
-	double t_parse = cli_now();
-	int rc = kvt_plan_trace_read(trace, fmt, block_tokens, limit, &x->tr);
-	if (rc) {
-		free(x);
-		return cli_fail_detail("plan", rc); /* names the file, line, field */
-	}
-	t_parse = cli_now() - t_parse;
-	kvt_plan_trace_view_get(x->tr, &x->tv);
-	x->block_bytes = kvt_plan_kv_bytes_per_token(x->model) * x->tv.block_tokens;
-
-	/* The cost of the trace with no cache, and its request rate. */
-	for (uint64_t q = 0; q < x->tv.requests; q++)
-		x->base_gpu_s += kvt_plan_prefill_seconds(x->model, x->gpu, 0, x->tv.in_len[q]);
-	double dur = x->tv.requests ? x->tv.arrive_s[x->tv.requests - 1] : 0;
-	if (dur <= 0)
-		dur = 3600; /* no timestamps: assume the trace spans an hour */
-	x->req_per_month = (double)x->tv.requests / dur * 30 * 86400 * x->rate;
-	/* The grid, sizes now in blocks of this trace and model. */
-	if (parse_caps("--dram", dram, x->block_bytes, c0, &n0) ||
-	    parse_caps("--nvme", nvme, x->block_bytes, c1, &n1) ||
-	    parse_caps("--shared", shared, x->block_bytes, cs, &ns)) {
-		kvt_plan_trace_free(x->tr);
-		free(x);
-		return 2;
-	}
-	/* No tiers at all: the fleet accelerators alone need (fleet search),
-	 * and a request's TTFT alone without a cache. */
-	x->base.no_tiers = 1;
-	x->base.admit_name = "none";
-	x->base.conf.nodes = 1;
-	for (unsigned k = 0; k < KVT_PLAN_NT; k++)
-		x->base.tc[k] = x->tc[k];
-	{
-		kvt_plan_req_hit *ph = calloc(x->tv.requests + 1, sizeof(*ph));
-		double *tt = malloc((x->tv.requests + 1) * sizeof(double));
-		/* Accelerators only: the cheapest fleet of every --tp that
-		 * meets the target (or the one with the lowest TTFT). */
-		for (int i = 0; ph && tt && i < (fleet ? ntp : 1); i++) {
-			struct cfg_out b = x->base;
-			b.tp = tps[i];
-			/* Without a target only its TTFT alone is shown: no
-			 * fleet to run (the report runs it when it draws it). */
-			if (fleet)
-				b.rc = plan_fleet_search(x, &b, ph, tt);
-			else
-				plan_evaluate(x, &b, ph, tt);
-			if (!i || (b.met && (!x->base.met || b.usd_fleet_month < x->base.usd_fleet_month)) ||
-			    (!b.met && !x->base.met && b.tm.ttft_p90 < x->base.tm.ttft_p90))
-				x->base = b;
-		}
-		x->base_ttft_p90 = x->base.ttft_alone_p90;
-		free(ph);
-		free(tt);
-	}
-
-	size_t maxcfg = (size_t)np * (size_t)na * (size_t)n0 * (size_t)n1 * (size_t)ns *
-			(size_t)nr * (size_t)nst * (size_t)ntp;
-	x->cfg = calloc(maxcfg ? maxcfg : 1, sizeof(*x->cfg));
-	if (!x->cfg) {
-		kvt_plan_trace_free(x->tr);
-		free(x);
+	if (!(x = plan_ctx_new(&pa, &g, trace, pa.target_ttft >= 0, &t_parse, &rc)))
+		return rc;
+	plan_base(x, &g);
+	if (plan_grid_fill(x, &g, &pa)) {
+		plan_ctx_free(x);
 		return 1;
 	}
-	for (size_t g = 0; g < (size_t)np * na * nr * nst * ntp; g++) {
-		size_t h = g / (size_t)ntp;
-		int ti = (int)(g % (size_t)ntp);
-		int p = (int)(h / ((size_t)na * nr * nst)), a = (int)(h / ((size_t)nr * nst) % na);
-		int ri = (int)(h / nst % nr), st = (int)(h % nst);
-		for (int s = 0; s < ns; s++)
-				for (int j = 0; j < n1; j++)
-					for (int i = 0; i < n0; i++) {
-						/* Admission filters guard the slower tiers; with
-						 * none below T0 it has nothing to guard.  With
-						 * no shared tier, its kind does not matter. */
-						if (ac[a].admit && !c1[j] && !cs[s] && a > 0)
-							continue;
-						if (!cs[s] && st > 0)
-							continue;
-						struct cfg_out *o = &x->cfg[x->ncfg++];
-						o->conf.policy = kinds[p];
-						o->conf.s3_small_pct = pa.s3_small;
-						o->conf.s3_promote = pa.s3_promote;
-						o->conf.s3_fill_main = pa.s3_fill;
-						o->conf.nodes = nodes;
-						o->conf.route = routes[ri];
-						o->tp = tps[ti];
-						o->tc[KVT_PLAN_T0] = x->tc[KVT_PLAN_T0];
-						o->tc[KVT_PLAN_T1] = x->tc[KVT_PLAN_T1];
-						o->tc[KVT_PLAN_TS] = x->shared[st];
-						o->conf.tier[KVT_PLAN_T0].capacity = c0[i] ? c0[i] : 1;
-						o->conf.tier[KVT_PLAN_T1].capacity = c1[j];
-						o->conf.tier[KVT_PLAN_TS].capacity = cs[s];
-						for (int k = KVT_PLAN_T1; k <= KVT_PLAN_TS; k++) {
-							uint64_t cap = o->conf.tier[k].capacity;
-							o->conf.tier[k] = ac[a];
-							o->conf.tier[k].capacity = cap;
-						}
-						o->admit_name = adms[a];
-					}
-	}
-
-	if (!threads) {
-		/* A thread costs its start, and on a busy machine its first
-		 * wait for a core (tens of ms measured on a loaded 2-core box:
-		 * the 4,000-request plan of kvtier-bench ran 3x slower with a
-		 * second one); the simulator does some 20-50 M block accesses
-		 * a second.  So one thread per PLAN_ACCESSES_PER_THREAD of
-		 * work, up to the online CPUs. */
-		long nc = sysconf(_SC_NPROCESSORS_ONLN);
-		double work = (double)x->ncfg * (double)x->tv.blocks * (fleet ? 8 : 1);
-		threads = nc > 0 ? (unsigned)nc : 1;
-		if (work / PLAN_ACCESSES_PER_THREAD < threads)
-			threads = (unsigned)(work / PLAN_ACCESSES_PER_THREAD) + 1;
-	}
-	if (threads > 64)
-		threads = 64;
-	if (threads > x->ncfg)
-		threads = (unsigned)x->ncfg;
-	if (!threads)
-		threads = 1;
-	int tty = !quiet && isatty(2);
-	double t0 = cli_now();
-	pthread_t th[64];
-	unsigned started = 0;
-	for (unsigned i = 1; i < threads; i++)
-		if (pthread_create(&th[started], NULL, worker, x) == 0)
-			started++;
-	if (tty) {
-		/* The main thread reports progress; the workers simulate. */
-		while (atomic_load(&x->done) < x->ncfg) {
-			fprintf(stderr, "\rkvtier plan: %zu/%zu configurations, %.1f s",
-				(size_t)atomic_load(&x->done), x->ncfg, cli_now() - t0);
-			if (!started)
-				break;
-			struct timespec ts = {0, 100 * 1000 * 1000};
-			nanosleep(&ts, NULL);
-		}
-	}
-	worker(x); /* the main thread works too (or finishes alone) */
-	for (unsigned i = 0; i < started; i++)
-		pthread_join(th[i], NULL);
-	double wall = cli_now() - t0;
-	if (tty)
-		fprintf(stderr, "\rkvtier plan: %zu/%zu configurations, %.2f s\n", x->ncfg, x->ncfg,
-			wall);
-
-	double accesses = 0, sim_cpu = 0;
-	int failed = 0;
+	threads = pa.threads;
+	wall = plan_run(x, &threads, pa.quiet);
 	for (size_t i = 0; i < x->ncfg; i++) {
 		if (x->cfg[i].rc) {
 			failed = 1;
@@ -1237,102 +1340,25 @@ int cmd_plan(int argc, char **argv)
 		accesses += (double)x->cfg[i].r.blocks;
 		sim_cpu += x->cfg[i].sim_s;
 	}
-
-	/* Recommendation: the cheapest configuration meeting the targets; with
-	 * no target, the one that saves the most money net of its own cost. */
-	long best = -1;
-	const char *why;
-	char whybuf[160];
-	if (target_hit >= 0 || target_ttft >= 0) {
-		char hs[64] = "", ts[64] = "";
-		if (target_hit >= 0)
-			snprintf(hs, sizeof(hs), " token hit rate >= %.3g", target_hit);
-		if (target_ttft >= 0)
-			snprintf(ts, sizeof(ts), "%s TTFT p90 <= %.4g ms", target_hit >= 0 ? " and" : "",
-				 target_ttft);
-		snprintf(whybuf, sizeof(whybuf), "cheapest meeting%s%s", hs, ts);
-		why = whybuf;
-		for (size_t i = 0; i < x->ncfg; i++) {
-			const struct cfg_out *o = &x->cfg[i];
-			if (o->rc)
-				continue;
-			double hr = (double)o->r.hit_tokens / (double)(o->r.tokens ? o->r.tokens : 1);
-			if (target_hit >= 0 && hr < target_hit)
-				continue;
-			/* A fleet is met at its searched size; its price is
-			 * the accelerators' and the tiers'. */
-			if (fleet && !o->met)
-				continue;
-			double usd = fleet ? o->usd_fleet_month : o->usd_month;
-			double bu = best < 0 ? 0 : fleet ? x->cfg[best].usd_fleet_month : x->cfg[best].usd_month;
-			if (best < 0 || usd < bu)
-				best = (long)i;
-		}
-	} else {
-		why = "largest GPU saving net of tier cost";
-		for (size_t i = 0; i < x->ncfg; i++)
-			if (!x->cfg[i].rc && (best < 0 || x->cfg[i].usd_net_month > x->cfg[best].usd_net_month))
-				best = (long)i;
-	}
-
-	char *jbuf = plan_json(x, trace, best, why, wall, accesses, sim_cpu, threads);
-	if (json) {
+	best = plan_best(x, pa.target_hit, pa.target_ttft, whybuf, sizeof(whybuf), &why);
+	jbuf = plan_json(x, trace, best, why, wall, accesses, sim_cpu, threads);
+	if (pa.json) {
 		fputs(jbuf ? jbuf : "{}\n", stdout);
-	} else if (csv) {
+	} else if (pa.csv) {
 		write_csv(x, stdout);
 	} else {
-		printf("trace %s: %s, %llu requests, %llu block references (%llu distinct), %u tokens/block, "
-		       "%.1f MiB of KV per block (%s)\n",
-		       trace, kvt_plan_format_name(x->tv.format), (unsigned long long)x->tv.requests,
-		       (unsigned long long)x->tv.blocks, (unsigned long long)x->tv.distinct_blocks,
-		       x->tv.block_tokens, x->block_bytes / 1048576.0, x->model->name);
-		if (fleet)
-			printf("capacities in blocks per node (shared: fleet-wide); accel: the fewest accelerators "
-			       "(%u a node) meeting TTFT p90 <= %.4g ms with queueing at %gx the trace's rate; "
-			       "DRAM over NVMe exclusive, shared tier inclusive; model %s on %s\n\n",
-			       x->gpus_per_node, target_ttft, x->rate, x->model->name, x->gpu->name);
-		else
-			printf("capacities in blocks per node (shared: fleet-wide); %u node(s) of %u accelerator(s), "
-			       "%gx the trace's rate; DRAM over NVMe exclusive, shared tier inclusive; model %s on %s\n\n",
-			       nodes, x->gpus_per_node, x->rate, x->model->name, x->gpu->name);
-		print_table(x, stdout);
-		if (!fleet && x->ncfg)
-			warn_overloaded(x, &x->cfg[best >= 0 ? best : 0], nodes);
-		if (fleet) {
-			plan_fleet_print(x, best, stdout);
-		} else if (best >= 0) {
-			const struct cfg_out *o = &x->cfg[best];
-			char a[24], b[24], c[24], s0[32], s1[32], s2[32];
-			kvt_fmt_size((uint64_t)(cap_blocks(x, o->conf.tier[0].capacity) * x->block_bytes), s0, sizeof(s0));
-			kvt_fmt_size((uint64_t)(cap_blocks(x, o->conf.tier[1].capacity) * x->block_bytes), s1, sizeof(s1));
-			kvt_fmt_size((uint64_t)(cap_blocks(x, o->conf.tier[2].capacity) * x->block_bytes), s2, sizeof(s2));
-			printf("\nrecommendation (%s): %s/%s, DRAM %s blocks (%s) per node, NVMe %s (%s), shared %s (%s): "
-			       "token hit %.1f%%, TTFT p90 %.1f ms (no cache %.1f ms), %.1f GPU-hours saved per million "
-			       "requests, tiers $%.0f/month, net $%.0f/month\n",
-			       why, pol_name(o->conf.policy), o->admit_name,
-			       cap_str(o->conf.tier[0].capacity, a, sizeof(a)), s0,
-			       cap_str(o->conf.tier[1].capacity, b, sizeof(b)), o->conf.tier[1].capacity ? s1 : "-",
-			       cap_str(o->conf.tier[2].capacity, c, sizeof(c)), o->conf.tier[2].capacity ? s2 : "-",
-			       100.0 * (double)o->r.hit_tokens / (double)(o->r.tokens ? o->r.tokens : 1),
-			       o->tm.ttft_p90 * 1e3, x->base_ttft_p90 * 1e3, o->gpu_h_saved_per_m, o->usd_month, o->usd_net_month);
-			plan_fleet_print(x, best, stdout);
-		} else {
-			printf("\nrecommendation: no configuration of the grid meets the target\n");
-		}
-		sources_print(x, stdout);
+		plan_print(x, &pa, trace, best, why);
 		printf("simulated %zu configurations (%.0f block accesses) in %.3f s on %u thread(s): "
 		       "%.1f M accesses/s per thread; trace parsed in %.3f s\n",
 		       x->ncfg, accesses, wall, threads, sim_cpu > 0 ? accesses / sim_cpu / 1e6 : 0,
 		       t_parse);
 	}
-	int rrc = failed;
-	if (report && write_report(x, report, trace, best, why, jbuf ? jbuf : "{}\n"))
-		rrc = 1;
-	else if (report && !json && !csv)
-		printf("report: %s/index.html\n", report);
+	rc = failed;
+	if (pa.report && write_report(x, pa.report, trace, best, why, jbuf ? jbuf : "{}\n"))
+		rc = 1;
+	else if (pa.report && !pa.json && !pa.csv)
+		printf("report: %s/index.html\n", pa.report);
 	free(jbuf);
-	free(x->cfg);
-	kvt_plan_trace_free(x->tr);
-	free(x);
-	return rrc;
+	plan_ctx_free(x);
+	return rc;
 }

@@ -25,6 +25,7 @@
 #include "cli.h"
 #include "jsonw.h"
 #include "replay_run.h"
+#include "kvtier/plan.h"
 
 /* --dram-blocks fills a scratch store N + 1 times over to size the tier:
  * beyond this it is not a test anyone waits for. */

@@ -7,6 +7,20 @@
 
 #include "cli.h"
 
+#ifndef KVT_PLANNER
+/* A kvtier built with -DKVT_PLANNER=OFF has no plan or replay. */
+static int cmd_no_planner(int argc, char **argv)
+{
+	(void)argc;
+	fprintf(stderr, "kvtier %s: this kvtier was built without the capacity planner "
+			"(-DKVT_PLANNER=OFF); rebuild with it on (it needs jansson)\n",
+		argv[0]);
+	return 1;
+}
+#define cmd_plan cmd_no_planner
+#define cmd_replay cmd_no_planner
+#endif
+
 static const struct {
 	const char *name;
 	int (*fn)(int argc, char **argv);

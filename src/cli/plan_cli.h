@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "kvtier.h"
+#include "kvtier/plan.h"
 
 #define PLAN_FLEET_PTS 32 /* fleets tried per configuration, kept for the frontier */
 
@@ -70,13 +71,21 @@ struct plan_ctx {
 };
 
 /* Accelerators of o's fleet: nodes x replicas x tensor parallel. */
+#define PLAN_HOURS_MONTH 730.0
+
+/* A tier's capacity in blocks (an unbounded one holds every distinct block). */
+static inline double plan_cap_blocks(const struct plan_ctx *x, uint64_t cap)
+{
+	return cap == KVT_PLAN_UNBOUNDED ? (double)x->tv.distinct_blocks : (double)cap;
+}
+
 static inline unsigned plan_accels(const struct plan_ctx *x, const struct cfg_out *o)
 {
 	return o->conf.nodes * x->gpus_per_node * (o->tp ? o->tp : 1);
 }
 
-/* Costs of o from its simulation (per_req) into o (cmd_plan.c); the TTFT
- * of each request alone into ttft[] (sorted). */
+/* Costs of o from its simulation (per_req) into o (plan_fleet.c); the TTFT
+ * of each request alone into ttft[]. */
 void plan_evaluate(const struct plan_ctx *x, struct cfg_out *o, const kvt_plan_req_hit *ph,
 		   double *ttft);
 

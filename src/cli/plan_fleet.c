@@ -1,6 +1,8 @@
 /*
- * plan_fleet.c — `kvtier plan` in time: each configuration run on a fleet
- * of accelerators with queueing (kvt_plan_fleet_run), the smallest fleet
+ * plan_fleet.c — what one configuration costs (plan_evaluate: loads,
+ * prefill, storage and requests priced), and `kvtier plan` in time: each
+ * configuration run on a fleet of accelerators with queueing
+ * (kvt_plan_fleet_run), the smallest fleet
  * that meets --target-ttft-ms with and without tiers, what the cheapest
  * saves, the bandwidth its links need, and the report's pictures of it.
  */
@@ -10,9 +12,87 @@
 
 #include "cli.h"
 #include "jsonw.h"
+#include "kvtier/plan.h"
 #include "plan_cli.h"
 
 static const char *const link_name[KVT_PLAN_NLINK] = { "pcie", "nvme", "nic", "shared" };
+
+/* ---- one configuration's price ------------------------------------------- */
+
+/* Cached tokens of request q with h blocks hit: whole blocks, at most
+ * the prompt. */
+static uint64_t hit_tokens(const kvt_plan_trace_view *pt, uint64_t q, uint64_t h)
+{
+	uint64_t t = h * pt->block_tokens;
+	return t < pt->in_len[q] ? t : pt->in_len[q];
+}
+
+void plan_evaluate(const struct plan_ctx *x, struct cfg_out *o, const kvt_plan_req_hit *ph,
+		   double *ttft)
+{
+	const kvt_plan_trace_view *pt = &x->tv;
+	double kvb = kvt_plan_kv_bytes_per_token(x->model);
+	double sum = 0;
+	o->gpu_s = 0;
+	for (unsigned k = 0; k < KVT_PLAN_NT; k++)
+		o->load_bytes[k] = 0;
+	for (uint64_t q = 0; q < pt->requests; q++) {
+		double L = pt->in_len[q];
+		double load = 0, prev = 0;
+		uint64_t acc = 0;
+		for (unsigned k = 0; k < KVT_PLAN_NT; k++) {
+			acc += ph[q].hit[k];
+			double upto = (double)hit_tokens(pt, q, acc);
+			double b = (upto - prev) * kvb;
+			if (b > 0) {
+				o->load_bytes[k] += b;
+				load += kvt_plan_load_seconds(o->tc[k], b);
+			}
+			prev = upto;
+		}
+		double from = prev >= L ? (L > 0 ? L - 1 : 0) : prev;
+		double comp = kvt_plan_prefill_seconds(x->model, x->gpu, from, L);
+		o->gpu_s += comp;
+		ttft[q] = load + comp;
+		sum += ttft[q];
+	}
+	uint64_t n = pt->requests;
+	(void)sum;
+	/* One percentile: a selection, not a sort (a sort of every request's
+	 * TTFT was a fifth of a large trace's whole run). */
+	o->ttft_alone_p90 = kvt_plan_quantile(ttft, pt->requests, 0.9);
+
+	const kvt_plan_conf *c = &o->conf;
+	double gib = x->block_bytes / 1073741824.0;
+	o->usd_storage_month = 0;
+	o->shared_tib = 0;
+	for (unsigned k = 0; k < KVT_PLAN_NT && !o->no_tiers; k++) {
+		if (!c->tier[k].capacity)
+			continue;
+		double copies = k == KVT_PLAN_TS ? 1 : c->nodes;
+		double g = plan_cap_blocks(x, c->tier[k].capacity) * gib;
+		if (k == KVT_PLAN_TS && o->tc[k]->gbps_per_tib > 0) {
+			/* A file system is bought by the TiB, at least its
+			 * smallest size. */
+			o->shared_tib = g / 1024 > o->tc[k]->min_tib ? g / 1024 : o->tc[k]->min_tib;
+			g = o->shared_tib * 1024;
+		}
+		o->usd_storage_month += copies * g * o->tc[k]->usd_gib_month;
+	}
+	double usd_req = 0;
+	for (unsigned k = 0; k < KVT_PLAN_NT; k++)
+		usd_req += (double)o->r.hit_tier[k] * o->tc[k]->usd_per_1k_get / 1000 +
+			   (double)o->r.inserts[k] * o->tc[k]->usd_per_1k_put / 1000;
+	double nreq = n ? (double)n : 1;
+	o->usd_req_per_m = usd_req / nreq * 1e6;
+	o->usd_month = o->usd_storage_month + usd_req / nreq * x->req_per_month;
+	o->gpu_h_saved_per_m = (x->base_gpu_s - o->gpu_s) / nreq * 1e6 / 3600;
+	o->usd_net_month = (x->base_gpu_s - o->gpu_s) / nreq * x->req_per_month / 3600 *
+			   x->gpu->usd_hour - o->usd_month;
+	o->usd_gpu_month = (double)plan_accels(x, o) * x->gpu->usd_hour * PLAN_HOURS_MONTH;
+	o->usd_fleet_month = o->usd_gpu_month + o->usd_month;
+}
+
 
 /* The shared tier's fleet-wide throughput: a file system's per TiB
  * provisioned, an object store's GET rate in blocks; 0: no limit. */

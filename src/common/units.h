@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "kvtier.h"
+#include "kvtier/units.h"
 
 /* A whole number in lo..hi: decimal digits, no sign, no leading zero, no
  * fraction.  0 with *out set, or KVT_ECONFIG with the error naming the

@@ -22,6 +22,7 @@
 #include <openssl/sha.h>
 
 #include "kvtier.h"
+#include "kvtier/units.h"
 
 #define ACL_FILE_MAX (4u << 20)
 #define ACL_MAX_WORDS 16

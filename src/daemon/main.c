@@ -29,6 +29,7 @@
 #include "daemon/ops.h"
 #include "daemon/server.h"
 #include "daemon/tenant.h"
+#include "kvtier/units.h"
 
 static struct kvtd_tenant default_tenant;
 
@@ -335,7 +336,7 @@ int main(int argc, char **argv)
 	struct kvtd d = { .o = { .bind = "127.0.0.1", .port = 6379, .threads = 4,
 				 .maxclients = 10000, .max_value = 512ull << 20,
 				 .client_timeout_s = 60 },
-			  .durability = -1, .auth = auth_requirepass };
+			  .durability = -1, .auth = auth_requirepass, .dispatch = kvtd_dispatch };
 	struct kvtd_ops_opts ops = { .metrics_port = -1 };
 	const char *config = NULL, *data_dir = NULL, *sets[64];
 	int n_sets = 0, check = 0, err = 0, opt, owner_fd = -1;

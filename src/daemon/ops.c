@@ -14,6 +14,7 @@
 #include "daemon/server.h"
 #include "daemon/tenant.h"
 #include "daemon/tls.h"
+#include "kvtier/units.h"
 
 static void family(struct kvtd_text *o, const char *name, const char *type,
 		   const char *help, unsigned long long v)

@@ -34,32 +34,20 @@
  * the store's pages. */
 #define COPY_MAX (16 * 1024)
 
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t kvtd_mono_ms(void)
-{
-	return mono_ms();
-}
-
 void kvtd_conn_hold(struct kvtd_conn *c, int64_t ms)
 {
 	if (!c->hold_until)
 		c->w->n_held++;
-	c->hold_until = mono_ms() + (ms > 0 ? ms : 1);
+	c->hold_until = kvtd_mono_ms() + (ms > 0 ? ms : 1);
 }
 
 /* One parsed command, the worker marked busy while it runs (/health). */
 static void run_command(struct kvtd_conn *c)
 {
-	atomic_store(&c->w->busy_since_ms, mono_ms());
-	kvtd_dispatch(c, c->parser.argv, c->parser.argc);
+	atomic_store(&c->w->busy_since_ms, kvtd_mono_ms());
+	c->w->d->dispatch(c, c->parser.argv, c->parser.argc);
 	atomic_store(&c->w->busy_since_ms, 0);
-	c->last_in_ms = mono_ms(); /* a command done is progress */
+	c->last_in_ms = kvtd_mono_ms(); /* a command done is progress */
 	c->in_since = 0;
 }
 
@@ -215,7 +203,7 @@ static int flush_out(struct kvtd_conn *c)
 				continue;
 			return -1;
 		}
-		c->last_out_ms = mono_ms();
+		c->last_out_ms = kvtd_mono_ms();
 		size_t left = (size_t)w;
 		while (left && c->out_head) {
 			struct out_seg *s = c->out_head;
@@ -476,7 +464,7 @@ static void on_readable(struct kvtd_conn *c)
 		}
 		c->in_since += (size_t)n;
 		if (fresh || c->in_since >= KVTD_PROGRESS_BYTES) {
-			c->last_in_ms = mono_ms();
+			c->last_in_ms = kvtd_mono_ms();
 			c->in_since = 0;
 		}
 		burst += (size_t)n;
@@ -552,7 +540,7 @@ static void adopt_conn(struct kvtd_worker *w, int fd)
 	c->proto = 2;
 	c->tenant = d->auth_required ? NULL : d->default_tenant;
 	c->admin = c->tenant && d->initial_admin;
-	c->created_ms = c->last_in_ms = c->last_out_ms = mono_ms();
+	c->created_ms = c->last_in_ms = c->last_out_ms = kvtd_mono_ms();
 	resp_parser_init(&c->parser, d->o.max_value, d->o.max_cmd, VALS_SLACK);
 	if (!c->tenant) {
 		/* Until AUTH: commands of a few short arguments only. */
@@ -603,7 +591,7 @@ static void listeners(struct kvtd_worker *w, int op)
 static void accept_backoff(struct kvtd_worker *w, int err)
 {
 	struct kvtd *d = w->d;
-	int64_t now = mono_ms(), last = atomic_load(&d->accept_fd_logged_ms);
+	int64_t now = kvtd_mono_ms(), last = atomic_load(&d->accept_fd_logged_ms);
 
 	atomic_fetch_add(&d->accept_fd_errors, 1);
 	if ((!last || now - last >= 60000) &&
@@ -759,7 +747,7 @@ static void *worker_main(void *arg)
 	struct kvtd_worker *w = arg;
 	struct kvtd *d = w->d;
 	struct epoll_event ev[128];
-	int64_t last_reap = mono_ms();
+	int64_t last_reap = kvtd_mono_ms();
 
 	while (!atomic_load(&d->stopping)) {
 		int n = epoll_wait(w->ep, ev, 128, w->n_held ? 20
@@ -785,7 +773,7 @@ static void *worker_main(void *arg)
 				c->dead = 1;
 			after_event(c);
 		}
-		int64_t now = mono_ms();
+		int64_t now = kvtd_mono_ms();
 		if (w->n_held)
 			release_holds(w, now);
 		if (w->accept_paused_until && now >= w->accept_paused_until) {
@@ -852,7 +840,7 @@ void kvtd_stop(struct kvtd *d, int drain_ms)
 	/* Every command begun has finished (the workers ran them to the
 	 * end); what their replies still hold is sent, within the drain
 	 * time, before the connections close. */
-	int64_t until = mono_ms() + drain_ms;
+	int64_t until = kvtd_mono_ms() + drain_ms;
 	for (int i = 0; i < d->nw; i++) {
 		struct kvtd_worker *w = &d->w[i];
 		for (struct kvtd_conn *c = w->conns; c; c = c->next) {
@@ -860,7 +848,7 @@ void kvtd_stop(struct kvtd *d, int drain_ms)
 			fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK);
 			struct timeval tv = { .tv_sec = 0, .tv_usec = 200000 };
 			setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-			while (pending(c) && mono_ms() < until && !flush_out(c))
+			while (pending(c) && kvtd_mono_ms() < until && !flush_out(c))
 				;
 		}
 		while (w->conns)

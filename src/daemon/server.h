@@ -30,6 +30,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 #include <sys/uio.h>
 
 #include <kvtier.h>
@@ -156,6 +157,9 @@ typedef int (*kvtd_auth_fn)(struct kvtd *d, const char *user, size_t ulen,
 
 struct kvtd {
 	struct kvtd_opts o;
+	/* Runs one parsed command (cmd.c's kvtd_dispatch, set by main.c): the
+	 * connections' loop here knows no command. */
+	void (*dispatch)(struct kvtd_conn *c, struct resp_arg *argv, size_t argc);
 	kvt_store *st;
 	struct vals *vals;
 	int lfd, ufd;
@@ -215,7 +219,12 @@ void kvtd_stop(struct kvtd *d, int drain_ms);
 void kvtd_reply_ref(struct kvtd_conn *c, kvt_ref *ref, uint64_t vlen);
 
 /* CLOCK_MONOTONIC in milliseconds. */
-int64_t kvtd_mono_ms(void);
+static inline int64_t kvtd_mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 /* Read and run nothing more of c's for `ms` (a failed AUTH's wait); what
  * was queued for it is still sent. */
 void kvtd_conn_hold(struct kvtd_conn *c, int64_t ms);

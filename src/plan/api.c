@@ -14,6 +14,7 @@
 #include "plan/cost.h"
 #include "plan/fleet.h"
 #include "plan/plan.h"
+#include "kvtier/plan.h"
 
 struct kvt_plan_trace {
 	struct plan_trace pt;

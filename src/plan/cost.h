@@ -27,6 +27,7 @@
 #include <stdio.h>
 
 #include "kvtier.h"
+#include "kvtier/plan.h"
 
 /* The catalog's entries are the public API's (kvtier.h: kvt_plan_model,
  * kvt_plan_gpu, kvt_plan_tier); the planner's code keeps its own names

@@ -12,6 +12,7 @@
 
 #include "kvtier.h"
 #include "plan/trace.h"
+#include "kvtier/plan.h"
 
 #define PLAN_FLEET_MAX_GPUS_PER_NODE 64
 

@@ -36,6 +36,7 @@
 #include "plan/trace.h"
 #include "policy/admit.h"
 #include "policy/evict.h"
+#include "kvtier/plan.h"
 
 #define PLAN_UNBOUNDED UINT64_MAX
 #define PLAN_MAX_NODES 1024

@@ -25,6 +25,7 @@
 #include "common/units.h"
 #include "key/key.h"
 #include "store/tiers.h"
+#include "kvtier/units.h"
 
 
 kvt_config *kvt_config_new(void)

@@ -365,6 +365,91 @@ static ssize_t recv_follow(struct lconn *c, void *buf, size_t cap, const char *w
 	return n;
 }
 
+/* LOOKUP: how many of the keys that follow, from the first, the store
+ * holds (an engine's lookup that stops short is counted by reason). */
+static int do_lookup(struct lconn *c, const struct kvt_lp_req *q)
+{
+	kvt_store *st = c->srv->st;
+	uint8_t *keys = c->out;
+	ssize_t n;
+	uint64_t hit = 0;
+
+	if (q->size == 0 || q->size > KVT_LP_MAX_LOOKUP)
+		return kvt_err(-EPROTO, "LOOKUP of %" PRIu64 " keys (1..%u)", q->size,
+			       KVT_LP_MAX_LOOKUP);
+	n = recv_follow(c, keys, KVT_LP_MAX_LOOKUP * KVT_KEY_BYTES + 1, "LOOKUP");
+	if (n < 0)
+		return (int)n;
+	if (n != (ssize_t)(q->size * KVT_KEY_BYTES))
+		return kvt_err(-EPROTO, "LOOKUP of %" PRIu64 " keys followed by %zd bytes",
+			       q->size, n);
+	hit = store_chain_held(st, (const kvt_key *)keys, q->size, NULL);
+	if (hit < q->size) /* an engine's lookup that stops short: counted by reason */
+		store_count_miss(st, c->acct, (const kvt_key *)keys + hit);
+	return send_status(c, q, (int)hit);
+}
+
+/* NAME: the engine's block hashes of a chunk (kvt_store_name_chunk); the
+ * parent and the hashes follow. */
+static int do_name(struct lconn *c, const struct kvt_lp_req *q, const kvt_key *key)
+{
+	kvt_store *st = c->srv->st;
+	uint32_t hl = (uint32_t)(q->id & 255), n = (uint32_t)q->size;
+	uint8_t body[32 + KVT_CHUNK_NAME_MAX * 32 + 1];
+	ssize_t got;
+
+	if ((hl != 32 && hl != 8) || n == 0 || n > KVT_CHUNK_NAME_MAX ||
+	    q->arg < 0 || q->id >> 9)
+		return kvt_err(-EPROTO, "NAME of %u hashes of %u bytes", n, hl);
+	got = recv_follow(c, body, sizeof(body), "NAME");
+	if (got < 0)
+		return (int)got;
+	if (got != (ssize_t)((n + 1) * hl))
+		return kvt_err(-EPROTO, "NAME of %u hashes followed by %zd bytes", n, got);
+	return send_status(c, q, kvt_store_name_chunk(st, key, body + hl, n, hl,
+						      (q->id & 256) ? body : NULL,
+						      (uint32_t)q->arg));
+}
+
+/* WHY: kvt_why of the keys that follow, as LOOKUP's; the answers go after
+ * the reply's header, in the same buffer. */
+static int do_why(struct lconn *c, const struct kvt_lp_req *q)
+{
+	kvt_store *st = c->srv->st;
+	int rc;
+	kvt_key *keys = malloc(KVT_LP_MAX_WHY * KVT_KEY_BYTES + 1);
+	struct kvt_lp_rep *r;
+	kvt_ns any;
+	ssize_t n;
+
+	if (!keys)
+		return kvt_err(KVT_ENOMEM, "out of memory");
+	if (q->size == 0 || q->size > KVT_LP_MAX_WHY) {
+		free(keys);
+		return kvt_err(-EPROTO, "WHY of %" PRIu64 " keys (1..%u)", q->size,
+			       KVT_LP_MAX_WHY);
+	}
+	n = recv_follow(c, keys, KVT_LP_MAX_WHY * KVT_KEY_BYTES + 1, "WHY");
+	if (n < 0) {
+		free(keys);
+		return (int)n;
+	}
+	if (n != (ssize_t)(q->size * KVT_KEY_BYTES)) {
+		free(keys);
+		return kvt_err(-EPROTO, "WHY of %" PRIu64 " keys followed by %zd bytes",
+			       q->size, n);
+	}
+	memset(&any, 0, sizeof(any));
+	r = rep_init(c, q, 0);
+	rc = kvt_why(st, &any, keys, q->size, (kvt_why_chunk *)(r + 1));
+	free(keys);
+	if (rc < 0)
+		return send_status(c, q, rc);
+	r->status = rc;
+	r->n = (uint32_t)q->size;
+	return send_msg(c, c->out, sizeof(*r) + q->size * sizeof(kvt_why_chunk), -1);
+}
+
 static int serve_one(struct lconn *c, const struct kvt_lp_req *q)
 {
 	kvt_store *st = c->srv->st;
@@ -468,76 +553,12 @@ static int serve_one(struct lconn *c, const struct kvt_lp_req *q)
 		return send_status(c, q, store_image_del(st, &key));
 	case KVT_LP_ITER:
 		return do_iter(c, q);
-	case KVT_LP_LOOKUP: {
-		/* the keys are the next message, exactly size of them */
-		uint8_t *keys = c->out;
-		ssize_t n;
-		uint64_t hit = 0;
-		if (q->size == 0 || q->size > KVT_LP_MAX_LOOKUP)
-			return kvt_err(-EPROTO, "LOOKUP of %" PRIu64 " keys (1..%u)", q->size,
-				       KVT_LP_MAX_LOOKUP);
-		n = recv_follow(c, keys, KVT_LP_MAX_LOOKUP * KVT_KEY_BYTES + 1, "LOOKUP");
-		if (n < 0)
-			return (int)n;
-		if (n != (ssize_t)(q->size * KVT_KEY_BYTES))
-			return kvt_err(-EPROTO, "LOOKUP of %" PRIu64 " keys followed by %zd bytes",
-				       q->size, n);
-		hit = store_chain_held(st, (const kvt_key *)keys, q->size, NULL);
-		if (hit < q->size) /* an engine's lookup that stops short: counted by reason */
-			store_count_miss(st, c->acct, (const kvt_key *)keys + hit);
-		return send_status(c, q, (int)hit);
-	}
-	case KVT_LP_NAME: {
-		/* the parent and the hashes are the next message */
-		uint32_t hl = (uint32_t)(q->id & 255), n = (uint32_t)q->size;
-		uint8_t body[32 + KVT_CHUNK_NAME_MAX * 32 + 1];
-		ssize_t got;
-		if ((hl != 32 && hl != 8) || n == 0 || n > KVT_CHUNK_NAME_MAX ||
-		    q->arg < 0 || q->id >> 9)
-			return kvt_err(-EPROTO, "NAME of %u hashes of %u bytes", n, hl);
-		got = recv_follow(c, body, sizeof(body), "NAME");
-		if (got < 0)
-			return (int)got;
-		if (got != (ssize_t)((n + 1) * hl))
-			return kvt_err(-EPROTO, "NAME of %u hashes followed by %zd bytes", n, got);
-		return send_status(c, q, kvt_store_name_chunk(st, &key, body + hl, n, hl,
-							      (q->id & 256) ? body : NULL,
-							      (uint32_t)q->arg));
-	}
-	case KVT_LP_WHY: {
-		/* the keys are the next message, as LOOKUP's; the answers go
-		 * after the reply's header, in the same buffer */
-		kvt_key *keys = malloc(KVT_LP_MAX_WHY * KVT_KEY_BYTES + 1);
-		struct kvt_lp_rep *r;
-		kvt_ns any;
-		ssize_t n;
-		if (!keys)
-			return kvt_err(KVT_ENOMEM, "out of memory");
-		if (q->size == 0 || q->size > KVT_LP_MAX_WHY) {
-			free(keys);
-			return kvt_err(-EPROTO, "WHY of %" PRIu64 " keys (1..%u)", q->size,
-				       KVT_LP_MAX_WHY);
-		}
-		n = recv_follow(c, keys, KVT_LP_MAX_WHY * KVT_KEY_BYTES + 1, "WHY");
-		if (n < 0) {
-			free(keys);
-			return (int)n;
-		}
-		if (n != (ssize_t)(q->size * KVT_KEY_BYTES)) {
-			free(keys);
-			return kvt_err(-EPROTO, "WHY of %" PRIu64 " keys followed by %zd bytes",
-				       q->size, n);
-		}
-		memset(&any, 0, sizeof(any));
-		r = rep_init(c, q, 0);
-		rc = kvt_why(st, &any, keys, q->size, (kvt_why_chunk *)(r + 1));
-		free(keys);
-		if (rc < 0)
-			return send_status(c, q, rc);
-		r->status = rc;
-		r->n = (uint32_t)q->size;
-		return send_msg(c, c->out, sizeof(*r) + q->size * sizeof(kvt_why_chunk), -1);
-	}
+	case KVT_LP_LOOKUP:
+		return do_lookup(c, q);
+	case KVT_LP_NAME:
+		return do_name(c, q, &key);
+	case KVT_LP_WHY:
+		return do_why(c, q);
 	case KVT_LP_STATS: {
 		struct kvt_lp_rep *r = rep_init(c, q, 0);
 		kvt_tier_stats ts;

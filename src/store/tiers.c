@@ -344,7 +344,14 @@ static int s3_open_cfg(const kvt_config *c, kvt_io *io, kvt_tier **out)
 	int rc;
 
 	(void)io; /* HTTP, not files: test_s3_faults' proxy faults it */
+#ifdef KVT_HAVE_S3
 	rc = kvt_s3_open(&o, out);
+#else
+	(void)o;
+	(void)out;
+	rc = kvt_err(KVT_ENOTSUP, "this libkvtier was built without the S3 tier "
+		     "(-DKVT_S3=OFF; it needs libcurl and expat)");
+#endif
 
 	if (rc)
 		kvt_err_prefix(rc, "S3 tier s3://%s/%s: ", c->s3_bucket, c->s3_prefix);

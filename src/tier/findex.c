@@ -14,6 +14,7 @@
 #include "common/err.h"
 #include "common/log.h"
 #include "format/object.h"
+#include "kvtier/units.h"
 
 #define FINDEX_MIN_BUCKETS 1024u
 

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "common/abuf.h"
+#include "format/object.h"
 #include "tier/fanout.h"
 #include "tier/findex.h"
 #include "tier/fsdir.h"
@@ -103,10 +104,6 @@ typedef struct fsdir_rbuf {
 /* What a file at a final name is (fsdir_judge, fsdir_check). */
 enum { FSDIR_GOOD = 0, FSDIR_BAD = 1, FSDIR_UNPROVEN = 2 };
 
-/* The tier's vtable: kvt_fsdir_refresh and kvt_fsdir_probe check that
- * they were handed an fsdir tier. */
-extern const struct kvt_tier_ops fsdir_ops;
-
 static inline int64_t fsdir_mono_s(void)
 {
 	struct timespec ts;
@@ -130,11 +127,32 @@ static inline void fsdir_insert(fsdir *t, fsdir_ent *e)
 	kvt_findex_insert_locked(&t->ix, &e->ix);
 }
 
+/* --- reading and judging a published file: fsdir_check.c ------------------ */
+
+/* What a file at a final name is, from its size and its decoded header
+ * (hrc: kvt_obj_hdr_decode's result; h NULL: judge the size alone):
+ * FSDIR_GOOD, FSDIR_BAD (damaged: the writer, repair or GC may remove it)
+ * or FSDIR_UNPROVEN (this node cannot read it, but another may: a newer
+ * format, a tag it has no key for, a tag under another key), with `why`.
+ * Several nodes share the directory, so only what is damaged by any
+ * node's reading counts as bad. */
+int fsdir_judge(const fsdir *t, uint64_t size, int hrc, const kvt_obj_hdr *h,
+		const kvt_key *key, char why[256]);
+
+/* Read the whole file (`size` bytes) into `buf` (rounded up to whole
+ * blocks).  Through O_DIRECT the last read asks for the whole last block
+ * and comes back short at the end of the file (-ENODATA: it shrank). */
+int fsdir_read_all(fsdir *t, int fd, int direct, uint8_t *buf, uint64_t size);
+
+/* Open a published file for reading, through O_DIRECT when the tier uses
+ * it for a file of `len` bytes and this file accepts it. */
+int fsdir_open_read(fsdir *t, const char *path, uint64_t len, int *direct);
+
 /* Check the published file `path` that should hold `key`: its length, its
  * header (or, with `full`, every checksum and the tag too).  FSDIR_GOOD,
  * FSDIR_BAD or FSDIR_UNPROVEN (`why` says why; *st holds its stat), or a
  * negated errno for a file that could not be read, which is not proven bad
- * (-ENOENT: gone).  fsdir.c. */
+ * (-ENOENT: gone). */
 int fsdir_check(fsdir *t, const char *path, const kvt_key *key, int full,
 		struct stat *st, char why[256]);
 
@@ -146,5 +164,10 @@ int fsdir_adopt_checked(fsdir *t, const kvt_key *key);
 
 /* The background refresh thread (arg: the tier).  fsdir_refresh.c. */
 void *fsdir_refresh_main(void *arg);
+
+/* kvt_fsdir_refresh and kvt_fsdir_probe (fsdir.h) once fsdir.c has checked
+ * that they were handed an fsdir tier.  fsdir_refresh.c. */
+int fsdir_refresh_all(fsdir *t);
+int fsdir_probe_key(fsdir *t, const kvt_key *key);
 
 #endif

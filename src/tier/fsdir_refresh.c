@@ -263,12 +263,8 @@ void *fsdir_refresh_main(void *arg)
 	return NULL;
 }
 
-int kvt_fsdir_refresh(kvt_tier *tt)
+int fsdir_refresh_all(fsdir *t)
 {
-	fsdir *t = (fsdir *)tt;
-
-	if (!t || t->base.ops != &fsdir_ops)
-		return kvt_err(KVT_EINVAL, "fsdir: not an fsdir tier");
 	pthread_mutex_lock(&t->scan_mu);
 	t->in_cycle = 0; /* a fresh, whole cycle */
 	while (!fsdir_refresh_step(t, (size_t)-1) && t->in_cycle)
@@ -277,17 +273,14 @@ int kvt_fsdir_refresh(kvt_tier *tt)
 	return 0;
 }
 
-int kvt_fsdir_probe(kvt_tier *tt, const kvt_key *key)
+int fsdir_probe_key(fsdir *t, const kvt_key *key)
 {
-	fsdir *t = (fsdir *)tt;
 	char path[PATH_MAX];
 	struct stat st;
 	fsdir_ent *e;
 	uint64_t gen = 0;
 	int rc;
 
-	if (!t || t->base.ops != &fsdir_ops || !key)
-		return kvt_err(KVT_EINVAL, "fsdir: probe needs a tier and a key");
 	kvt_fanout_final_path(t->root, key, path);
 	rc = t->io->stat(t->io, path, &st);
 	pthread_mutex_lock(&t->ix.mu);
