@@ -184,6 +184,111 @@ static int replay_opt(void *arg, int id, const char *v)
 	return 2;
 }
 
+/* The store the trace is replayed through, with its namespace: chunks
+ * of one layer of K and V in bf16, `block_tokens` tokens, about
+ * --block-bytes each; with --dram-blocks, a DRAM tier that holds exactly
+ * that many.  0, or the exit code (printed). */
+static int replay_store(const cli_common *cc, const struct replay_args *ra, uint32_t block_tokens,
+			kvt_store **st, kvt_ns *ns)
+{
+	int rc;
+
+	/* The chunk: one layer, K and V, bf16, the trace's block of tokens;
+	 * head_dim sets the bytes.  Payload + the 4 KiB header is a whole
+	 * number of 4 KiB pages when the payload is. */
+	uint64_t per_tok = 2 * 2; /* K,V x bf16 per head_dim element */
+	uint64_t hd = ra->block_bytes / (per_tok * block_tokens);
+	if (hd < 1)
+		hd = 1;
+	kvt_ns_desc d;
+	memset(&d, 0, sizeof(d));
+	d.model = "kvtier-replay";
+	d.layout.num_layers = 1;
+	d.layout.num_kv_heads = 1;
+	d.layout.head_dim = (uint32_t)hd;
+	d.layout.dtype = KVT_DTYPE_BF16;
+	d.layout.kv_planes = 2;
+	d.layout.chunk_tokens = block_tokens;
+	d.tp_size = 1;
+	d.pp_size = 1;
+	d.tenant = cc->tenant;
+
+	kvt_config *cfg = NULL;
+	if (cli_config(cc, &cfg))
+		return 1;
+	uint64_t payload = per_tok * hd * block_tokens;
+	if (ra->dram_blocks) {
+		char v[64];
+		uint64_t kib = 0;
+		double tc = cli_now();
+		char why[200] = "";
+		rc = dram_calibrate(&d, ra->dram_blocks, payload, &kib, why, sizeof(why));
+		if (rc) {
+			kvt_config_free(cfg);
+			if (!why[0])
+				return cli_fail("replay", "--dram-blocks", rc);
+			fprintf(stderr, "kvtier replay: --dram-blocks: %s (%s)\n", kvt_strerror(rc), why);
+			return 1;
+		}
+		if (!ra->json)
+			printf("DRAM of %llu KiB holds exactly %llu chunks (found in %.2f s)\n",
+			       (unsigned long long)kib, (unsigned long long)ra->dram_blocks,
+			       cli_now() - tc);
+		snprintf(v, sizeof(v), "%lluKiB", (unsigned long long)kib);
+		if ((rc = kvt_config_set(cfg, "dram_page_size", "4KiB")) ||
+		    (rc = kvt_config_set(cfg, "max_local_cpu_size", v))) {
+			kvt_config_free(cfg);
+			return cli_fail("replay", "--dram-blocks", rc);
+		}
+	}
+	*st = kvt_store_open(cfg, &rc);
+	kvt_config_free(cfg);
+	if (!*st)
+		return cli_fail("replay", "open the store", rc);
+	if ((rc = kvt_ns_init(*st, &d, ns))) {
+		kvt_store_close(*st);
+		*st = NULL;
+		return cli_fail("replay", "namespace", rc);
+	}
+	return 0;
+}
+
+/* Every request of the trace through the store, at its own pace (--pace:
+ * its arrival times sped up that much; 0: at once): the wall seconds;
+ * the prompt's tokens and those found cached are added up. */
+static double replay_requests(struct cli_replay *rr, const kvt_plan_trace_view *pt, double pace,
+			      int json, uint64_t *hit_tokens, uint64_t *tokens)
+{
+	double t_start = cli_now();
+	int tty = !json && isatty(2);
+
+	memset(rr->data, 0x5a, rr->payload);
+	double next_progress = t_start + 0.5;
+	for (uint64_t q = 0; q < pt->requests; q++) {
+		if (pace > 0) {
+			double due = t_start + pt->arrive_s[q] / pace, now = cli_now();
+			if (due > now) {
+				struct timespec ts = {(time_t)(due - now),
+						      (long)((due - now - floor(due - now)) * 1e9)};
+				nanosleep(&ts, NULL);
+			}
+		}
+		uint64_t h = cli_replay_request(rr, pt->ids + pt->off[q],
+						pt->off[q + 1] - pt->off[q]);
+		uint64_t ht = h * pt->block_tokens;
+		*hit_tokens += ht < pt->in_len[q] ? ht : pt->in_len[q];
+		*tokens += pt->in_len[q];
+		if (tty && cli_now() > next_progress) {
+			next_progress = cli_now() + 0.5;
+			fprintf(stderr, "\rkvtier replay: %llu/%llu requests",
+				(unsigned long long)q + 1, (unsigned long long)pt->requests);
+		}
+	}
+	if (tty)
+		fprintf(stderr, "\r%60s\r", "");
+	return cli_now() - t_start;
+}
+
 int cmd_replay(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -196,14 +301,20 @@ int cmd_replay(int argc, char **argv)
 		{ "json", no_argument, NULL, O_JSON },
 		{ 0 },
 	};
+	struct replay_args ra = { .fmt = KVT_PLAN_FMT_AUTO, .block_bytes = 64 * 1024 };
+	struct cli_lat l_lookup = { 0 }, l_get = { 0 }, l_put = { 0 };
+	uint64_t hit_tokens = 0, tokens = 0, maxn = 0, payload;
+	kvt_plan_trace_view pt;
+	kvt_plan_trace *tr;
+	kvt_store *st;
 	cli_common cc;
+	kvt_ns ns;
+	int first, rc;
+
 	memset(&cc, 0, sizeof(cc));
-	struct replay_args ra = {.fmt = KVT_PLAN_FMT_AUTO, .block_bytes = 64 * 1024};
-	int first;
-	int orc = cli_getopt("replay", argc, argv, NULL, opts, &cc, replay_opt, &ra, replay_usage,
-			     &first);
-	if (orc >= 0)
-		return orc;
+	rc = cli_getopt("replay", argc, argv, NULL, opts, &cc, replay_opt, &ra, replay_usage, &first);
+	if (rc >= 0)
+		return rc;
 	if (first + 1 < argc) {
 		fprintf(stderr, "kvtier replay: unexpected argument \"%s\" (one TRACE)\n\n",
 			argv[first + 1]);
@@ -211,131 +322,33 @@ int cmd_replay(int argc, char **argv)
 		return 2;
 	}
 	const char *trace = first < argc ? argv[first] : NULL;
-	int fmt = ra.fmt, json = ra.json;
-	uint32_t block_tokens = ra.block_tokens;
-	uint64_t limit = ra.limit, dram_blocks = ra.dram_blocks, block_bytes = ra.block_bytes;
-	double pace = ra.pace;
+	int json = ra.json;
 	if (!trace) {
 		fputs(replay_help, stderr);
 		return 2;
 	}
-	kvt_plan_trace *tr;
-	kvt_plan_trace_view pt;
-	int rc = kvt_plan_trace_read(trace, fmt, block_tokens, limit, &tr);
-	if (rc)
+	if ((rc = kvt_plan_trace_read(trace, ra.fmt, ra.block_tokens, ra.limit, &tr)))
 		return cli_fail_detail("replay", rc); /* names the file, line, field */
 	kvt_plan_trace_view_get(tr, &pt);
-
-	/* The chunk: one layer, K and V, bf16, the trace's block of tokens;
-	 * head_dim sets the bytes.  Payload + the 4 KiB header is a whole
-	 * number of 4 KiB pages when the payload is. */
-	uint64_t per_tok = 2 * 2; /* K,V x bf16 per head_dim element */
-	uint64_t hd = block_bytes / (per_tok * pt.block_tokens);
-	if (hd < 1)
-		hd = 1;
-	kvt_ns_desc d;
-	memset(&d, 0, sizeof(d));
-	d.model = "kvtier-replay";
-	d.layout.num_layers = 1;
-	d.layout.num_kv_heads = 1;
-	d.layout.head_dim = (uint32_t)hd;
-	d.layout.dtype = KVT_DTYPE_BF16;
-	d.layout.kv_planes = 2;
-	d.layout.chunk_tokens = pt.block_tokens;
-	d.tp_size = 1;
-	d.pp_size = 1;
-	d.tenant = cc.tenant;
-
-	kvt_config *cfg = NULL;
-	if (cli_config(&cc, &cfg)) {
+	if ((rc = replay_store(&cc, &ra, pt.block_tokens, &st, &ns))) {
 		kvt_plan_trace_free(tr);
-		return 1;
-	}
-	uint64_t payload = per_tok * hd * pt.block_tokens;
-	if (dram_blocks) {
-		char v[64];
-		uint64_t kib = 0;
-		double tc = cli_now();
-		char why[200] = "";
-		rc = dram_calibrate(&d, dram_blocks, payload, &kib, why, sizeof(why));
-		if (rc) {
-			kvt_config_free(cfg);
-			kvt_plan_trace_free(tr);
-			if (!why[0])
-				return cli_fail("replay", "--dram-blocks", rc);
-			fprintf(stderr, "kvtier replay: --dram-blocks: %s (%s)\n", kvt_strerror(rc), why);
-			return 1;
-		}
-		if (!json)
-			printf("DRAM of %llu KiB holds exactly %llu chunks (found in %.2f s)\n",
-			       (unsigned long long)kib, (unsigned long long)dram_blocks,
-			       cli_now() - tc);
-		snprintf(v, sizeof(v), "%lluKiB", (unsigned long long)kib);
-		if ((rc = kvt_config_set(cfg, "dram_page_size", "4KiB")) ||
-		    (rc = kvt_config_set(cfg, "max_local_cpu_size", v))) {
-			kvt_config_free(cfg);
-			kvt_plan_trace_free(tr);
-			return cli_fail("replay", "--dram-blocks", rc);
-		}
-	}
-	kvt_store *st = kvt_store_open(cfg, &rc);
-	kvt_config_free(cfg);
-	if (!st) {
-		kvt_plan_trace_free(tr);
-		return cli_fail("replay", "open the store", rc);
-	}
-	kvt_ns ns;
-	rc = kvt_ns_init(st, &d, &ns);
-	if (rc) {
-		kvt_store_close(st);
-		kvt_plan_trace_free(tr);
-		return cli_fail("replay", "namespace", rc);
+		return rc;
 	}
 	payload = kvt_layout_payload_bytes(&ns.layout);
-
-	uint64_t maxn = 0;
 	for (uint64_t q = 0; q < pt.requests; q++)
 		if (pt.off[q + 1] - pt.off[q] > maxn)
 			maxn = pt.off[q + 1] - pt.off[q];
 	kvt_key *keys = calloc(maxn + 1, sizeof(*keys));
 	uint8_t *tiers = calloc(maxn + 1, 1);
 	uint8_t *data = malloc(payload), *back = malloc(payload);
-	struct cli_lat l_lookup = {0}, l_get = {0}, l_put = {0};
-	struct cli_replay rr = {.st = st, .ns = &ns, .key = block_key, .data = data,
-				.back = back, .payload = payload, .keys = keys, .tiers = tiers,
-				.l_lookup = &l_lookup, .l_get = &l_get, .l_put = &l_put};
-	uint64_t hit_tokens = 0, tokens = 0;
+	struct cli_replay rr = { .st = st, .ns = &ns, .key = block_key, .data = data,
+				 .back = back, .payload = payload, .keys = keys, .tiers = tiers,
+				 .l_lookup = &l_lookup, .l_get = &l_get, .l_put = &l_put };
 	if (!keys || !tiers || !data || !back) {
 		rc = KVT_ENOMEM;
 		goto out;
 	}
-	memset(data, 0x5a, payload);
-	double t_start = cli_now();
-	int tty = !json && isatty(2);
-	double next_progress = t_start + 0.5;
-	for (uint64_t q = 0; q < pt.requests; q++) {
-		if (pace > 0) {
-			double due = t_start + pt.arrive_s[q] / pace, now = cli_now();
-			if (due > now) {
-				struct timespec ts = {(time_t)(due - now),
-						      (long)((due - now - floor(due - now)) * 1e9)};
-				nanosleep(&ts, NULL);
-			}
-		}
-		uint64_t h = cli_replay_request(&rr, pt.ids + pt.off[q],
-						pt.off[q + 1] - pt.off[q]);
-		uint64_t ht = h * pt.block_tokens;
-		hit_tokens += ht < pt.in_len[q] ? ht : pt.in_len[q];
-		tokens += pt.in_len[q];
-		if (tty && cli_now() > next_progress) {
-			next_progress = cli_now() + 0.5;
-			fprintf(stderr, "\rkvtier replay: %llu/%llu requests",
-				(unsigned long long)q + 1, (unsigned long long)pt.requests);
-		}
-	}
-	double wall = cli_now() - t_start;
-	if (tty)
-		fprintf(stderr, "\r%60s\r", "");
+	double wall = replay_requests(&rr, &pt, ra.pace, json, &hit_tokens, &tokens);
 	cli_lat_sort(&l_lookup);
 	cli_lat_sort(&l_get);
 	cli_lat_sort(&l_put);

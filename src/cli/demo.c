@@ -119,13 +119,108 @@ static void demo_usage(FILE *f)
 		cli_common_help);
 }
 
+/* The demo's store (the embedded configuration, or --config's) and its
+ * namespace: 0, or the exit code (printed). */
+static int demo_open(cli_common *c, const kvt_ns_desc *desc, demo *d)
+{
+	kvt_config *cfg;
+	int rc;
+
+	if (c->config) {
+		if (cli_config(c, &cfg))
+			return 1;
+	} else {
+		cfg = kvt_config_parse(demo_config, sizeof(demo_config) - 1,
+				       "(embedded demo config)", &rc);
+		if (!cfg)
+			return cli_fail("demo", "config", rc);
+		for (int i = 0; i < c->n_sets; i++) {
+			char key[128];
+			const char *eq = strchr(c->sets[i], '=');
+			if (!eq || (size_t)(eq - c->sets[i]) >= sizeof(key))
+				return 2;
+			memcpy(key, c->sets[i], (size_t)(eq - c->sets[i]));
+			key[eq - c->sets[i]] = '\0';
+			if ((rc = kvt_config_set(cfg, key, eq + 1)))
+				return cli_fail("demo", c->sets[i], rc);
+		}
+	}
+	d->st = kvt_store_open(cfg, &rc);
+	kvt_config_free(cfg);
+	if (!d->st)
+		return cli_fail("demo", "open store", rc);
+	if ((rc = kvt_ns_init(d->st, desc, &d->ns))) {
+		kvt_store_close(d->st);
+		return cli_fail("demo", "namespace", rc);
+	}
+	return 0;
+}
+
+/* Step 3: request A again, after B's chunks have pushed some of A's out
+ * of DRAM: what is still cached and where, reloaded and verified, the
+ * rest recomputed and stored.  0, or 1. */
+static int demo_again(demo *d, const kvt_key *ka, size_t na, int via_daemon, kvt_tier_stats *s)
+{
+	char sz[32];
+	double secs, us;
+	int hit;
+
+	printf("\n3. request A again (the conversation continues)\n");
+	uint64_t evicted = s->evictions;
+	hit = lookup(d, ka, na, &us);
+	if (d->in_tier0 < hit)
+		printf("   lookup: %d of %zu chunks still cached (%.1f us): %d in DRAM, the %d that\n"
+		       "   B's chunks evicted from DRAM are still in the disk tier\n",
+		       hit, na, us, d->in_tier0, hit - d->in_tier0);
+	else if ((size_t)hit == na && via_daemon && evicted)
+		printf("   lookup: %d of %zu chunks still cached (%.1f us): kvtierd's DRAM evicted %llu\n"
+		       "   chunks for B's, but kvtierd keeps every chunk on its disk tier too\n",
+		       hit, na, us, (unsigned long long)evicted);
+	else if ((size_t)hit == na)
+		printf("   lookup: %d of %zu chunks still cached (%.1f us): nothing of A was lost\n",
+		       hit, na, us);
+	else
+		printf("   lookup: %d of %zu chunks still cached (%.1f us): B's new chunks evicted\n"
+		       "   A's least recently used ones, which ends A's cached prefix there\n",
+		       hit, na, us);
+	uint64_t dram_misses = s->misses;
+	if (load_chunks(d, ka, (size_t)hit, &secs))
+		return 1;
+	kvt_store_stats(d->st, 0, s);
+	printf("   reloaded %d chunks (%s) at %.2f GB/s, every byte verified\n", hit,
+	       kvt_fmt_size((size_t)hit * d->per, sz, sizeof(sz)),
+	       gbps((size_t)hit * d->per, secs));
+	if (s->misses > dram_misses)
+		/* Reading A back in order through an LRU DRAM smaller than A and B
+		 * together: each chunk read from disk goes back into DRAM and
+		 * evicts A's chunks not read yet, so the misses can outnumber the
+		 * chunks evicted before. */
+		printf("   %llu of them were no longer in DRAM when read, and came from the disk\n"
+		       "   tier: reading A back in order through a DRAM smaller than A and B\n"
+		       "   together, each chunk brought back evicts one of A's not read yet\n",
+		       (unsigned long long)(s->misses - dram_misses));
+	if ((size_t)hit < na)
+		printf("   recomputing %zu chunks (%zu tokens) and storing them again\n",
+		       na - (size_t)hit, (na - (size_t)hit) * d->ns.layout.chunk_tokens);
+	if (store_chunks(d, ka, (size_t)hit, na, &secs))
+		return 1;
+	hit = lookup(d, ka, na, &us);
+	kvt_store_stats(d->st, 0, s);
+	printf("   lookup now: %d of %zu chunks cached\n", hit, na);
+	printf("\n%s: %llu chunks, %s used of %s; %llu hits, %llu misses, %llu evictions\n",
+	       via_daemon ? "kvtierd's DRAM tier" : s->name, (unsigned long long)s->chunks, kvt_fmt_size(s->used_bytes, sz, sizeof(sz)),
+	       kvt_fmt_size(s->capacity_bytes, (char[32]){ 0 }, 32),
+	       (unsigned long long)s->hits, (unsigned long long)s->misses,
+	       (unsigned long long)s->evictions);
+	return 0;
+}
+
 int cmd_demo(int argc, char **argv)
 {
 	enum { SYS = 4096, A_TOK = 16384, B_TOK = 12288 };
 	cli_common c = { 0 };
 	uint32_t *ta, *tb;
 	kvt_key ka[A_TOK / 64], kb[B_TOK / 64];
-	kvt_config *cfg;
 	kvt_ns_desc desc;
 	kvt_tier_stats s;
 	demo d = { 0 };
@@ -144,33 +239,8 @@ int cmd_demo(int argc, char **argv)
 	rc = 1;
 	if (cli_desc(&c, &desc))
 		return 1;
-	if (c.config) {
-		if (cli_config(&c, &cfg))
-			return 1;
-	} else {
-		cfg = kvt_config_parse(demo_config, sizeof(demo_config) - 1,
-				       "(embedded demo config)", &rc);
-		if (!cfg)
-			return cli_fail("demo", "config", rc);
-		for (int i = 0; i < c.n_sets; i++) {
-			char key[128];
-			const char *eq = strchr(c.sets[i], '=');
-			if (!eq || (size_t)(eq - c.sets[i]) >= sizeof(key))
-				return 2;
-			memcpy(key, c.sets[i], (size_t)(eq - c.sets[i]));
-			key[eq - c.sets[i]] = '\0';
-			if ((rc = kvt_config_set(cfg, key, eq + 1)))
-				return cli_fail("demo", c.sets[i], rc);
-		}
-	}
-	d.st = kvt_store_open(cfg, &rc);
-	kvt_config_free(cfg);
-	if (!d.st)
-		return cli_fail("demo", "open store", rc);
-	if ((rc = kvt_ns_init(d.st, &desc, &d.ns))) {
-		kvt_store_close(d.st);
-		return cli_fail("demo", "namespace", rc);
-	}
+	if ((rc = demo_open(&c, &desc, &d)))
+		return rc;
 	rc = 1;
 	d.per = kvt_layout_payload_bytes(&d.ns.layout);
 	d.buf = malloc(d.per);
@@ -233,53 +303,8 @@ int cmd_demo(int argc, char **argv)
 	       (unsigned long long)s.evictions,
 	       kvt_fmt_size(s.capacity_bytes, sz, sizeof(sz)));
 
-	printf("\n3. request A again (the conversation continues)\n");
-	uint64_t evicted = s.evictions;
-	hit = lookup(&d, ka, na, &us);
-	if (d.in_tier0 < hit)
-		printf("   lookup: %d of %zu chunks still cached (%.1f us): %d in DRAM, the %d that\n"
-		       "   B's chunks evicted from DRAM are still in the disk tier\n",
-		       hit, na, us, d.in_tier0, hit - d.in_tier0);
-	else if ((size_t)hit == na && via_daemon && evicted)
-		printf("   lookup: %d of %zu chunks still cached (%.1f us): kvtierd's DRAM evicted %llu\n"
-		       "   chunks for B's, but kvtierd keeps every chunk on its disk tier too\n",
-		       hit, na, us, (unsigned long long)evicted);
-	else if ((size_t)hit == na)
-		printf("   lookup: %d of %zu chunks still cached (%.1f us): nothing of A was lost\n",
-		       hit, na, us);
-	else
-		printf("   lookup: %d of %zu chunks still cached (%.1f us): B's new chunks evicted\n"
-		       "   A's least recently used ones, which ends A's cached prefix there\n",
-		       hit, na, us);
-	uint64_t dram_misses = s.misses;
-	if (load_chunks(&d, ka, (size_t)hit, &secs))
+	if (demo_again(&d, ka, na, via_daemon, &s))
 		goto out;
-	kvt_store_stats(d.st, 0, &s);
-	printf("   reloaded %d chunks (%s) at %.2f GB/s, every byte verified\n", hit,
-	       kvt_fmt_size((size_t)hit * d.per, sz, sizeof(sz)),
-	       gbps((size_t)hit * d.per, secs));
-	if (s.misses > dram_misses)
-		/* Reading A back in order through an LRU DRAM smaller than A and B
-		 * together: each chunk read from disk goes back into DRAM and
-		 * evicts A's chunks not read yet, so the misses can outnumber the
-		 * chunks evicted before. */
-		printf("   %llu of them were no longer in DRAM when read, and came from the disk\n"
-		       "   tier: reading A back in order through a DRAM smaller than A and B\n"
-		       "   together, each chunk brought back evicts one of A's not read yet\n",
-		       (unsigned long long)(s.misses - dram_misses));
-	if ((size_t)hit < na)
-		printf("   recomputing %zu chunks (%zu tokens) and storing them again\n",
-		       na - (size_t)hit, (na - (size_t)hit) * d.ns.layout.chunk_tokens);
-	if (store_chunks(&d, ka, (size_t)hit, na, &secs))
-		goto out;
-	hit = lookup(&d, ka, na, &us);
-	kvt_store_stats(d.st, 0, &s);
-	printf("   lookup now: %d of %zu chunks cached\n", hit, na);
-	printf("\n%s: %llu chunks, %s used of %s; %llu hits, %llu misses, %llu evictions\n",
-	       via_daemon ? "kvtierd's DRAM tier" : s.name, (unsigned long long)s.chunks, kvt_fmt_size(s.used_bytes, sz, sizeof(sz)),
-	       kvt_fmt_size(s.capacity_bytes, (char[32]){ 0 }, 32),
-	       (unsigned long long)s.hits, (unsigned long long)s.misses,
-	       (unsigned long long)s.evictions);
 	rc = 0;
 out:
 	free(d.buf);

@@ -312,7 +312,18 @@ enum { O_CONFIG = 256, O_DATA, O_PORT, O_BIND, O_UNIX, O_SET, O_THREADS, O_DUR, 
        O_MPORT, O_MBIND, O_MNAMES, O_TLS_CERT, O_TLS_KEY, O_SERVE_PEERS, O_VERSION, O_OWNER,
        O_WARM, O_WARM_BW, O_HOT };
 
-int main(int argc, char **argv)
+/* What the options say beyond struct kvtd itself. */
+struct args {
+	const char *config, *data_dir, *sets[64];
+	int n_sets, check;
+	pid_t owner;
+	uint32_t local_uids[64];
+	kvt_local_opts lopt;
+	struct kvtd_ops_opts ops;
+};
+
+/* The options into d and a: -1 to go on, or the exit code. */
+static int parse_args(int argc, char **argv, struct kvtd *d, struct args *a)
 {
 	static const struct option lo[] = {
 		{ "config", 1, 0, O_CONFIG },	{ "data-dir", 1, 0, O_DATA },
@@ -333,69 +344,58 @@ int main(int argc, char **argv)
 		{ "hot-list", 1, 0, O_HOT },
 		{ 0, 0, 0, 0 }
 	};
-	struct kvtd d = { .o = { .bind = "127.0.0.1", .port = 6379, .threads = 4,
-				 .maxclients = 10000, .max_value = 512ull << 20,
-				 .client_timeout_s = 60 },
-			  .durability = -1, .auth = auth_requirepass, .dispatch = kvtd_dispatch };
-	struct kvtd_ops_opts ops = { .metrics_port = -1 };
-	const char *config = NULL, *data_dir = NULL, *sets[64];
-	int n_sets = 0, check = 0, err = 0, opt, owner_fd = -1;
-	int64_t hot_saved_ms;
-	pid_t owner = 0;
+	int opt;
 	long v;
-	uint32_t local_uids[64];
-	kvt_local_opts lopt = { .uids = local_uids };
-	kvt_local_server *local = NULL;
 
 	while ((opt = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (opt) {
-		case O_CONFIG: config = optarg; break;
-		case O_DATA: data_dir = optarg; break;
+		case O_CONFIG: a->config = optarg; break;
+		case O_DATA: a->data_dir = optarg; break;
 		case O_PORT:
 			if (parse_long("--port", optarg, 0, 65535, &v))
 				return 2;
-			d.o.port = (int)v;
+			d->o.port = (int)v;
 			break;
-		case O_BIND: d.o.bind = optarg; break;
-		case O_UNIX: d.o.unix_path = optarg; break;
-		case O_LOCAL: lopt.path = optarg; break;
+		case O_BIND: d->o.bind = optarg; break;
+		case O_UNIX: d->o.unix_path = optarg; break;
+		case O_LOCAL: a->lopt.path = optarg; break;
 		case O_LOCAL_UID:
-			if (lopt.n_uids == 64 || parse_long("--local-uid", optarg, 0, INT32_MAX, &v))
+			if (a->lopt.n_uids == 64 || parse_long("--local-uid", optarg, 0, INT32_MAX, &v))
 				return 2;
-			local_uids[lopt.n_uids++] = (uint32_t)v;
+			a->local_uids[a->lopt.n_uids++] = (uint32_t)v;
 			break;
 		case O_SET:
-			if (n_sets == 64 || !strchr(optarg, '=')) {
+			if (a->n_sets == 64 || !strchr(optarg, '=')) {
 				fprintf(stderr, "kvtierd: --set %s: expected KEY=VALUE (at most 64)\n",
 					optarg);
 				return 2;
 			}
-			sets[n_sets++] = optarg;
+			a->sets[a->n_sets++] = optarg;
 			break;
 		case O_THREADS:
 			if (parse_long("--threads", optarg, 1, 256, &v))
 				return 2;
-			d.o.threads = (int)v;
+			d->o.threads = (int)v;
 			break;
 		case O_DUR:
 			if (!strcmp(optarg, "cached"))
-				d.durability = KVT_DUR_CACHED;
+				d->durability = KVT_DUR_CACHED;
 			else if (!strcmp(optarg, "crash-safe"))
-				d.durability = KVT_DUR_CRASH_SAFE;
+				d->durability = KVT_DUR_CRASH_SAFE;
 			else if (!strcmp(optarg, "power-safe"))
-				d.durability = KVT_DUR_POWER_SAFE;
+				d->durability = KVT_DUR_POWER_SAFE;
 			else {
 				fprintf(stderr, "kvtierd: --durability %s: expected cached, "
 						"crash-safe or power-safe\n", optarg);
 				return 2;
 			}
 			break;
-		case O_PASS: d.o.requirepass = optarg; break;
-		case O_SERVE_PEERS: d.serve_peers = 1; break;
+		case O_PASS: d->o.requirepass = optarg; break;
+		case O_SERVE_PEERS: d->serve_peers = 1; break;
 		case O_MAXCL:
 			if (parse_long("--maxclients", optarg, 1, 1000000, &v))
 				return 2;
-			d.o.maxclients = v;
+			d->o.maxclients = v;
 			break;
 		case O_MAXVAL: {
 			uint64_t s;
@@ -404,13 +404,13 @@ int main(int argc, char **argv)
 						"4 GiB\n", optarg);
 				return 2;
 			}
-			d.o.max_value = s;
+			d->o.max_value = s;
 			break;
 		}
 		case O_TIMEOUT:
 			if (parse_long("--client-timeout", optarg, 0, 86400, &v))
 				return 2;
-			d.o.client_timeout_s = (int)v;
+			d->o.client_timeout_s = (int)v;
 			break;
 		case O_LOG:
 			if (kvtd_log_parse(optarg) < 0) {
@@ -420,32 +420,32 @@ int main(int argc, char **argv)
 			}
 			kvtd_log_set(kvtd_log_parse(optarg));
 			break;
-		case O_CHECK: check = 1; break;
-		case O_ACL: ops.acl = optarg; break;
+		case O_CHECK: a->check = 1; break;
+		case O_ACL: a->ops.acl = optarg; break;
 		case O_MPORT:
 			if (parse_long("--metrics-port", optarg, 0, 65535, &v))
 				return 2;
-			ops.metrics_port = (int)v;
+			a->ops.metrics_port = (int)v;
 			break;
-		case O_MBIND: ops.metrics_bind = optarg; break;
-		case O_MNAMES: ops.metrics_names = 1; break;
-		case O_TLS_CERT: ops.tls_cert = optarg; break;
-		case O_TLS_KEY: ops.tls_key = optarg; break;
+		case O_MBIND: a->ops.metrics_bind = optarg; break;
+		case O_MNAMES: a->ops.metrics_names = 1; break;
+		case O_TLS_CERT: a->ops.tls_cert = optarg; break;
+		case O_TLS_KEY: a->ops.tls_key = optarg; break;
 		case O_OWNER:
 			if (parse_long("--owner-pid", optarg, 1, INT32_MAX, &v))
 				return 2;
-			owner = (pid_t)v;
+			a->owner = (pid_t)v;
 			break;
 		case O_WARM:
 		case O_WARM_BW:
-			if (kvt_parse_size(optarg, 1, opt == O_WARM ? &d.warm_bytes : &d.warm_bps)) {
+			if (kvt_parse_size(optarg, 1, opt == O_WARM ? &d->warm_bytes : &d->warm_bps)) {
 				fprintf(stderr, "kvtierd: %s %s: %s\n",
 					opt == O_WARM ? "--warm-start" : "--warm-bandwidth", optarg,
 					kvt_errmsg());
 				return 2;
 			}
 			break;
-		case O_HOT: d.hot_path = optarg; break;
+		case O_HOT: d->hot_path = optarg; break;
 		case O_HELP: case 'h': usage(stdout); return 0;
 		case O_VERSION:
 			/* The library loaded may not be the one built against. */
@@ -459,24 +459,31 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	return -1;
+}
+
+/* The configuration the options make, checked: -1 to go on with *out, or
+ * the exit code (--check-config's included). */
+static int configure(struct kvtd *d, struct args *a, kvt_config **out)
+{
 	static char hot_default[4096];
-	if (!d.hot_path && data_dir &&
-	    snprintf(hot_default, sizeof(hot_default), "%s/hot.keys", data_dir) <
+	if (!d->hot_path && a->data_dir &&
+	    snprintf(hot_default, sizeof(hot_default), "%s/hot.keys", a->data_dir) <
 		    (int)sizeof(hot_default))
-		d.hot_path = hot_default;
-	if (d.warm_bytes && !d.hot_path) {
+		d->hot_path = hot_default;
+	if (d->warm_bytes && !d->hot_path) {
 		fprintf(stderr, "kvtierd: --warm-start needs a hot list: give --data-dir or "
 				"--hot-list\n");
 		return 2;
 	}
-	d.o.max_cmd = d.o.max_value * 2 + (64u << 20);
-	d.auth_required = d.o.requirepass != NULL;
+	d->o.max_cmd = d->o.max_value * 2 + (64u << 20);
+	d->auth_required = d->o.requirepass != NULL;
 
-	kvt_config *cfg = build_config(config, data_dir, sets, n_sets, check);
+	kvt_config *cfg = build_config(a->config, a->data_dir, a->sets, a->n_sets, a->check);
 	if (!cfg)
 		return 2;
 	/* local clients map the DRAM arena: it must be a memfd */
-	if (lopt.path && kvt_config_set(cfg, "dram_shared", "true")) {
+	if (a->lopt.path && kvt_config_set(cfg, "dram_shared", "true")) {
 		fprintf(stderr, "kvtierd: --local: %s\n", kvt_errmsg());
 		kvt_config_free(cfg);
 		return 2;
@@ -485,24 +492,150 @@ int main(int argc, char **argv)
 	 * nothing, and no background copy can outlive a DEL.  Where every tier
 	 * is memory (DRAM, peers) a SET is cached, and asking for more is a
 	 * configuration every SET would fail on: refused here, not per SET. */
-	if (d.durability < 0)
-		d.durability = kvt_config_durable(cfg) ? KVT_DUR_CRASH_SAFE : KVT_DUR_CACHED;
-	else if (d.durability > KVT_DUR_CACHED && !kvt_config_durable(cfg)) {
+	if (d->durability < 0)
+		d->durability = kvt_config_durable(cfg) ? KVT_DUR_CRASH_SAFE : KVT_DUR_CACHED;
+	else if (d->durability > KVT_DUR_CACHED && !kvt_config_durable(cfg)) {
 		fprintf(stderr, "kvtierd: --durability %s: no tier configured keeps a SET across "
 				"a crash (DRAM and peers are memory); add local_disk, shared_fs or "
 				"remote_url, or use --durability cached\n",
-			d.durability == KVT_DUR_CRASH_SAFE ? "crash-safe" : "power-safe");
+			d->durability == KVT_DUR_CRASH_SAFE ? "crash-safe" : "power-safe");
 		kvt_config_free(cfg);
 		return 2;
 	}
-	if (check) {
-		if (kvtd_ops_check(&ops))
+	if (a->check) {
+		kvt_config_free(cfg);
+		if (kvtd_ops_check(&a->ops))
 			return 2;
 		printf("kvtierd: configuration OK\n");
-		kvt_config_free(cfg);
 		return 0;
 	}
+	*out = cfg;
+	return -1;
 
+}
+
+/* The store (cfg is consumed) and what kvtierd keeps beside it: the
+ * default tenant's namespace, the access list and endpoints, the values
+ * rebuilt from the disk tiers.  0, or 1 (logged). */
+static int open_store(struct kvtd *d, struct args *a, kvt_config *cfg)
+{
+	int err = 0;
+
+	d->st = kvt_store_open(cfg, &err);
+	kvt_config_free(cfg);
+	if (!d->st) {
+		kvtd_log(KVTD_LOG_ERROR, "cannot open the store: %s (%s)", kvt_strerror(err),
+			 kvt_errmsg());
+		return 1;
+	}
+	kvt_ns_desc nd = { .model = "kvtierd",
+			   .layout = { .num_layers = 1, .num_kv_heads = 1, .head_dim = 1,
+				       .dtype = KVT_DTYPE_INT8, .kv_planes = 1, .block_size = 1,
+				       .chunk_tokens = 1 },
+			   .tp_size = 1, .pp_size = 1 };
+	if ((err = kvt_ns_init(d->st, &nd, &default_tenant.ns))) {
+		kvtd_log(KVTD_LOG_ERROR, "default namespace: %s", kvt_errmsg());
+		return 1;
+	}
+	d->default_tenant = &default_tenant;
+	if (kvtd_ops_start(d, &a->ops, &nd))
+		return 1;
+	/* SETs received in place may hold an eighth of the first tier. */
+	kvt_tier_stats t0;
+	struct vals_opts vo = { .durability = d->durability };
+	if (kvt_store_stats(d->st, 0, &t0) == 0)
+		vo.reserve_max = t0.capacity_bytes / 8;
+	if ((err = vals_open(d->st, &vo, &d->vals))) {
+		kvtd_log(KVTD_LOG_ERROR, "out of memory");
+		return 1;
+	}
+	const struct kvtd_tenant *tl[VALS_MAX_TENANTS];
+	long found = vals_rebuild(d->vals, tl, kvtd_ops_tenants(d, tl, VALS_MAX_TENANTS));
+	if (found < 0)
+		kvtd_log(KVTD_LOG_ERROR, "rebuild failed: %s", kvt_strerror((int)found));
+	else if (found > 0)
+		kvtd_log(KVTD_LOG_INFO, "%ld keys found on the disk tiers", found);
+	for (int i = 0; i < kvt_store_tiers(d->st); i++) {
+		kvt_tier_stats s;
+		char c1[32], c2[32];
+		if (kvt_store_stats(d->st, i, &s) == 0)
+			kvtd_log(KVTD_LOG_INFO, "tier %d: %s, %s of %s used, %llu objects", i,
+				 s.name, kvt_fmt_size(s.used_bytes, c1, sizeof(c1)),
+				 kvt_fmt_size(s.capacity_bytes, c2, sizeof(c2)),
+				 (unsigned long long)s.chunks);
+	}
+
+	return 0;
+}
+
+/* Listen for clients (RESP, the local socket): 0, or 1 (logged). */
+static int start_serving(struct kvtd *d, struct args *a, kvt_local_server **local)
+{
+	if (fd_limit(d))
+		return 1;
+	if (!(d->guard = kvtd_guard_new())) {
+		kvtd_log(KVTD_LOG_ERROR, "out of memory");
+		return 1;
+	}
+	d->nw = d->o.threads;
+	d->start_ms = vals_now_ms();
+	d->config_path = a->config;
+	if (kvtd_listen(d) || kvtd_start(d) || kvtd_ops_serve(d, &a->ops))
+		return 1;
+	if (d->auth == kvtd_tenants_auth && d->auth_ctx) { /* a local uid's tenant: its ACL user's */
+		a->lopt.tenant_of = kvtd_tenants_of_uid;
+		a->lopt.tenant_arg = d->auth_ctx;
+	}
+	if (a->lopt.path && kvt_local_serve(d->st, &a->lopt, local)) {
+		kvtd_log(KVTD_LOG_ERROR, "--local: %s", kvt_errmsg());
+		return 1;
+	}
+	return 0;
+}
+
+/* Until SIGTERM, SIGINT or the owner's end: SIGHUP reloads, the values
+ * are swept, the hot list saved now and then. */
+static void run(struct kvtd *d, struct args *a, const sigset_t *sigs, int owner_fd,
+		int64_t *hot_saved_ms)
+{
+	for (;;) {
+		struct timespec tick = { 0, 100 * 1000 * 1000 };
+		int sig = sigtimedwait(sigs, NULL, &tick);
+		if (sig == SIGTERM || sig == SIGINT)
+			break;
+		if (a->owner && owner_gone(a->owner, owner_fd)) {
+			kvtd_log(KVTD_LOG_INFO, "owner process %ld ended", (long)a->owner);
+			break;
+		}
+		if (sig == SIGHUP) {
+			kvtd_ops_reload(d);
+			reload_policies(d, a->config, a->data_dir, a->sets, a->n_sets, a->lopt.path != NULL);
+			continue;
+		}
+		vals_sweep(d->vals, 256);
+		if (d->hot_path && vals_now_ms() - *hot_saved_ms >= HOT_SAVE_MS &&
+		    atomic_load(&d->ready)) {
+			hot_save(d);
+			*hot_saved_ms = vals_now_ms();
+		}
+	}
+}
+
+int main(int argc, char **argv)
+{
+	struct kvtd d = { .o = { .bind = "127.0.0.1", .port = 6379, .threads = 4,
+				 .maxclients = 10000, .max_value = 512ull << 20,
+				 .client_timeout_s = 60 },
+			  .durability = -1, .auth = auth_requirepass, .dispatch = kvtd_dispatch };
+	struct args a = { .ops = { .metrics_port = -1 } };
+	kvt_local_server *local = NULL;
+	kvt_config *cfg = NULL;
+	int64_t hot_saved_ms;
+	int rc, owner_fd = -1;
+
+	a.lopt.uids = a.local_uids;
+	if ((rc = parse_args(argc, argv, &d, &a)) >= 0 || (rc = configure(&d, &a, &cfg)) >= 0)
+		return rc;
 	/* Values up to 32 MiB are received into heap buffers that stay with
 	 * the process once freed: the next value of that size reuses pages
 	 * already faulted in, rather than mapping and zeroing fresh ones
@@ -521,69 +654,8 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	d.st = kvt_store_open(cfg, &err);
-	kvt_config_free(cfg);
-	if (!d.st) {
-		kvtd_log(KVTD_LOG_ERROR, "cannot open the store: %s (%s)", kvt_strerror(err),
-			 kvt_errmsg());
+	if (open_store(&d, &a, cfg) || start_serving(&d, &a, &local))
 		return 1;
-	}
-	kvt_ns_desc nd = { .model = "kvtierd",
-			   .layout = { .num_layers = 1, .num_kv_heads = 1, .head_dim = 1,
-				       .dtype = KVT_DTYPE_INT8, .kv_planes = 1, .block_size = 1,
-				       .chunk_tokens = 1 },
-			   .tp_size = 1, .pp_size = 1 };
-	if ((err = kvt_ns_init(d.st, &nd, &default_tenant.ns))) {
-		kvtd_log(KVTD_LOG_ERROR, "default namespace: %s", kvt_errmsg());
-		return 1;
-	}
-	d.default_tenant = &default_tenant;
-	if (kvtd_ops_start(&d, &ops, &nd))
-		return 1;
-	/* SETs received in place may hold an eighth of the first tier. */
-	kvt_tier_stats t0;
-	struct vals_opts vo = { .durability = d.durability };
-	if (kvt_store_stats(d.st, 0, &t0) == 0)
-		vo.reserve_max = t0.capacity_bytes / 8;
-	if ((err = vals_open(d.st, &vo, &d.vals))) {
-		kvtd_log(KVTD_LOG_ERROR, "out of memory");
-		return 1;
-	}
-	const struct kvtd_tenant *tl[VALS_MAX_TENANTS];
-	long found = vals_rebuild(d.vals, tl, kvtd_ops_tenants(&d, tl, VALS_MAX_TENANTS));
-	if (found < 0)
-		kvtd_log(KVTD_LOG_ERROR, "rebuild failed: %s", kvt_strerror((int)found));
-	else if (found > 0)
-		kvtd_log(KVTD_LOG_INFO, "%ld keys found on the disk tiers", found);
-	for (int i = 0; i < kvt_store_tiers(d.st); i++) {
-		kvt_tier_stats s;
-		char c1[32], c2[32];
-		if (kvt_store_stats(d.st, i, &s) == 0)
-			kvtd_log(KVTD_LOG_INFO, "tier %d: %s, %s of %s used, %llu objects", i,
-				 s.name, kvt_fmt_size(s.used_bytes, c1, sizeof(c1)),
-				 kvt_fmt_size(s.capacity_bytes, c2, sizeof(c2)),
-				 (unsigned long long)s.chunks);
-	}
-
-	if (fd_limit(&d))
-		return 1;
-	if (!(d.guard = kvtd_guard_new())) {
-		kvtd_log(KVTD_LOG_ERROR, "out of memory");
-		return 1;
-	}
-	d.nw = d.o.threads;
-	d.start_ms = vals_now_ms();
-	d.config_path = config;
-	if (kvtd_listen(&d) || kvtd_start(&d) || kvtd_ops_serve(&d, &ops))
-		return 1;
-	if (d.auth == kvtd_tenants_auth && d.auth_ctx) { /* a local uid's tenant: its ACL user's */
-		lopt.tenant_of = kvtd_tenants_of_uid;
-		lopt.tenant_arg = d.auth_ctx;
-	}
-	if (lopt.path && (err = kvt_local_serve(d.st, &lopt, &local))) {
-		kvtd_log(KVTD_LOG_ERROR, "--local: %s", kvt_errmsg());
-		return 1;
-	}
 	pthread_t warm_thread;
 	int warming = 0;
 	/* The first save a minute from now: a node started without a warm
@@ -599,8 +671,8 @@ int main(int argc, char **argv)
 	printf("kvtierd: listening on %s:%d", d.o.bind, d.port);
 	if (d.o.unix_path)
 		printf(" and %s", d.o.unix_path);
-	if (lopt.path)
-		printf(", local clients on %s", lopt.path);
+	if (a.lopt.path)
+		printf(", local clients on %s", a.lopt.path);
 	printf("\n");
 	fflush(stdout);
 	kvtd_log(KVTD_LOG_INFO, "ready: %d threads, durability %s%s", d.nw,
@@ -608,31 +680,11 @@ int main(int argc, char **argv)
 		 : d.durability == KVT_DUR_CRASH_SAFE ? "crash-safe" : "power-safe",
 		 d.auth_required ? ", AUTH required" : "");
 
-	if (owner && (owner_fd = owner_open(owner)) == -2) {
-		kvtd_log(KVTD_LOG_ERROR, "--owner-pid %ld: no such process", (long)owner);
+	if (a.owner && (owner_fd = owner_open(a.owner)) == -2) {
+		kvtd_log(KVTD_LOG_ERROR, "--owner-pid %ld: no such process", (long)a.owner);
 		return 1;
 	}
-	for (;;) {
-		struct timespec tick = { 0, 100 * 1000 * 1000 };
-		int sig = sigtimedwait(&sigs, NULL, &tick);
-		if (sig == SIGTERM || sig == SIGINT)
-			break;
-		if (owner && owner_gone(owner, owner_fd)) {
-			kvtd_log(KVTD_LOG_INFO, "owner process %ld ended", (long)owner);
-			break;
-		}
-		if (sig == SIGHUP) {
-			kvtd_ops_reload(&d);
-			reload_policies(&d, config, data_dir, sets, n_sets, lopt.path != NULL);
-			continue;
-		}
-		vals_sweep(d.vals, 256);
-		if (d.hot_path && vals_now_ms() - hot_saved_ms >= HOT_SAVE_MS &&
-		    atomic_load(&d.ready)) {
-			hot_save(&d);
-			hot_saved_ms = vals_now_ms();
-		}
-	}
+	run(&d, &a, &sigs, owner_fd, &hot_saved_ms);
 	kvtd_log(KVTD_LOG_INFO, "shutting down: finishing requests in flight");
 	kvtd_stop(&d, 5000);
 	kvtd_guard_free(d.guard);

@@ -751,17 +751,110 @@ static void s3_count_corrupt(s3_tier *t, const kvt_key *k, const char *name,
 		t->bucket, name, why);
 }
 
+/* The rest of an image of `total` bytes whose first `got` bytes the first
+ * GET brought, into img: parallel ranged GETs of part_bytes each, every
+ * one held to the first's ETag (never two versions stitched: a miss). */
+static int s3_get_rest(s3_tier *t, const char *name, const s3_req *first, uint8_t *img,
+		       uint64_t got, uint64_t total, int64_t deadline)
+{
+	size_t nr = (total - got + t->part_bytes - 1) / t->part_bytes, i;
+	s3_req *rs = calloc(nr, sizeof(*rs)), **rp = calloc(nr, sizeof(*rp));
+	char range[64];
+	int rc = rs && rp ? 0 : KVT_ENOMEM;
+
+	for (i = 0; !rc && i < nr; i++) {
+		uint64_t a = got + i * t->part_bytes;
+		uint64_t z = a + t->part_bytes > total ? total : a + t->part_bytes;
+		rc = s3_req_init(t, &rs[i], "GET", name, NULL);
+		snprintf(range, sizeof(range), "Range: bytes=%" PRIu64 "-%" PRIu64, a, z - 1);
+		if (!rc)
+			rc = s3_req_hdr(&rs[i], "%s", range);
+		if (!rc && first->etag[0])
+			rc = s3_req_hdr(&rs[i], "If-Match: %s", first->etag);
+		rs[i].dst = img + a;
+		rs[i].dst_cap = z - a;
+		rp[i] = &rs[i];
+	}
+	if (!rc)
+		rc = s3_run(t, rp, (int)nr, deadline);
+	for (i = 0; !rc && i < nr; i++) {
+		rc = s3_result(t, &rs[i], "GET range");
+		if (rc == KVT_EEXIST || rc == KVT_ENOTFOUND) {
+			/* 412: replaced between our ranges; never stitch two
+			 * versions: a miss. */
+			rc = kvt_err(KVT_ENOTFOUND, "s3: %s changed during a ranged read", name);
+		} else if (!rc && rs[i].etag[0] && first->etag[0] &&
+			   strcmp(rs[i].etag, first->etag)) {
+			rc = kvt_err(KVT_ENOTFOUND, "s3: %s: range %zu is of another version", name, i);
+		} else if (!rc && rs[i].len != rs[i].dst_cap) {
+			/* The endpoint answered 2xx with fewer bytes than
+			 * asked: its fault, not a miss. */
+			rc = kvt_err(-EIO,
+				     "S3 GET range of s3://%s/%s at %s: range %zu holds %zu of %zu bytes",
+				     t->bucket, name, t->endpoint, i, rs[i].len, rs[i].dst_cap);
+		}
+	}
+	for (i = 0; rs && i < nr; i++)
+		s3_req_fini(&rs[i]);
+	free(rs);
+	free(rp);
+	return rc;
+}
+
+/* Whether the image of `total` bytes the GET of `name` brought is the
+ * chunk of `key`, whole and (with an object key) signed: 0, or the error
+ * (KVT_ECORRUPT counted against the object, -EIO for an answer cut short
+ * without a Content-Length: not proof of damage). */
+static int s3_check_image(s3_tier *t, const kvt_key *key, const char *name,
+			  const s3_req *first, const uint8_t *img, uint64_t total)
+{
+	kvt_obj_hdr h;
+	int rc = kvt_obj_hdr_decode(img, total, &h);
+
+	if (first->status == 200 && first->clen < 0 &&
+	    (rc == KVT_ETRUNCATED ||
+	     (!rc && (uint64_t)h.header_len + h.payload_len > total))) {
+		/* No Content-Length to tell a cut connection from a short
+		 * object: never data, but not proof of corruption either, so
+		 * the object is not deleted. */
+		return kvt_err(-EIO,
+			       "S3 GET of s3://%s/%s at %s: answer ended after %" PRIu64
+			       " bytes without a Content-Length, shorter than the image",
+			       t->bucket, name, t->endpoint, total);
+	}
+	if (rc) {
+		s3_count_corrupt(t, key, name, kvt_strerror(rc),
+				 rc != KVT_EVERSION && rc != KVT_EBADMAGIC, first->etag);
+		return KVT_ECORRUPT;
+	}
+	if (memcmp(h.key.b, key->b, KVT_KEY_BYTES) ||
+	    (uint64_t)h.header_len + h.payload_len != total) {
+		s3_count_corrupt(t, key, name, "key or length mismatch", 1, first->etag);
+		return KVT_ECORRUPT;
+	}
+	if (t->hmac_key) {
+		char mac[65];
+		s3_hmac_hex(t, img, total, mac);
+		if (strcmp(mac, first->hmac)) {
+			s3_count_corrupt(t, key, name,
+					 "HMAC tag does not verify under this node's key", 0,
+					 first->etag);
+			return KVT_ECORRUPT;
+		}
+	}
+	return 0;
+}
+
 static int s3_get(kvt_tier *tier, const kvt_key *key, kvt_tier_rbuf **out)
 {
 	s3_tier *t = (s3_tier *)tier;
 	int64_t deadline = s3_now_ms() + t->timeout_ms;
 	char name[S3_NAME_MAX], range[64];
-	s3_req first, *rs = NULL, **rp = NULL;
+	s3_req first;
 	s3_rbuf *rb = NULL;
 	uint8_t *img = NULL;
 	uint64_t total, got;
-	size_t nr = 0, i, img_cap = 0;
-	kvt_obj_hdr h;
+	size_t img_cap = 0;
 	int rc, img_pooled = 0;
 
 	/* A key listed bad is read again: another node may have replaced
@@ -825,52 +918,7 @@ static int s3_get(kvt_tier *tier, const kvt_key *key, kvt_tier_rbuf **out)
 			img_pooled = 1;
 			memcpy(img, first.buf, got);
 		}
-		nr = (total - got + t->part_bytes - 1) / t->part_bytes;
-		rs = calloc(nr, sizeof(*rs));
-		rp = calloc(nr, sizeof(*rp));
-		if (!rs || !rp) {
-			rc = KVT_ENOMEM;
-			goto out;
-		}
-		for (i = 0; i < nr; i++) {
-			uint64_t a = got + i * t->part_bytes;
-			uint64_t z = a + t->part_bytes > total ? total : a + t->part_bytes;
-			rc = s3_req_init(t, &rs[i], "GET", name, NULL);
-			snprintf(range, sizeof(range), "Range: bytes=%" PRIu64 "-%" PRIu64,
-				 a, z - 1);
-			if (!rc)
-				rc = s3_req_hdr(&rs[i], "%s", range);
-			if (!rc && first.etag[0])
-				rc = s3_req_hdr(&rs[i], "If-Match: %s", first.etag);
-			if (rc)
-				goto out;
-			rs[i].dst = img + a;
-			rs[i].dst_cap = z - a;
-			rp[i] = &rs[i];
-		}
-		rc = s3_run(t, rp, (int)nr, deadline);
-		for (i = 0; !rc && i < nr; i++) {
-			rc = s3_result(t, &rs[i], "GET range");
-			if (rc == KVT_EEXIST || rc == KVT_ENOTFOUND) {
-				/* 412: replaced between our ranges; never
-				 * stitch two versions: a miss. */
-				rc = kvt_err(KVT_ENOTFOUND,
-					     "s3: %s changed during a ranged read", name);
-			} else if (!rc && rs[i].etag[0] && first.etag[0] &&
-				   strcmp(rs[i].etag, first.etag)) {
-				rc = kvt_err(KVT_ENOTFOUND,
-					     "s3: %s: range %zu is of another version",
-					     name, i);
-			} else if (!rc && rs[i].len != rs[i].dst_cap) {
-				/* The endpoint answered 2xx with fewer bytes
-				 * than asked: its fault, not a miss. */
-				rc = kvt_err(-EIO,
-					     "S3 GET range of s3://%s/%s at %s: range %zu holds %zu of %zu bytes",
-					     t->bucket, name, t->endpoint, i, rs[i].len,
-					     rs[i].dst_cap);
-			}
-		}
-		if (rc)
+		if ((rc = s3_get_rest(t, name, &first, img, got, total, deadline)))
 			goto out;
 	} else {
 		img = first.buf;
@@ -879,42 +927,8 @@ static int s3_get(kvt_tier *tier, const kvt_key *key, kvt_tier_rbuf **out)
 		first.buf = NULL;
 		first.pooled = 0;
 	}
-	rc = kvt_obj_hdr_decode(img, total, &h);
-	if (first.status == 200 && first.clen < 0 &&
-	    (rc == KVT_ETRUNCATED ||
-	     (!rc && (uint64_t)h.header_len + h.payload_len > total))) {
-		/* No Content-Length to tell a cut connection from a short
-		 * object: never data, but not proof of corruption either, so
-		 * the object is not deleted. */
-		rc = kvt_err(-EIO,
-			     "S3 GET of s3://%s/%s at %s: answer ended after %" PRIu64
-			     " bytes without a Content-Length, shorter than the image",
-			     t->bucket, name, t->endpoint, total);
+	if ((rc = s3_check_image(t, key, name, &first, img, total)))
 		goto out;
-	}
-	if (rc) {
-		s3_count_corrupt(t, key, name, kvt_strerror(rc),
-				 rc != KVT_EVERSION && rc != KVT_EBADMAGIC, first.etag);
-		rc = KVT_ECORRUPT;
-		goto out;
-	}
-	if (memcmp(h.key.b, key->b, KVT_KEY_BYTES) ||
-	    (uint64_t)h.header_len + h.payload_len != total) {
-		s3_count_corrupt(t, key, name, "key or length mismatch", 1, first.etag);
-		rc = KVT_ECORRUPT;
-		goto out;
-	}
-	if (t->hmac_key) {
-		char mac[65];
-		s3_hmac_hex(t, img, total, mac);
-		if (strcmp(mac, first.hmac)) {
-			s3_count_corrupt(t, key, name,
-					 "HMAC tag does not verify under this node's key", 0,
-					 first.etag);
-			rc = KVT_ECORRUPT;
-			goto out;
-		}
-	}
 	rb = calloc(1, sizeof(*rb));
 	if (!rb) {
 		rc = KVT_ENOMEM;
@@ -949,10 +963,6 @@ out:
 			t->health.read_errors++;
 		pthread_mutex_unlock(&t->ix.mu);
 	}
-	for (i = 0; rs && i < nr; i++)
-		s3_req_fini(&rs[i]);
-	free(rs);
-	free(rp);
 	s3_img_free(t, img, img_cap, img_pooled);
 	s3_req_fini(&first);
 	return rc;
