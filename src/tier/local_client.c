@@ -351,10 +351,12 @@ static int dmn_connect(struct dmn_tier *t)
 	return 0;
 }
 
-/* One request and its reply, under t->mu (held by the caller, which reads
- * the body before letting go). */
-static int dmn_call(struct dmn_tier *t, int op, uint64_t id, uint64_t size, int arg,
-		    const kvt_key *key, struct kvt_lp_rep *rep, const void **body, size_t *blen)
+/* One request, the message it announces (LOOKUP's and WHY's keys, NAME's
+ * hashes: `follow`, flen bytes) and its reply, under t->mu (held by the
+ * caller, which reads the body before letting go). */
+static int dmn_call_follow(struct dmn_tier *t, int op, uint64_t id, uint64_t size, int arg,
+			   const kvt_key *key, const void *follow, size_t flen,
+			   struct kvt_lp_rep *rep, const void **body, size_t *blen)
 {
 	int rc;
 
@@ -362,7 +364,18 @@ static int dmn_call(struct dmn_tier *t, int op, uint64_t id, uint64_t size, int 
 		return rc;
 	if ((rc = dmn_send(t, op, id, size, arg, key)))
 		return rc;
+	if (follow && send(t->fd, follow, flen, MSG_NOSIGNAL) != (ssize_t)flen) {
+		dmn_disconnect(t);
+		return kvt_err(-EPIPE, "kvtierd at %s: connection lost", t->path);
+	}
 	return dmn_recv(t, op, rep, body, blen, NULL);
+}
+
+/* One request and its reply (dmn_call_follow with nothing announced). */
+static int dmn_call(struct dmn_tier *t, int op, uint64_t id, uint64_t size, int arg,
+		    const kvt_key *key, struct kvt_lp_rep *rep, const void **body, size_t *blen)
+{
+	return dmn_call_follow(t, op, id, size, arg, key, NULL, 0, rep, body, blen);
 }
 
 /* A request with no reply, for what the connection `gen` holds: nothing
@@ -612,17 +625,8 @@ static int dmn_exists_prefix(kvt_tier *tt, const kvt_key *keys, size_t n)
 		const void *body;
 		size_t blen;
 
-		if (t->fd < 0 && (rc = dmn_connect(t)))
-			break;
-		if ((rc = dmn_send(t, KVT_LP_LOOKUP, 0, m, 0, NULL)))
-			break;
-		if (send(t->fd, keys + hit, m * sizeof(*keys), MSG_NOSIGNAL) !=
-		    (ssize_t)(m * sizeof(*keys))) {
-			dmn_disconnect(t);
-			rc = kvt_err(-EPIPE, "kvtierd at %s: connection lost", t->path);
-			break;
-		}
-		if ((rc = dmn_recv(t, KVT_LP_LOOKUP, &rep, &body, &blen, NULL)))
+		if ((rc = dmn_call_follow(t, KVT_LP_LOOKUP, 0, m, 0, NULL, keys + hit,
+					  m * sizeof(*keys), &rep, &body, &blen)))
 			break;
 		if ((size_t)rep.status > m) {
 			dmn_disconnect(t);
@@ -651,17 +655,8 @@ static int dmn_why(kvt_tier *tt, const kvt_key *keys, size_t n, kvt_why_chunk *o
 		const void *body;
 		size_t blen;
 
-		if (t->fd < 0 && (rc = dmn_connect(t)))
-			break;
-		if ((rc = dmn_send(t, KVT_LP_WHY, 0, m, 0, NULL)))
-			break;
-		if (send(t->fd, keys + done, m * sizeof(*keys), MSG_NOSIGNAL) !=
-		    (ssize_t)(m * sizeof(*keys))) {
-			dmn_disconnect(t);
-			rc = kvt_err(-EPIPE, "kvtierd at %s: connection lost", t->path);
-			break;
-		}
-		if ((rc = dmn_recv(t, KVT_LP_WHY, &rep, &body, &blen, NULL)))
+		if ((rc = dmn_call_follow(t, KVT_LP_WHY, 0, m, 0, NULL, keys + done,
+					  m * sizeof(*keys), &rep, &body, &blen)))
 			break;
 		if (rep.n != m || rep.status < 0 || (size_t)rep.status > m) {
 			dmn_disconnect(t);
@@ -699,20 +694,10 @@ static int dmn_name(kvt_tier *tt, const kvt_key *key, const uint8_t *hashes, uin
 		memcpy(body, parent, hash_len);
 	memcpy(body + hash_len, hashes, (size_t)n * hash_len);
 	pthread_mutex_lock(&t->mu);
-	if (t->fd < 0 && (rc = dmn_connect(t)))
-		goto out;
-	if ((rc = dmn_send(t, KVT_LP_NAME, hash_len | (parent ? 256u : 0u), n, (int)block_size,
-			   key)))
-		goto out;
-	if (send(t->fd, body, len, MSG_NOSIGNAL) != (ssize_t)len) {
-		dmn_disconnect(t);
-		rc = kvt_err(-EPIPE, "kvtierd at %s: connection lost", t->path);
-		goto out;
-	}
-	rc = dmn_recv(t, KVT_LP_NAME, &rep, &rbody, &blen, NULL);
+	rc = dmn_call_follow(t, KVT_LP_NAME, hash_len | (parent ? 256u : 0u), n, (int)block_size,
+			     key, body, len, &rep, &rbody, &blen);
 	if (rc == 0)
 		rc = rep.status;
-out:
 	pthread_mutex_unlock(&t->mu);
 	return rc;
 }
