@@ -33,8 +33,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/config.c"
 #include "kvtier/units.h"
+#include "store/config.c"
+
+#define GiB (1024ull * 1024 * 1024) /* LMCache's bare sizes */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -86,10 +86,12 @@ mkdir -p "$work/cli/cli"
 cp "$src"/src/cli/*.c "$src"/src/cli/*.h "$work/cli/cli/"
 # shellcheck disable=SC2086
 cc -std=gnu11 -Wall -Werror $san -DKVT_PLANNER=1 -I"$work/cli" "$work"/cli/cli/*.c -o "$work/kvtier-cli" \
-	$(pkg-config --cflags kvtier) -L"$libdir" -lkvtier_plan -Wl,-Bstatic -lkvtier -Wl,-Bdynamic $static \
+	$(pkg-config --cflags kvtier) -L"$libdir" -Wl,--as-needed -lkvtier_plan -Wl,-Bstatic -lkvtier \
+	-Wl,-Bdynamic $static \
 	$(pkg-config --cflags --libs jansson) -lm 2>"$work/cc.log" ||
 	fail "the CLI does not build against the installed kvtier alone: $(head -5 "$work/cc.log")"
-"$work/kvtier-cli" plan --help >/dev/null 2>&1 || fail "the CLI built against the install has no planner"
+LD_LIBRARY_PATH=$libdir "$work/kvtier-cli" plan --help >"$work/plan.log" 2>&1 ||
+	fail "the CLI built against the install has no planner: $(tail -3 "$work/plan.log")"
 LD_LIBRARY_PATH=$(pkg-config --variable=libdir kvtier) "$work/kvtier-cli" demo >"$work/demo.log" 2>&1 ||
 	fail "the CLI built against the installed library fails its demo: $(tail -3 "$work/demo.log")"
 grep -q "every byte verified" "$work/demo.log" || fail "demo: $(tail -3 "$work/demo.log")"
