@@ -1243,14 +1243,10 @@ static int s3_valid_prefix(const char *p)
 	return 1;
 }
 
-int kvt_s3_open(const kvt_s3_opts *o, kvt_tier **out)
+/* The options an S3 tier cannot open with: 0, or KVT_EINVAL naming it. */
+static int s3_opts_check(const kvt_s3_opts *o)
 {
-	s3_tier *t;
-	char *token = NULL, buf[S3_URL_MAX];
-	const char *ep;
-	int rc, j;
-
-	if (!o || !out || !o->bucket || !*o->bucket)
+	if (!o->bucket || !*o->bucket)
 		return kvt_err(KVT_EINVAL, "s3: a bucket is required");
 	if (o->prefix && !s3_valid_prefix(o->prefix))
 		return kvt_err(KVT_EINVAL,
@@ -1266,6 +1262,72 @@ int kvt_s3_open(const kvt_s3_opts *o, kvt_tier **out)
 	if (o->part_bytes && o->part_bytes < S3_MIN_PART)
 		return kvt_err(KVT_EINVAL, "s3: part_bytes %" PRIu64 " below 1 MiB",
 			       o->part_bytes);
+	return 0;
+}
+
+/* The endpoint (AWS's for the region when none is given), the bucket's
+ * URL (path-style or virtual-hosted), the SigV4 scope and the headers
+ * every request carries (the session token's among them).  0, or the
+ * error. */
+static int s3_urls(s3_tier *t, const kvt_s3_opts *o, const char *token)
+{
+	char buf[S3_URL_MAX];
+	const char *ep;
+
+	if (o->endpoint && *o->endpoint) {
+		t->endpoint = strdup(o->endpoint);
+	} else {
+		snprintf(buf, sizeof(buf), "https://s3.%s.amazonaws.com", t->region);
+		t->endpoint = strdup(buf);
+	}
+	if (!t->endpoint)
+		return KVT_ENOMEM;
+	{
+		size_t l = strlen(t->endpoint);
+		while (l && t->endpoint[l - 1] == '/')
+			t->endpoint[--l] = '\0';
+	}
+	ep = strstr(t->endpoint, "://");
+	if (!ep)
+		return kvt_err(KVT_EINVAL, "s3: endpoint '%s' needs http:// or https://",
+			       t->endpoint);
+	if (o->path_style)
+		snprintf(buf, sizeof(buf), "%s/%s", t->endpoint, t->bucket);
+	else
+		snprintf(buf, sizeof(buf), "%.*s%s.%s", (int)(ep + 3 - t->endpoint),
+			 t->endpoint, t->bucket, ep + 3);
+	t->base_url = strdup(buf);
+	snprintf(buf, sizeof(buf), "aws:amz:%s:s3", t->region);
+	t->sigv4 = strdup(buf);
+	t->common = curl_slist_append(NULL, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+	if (t->common && token) {
+		/* Session tokens have no stated maximum length: never cut one. */
+		size_t hl = strlen(token) + sizeof("x-amz-security-token: ");
+		char *h = malloc(hl);
+		if (h) {
+			snprintf(h, hl, "x-amz-security-token: %s", token);
+			t->common = curl_slist_append(t->common, h);
+			OPENSSL_cleanse(h, hl);
+		}
+		free(h);
+		if (!h) {
+			curl_slist_free_all(t->common);
+			t->common = NULL;
+		}
+	}
+	return 0;
+}
+
+int kvt_s3_open(const kvt_s3_opts *o, kvt_tier **out)
+{
+	s3_tier *t;
+	char *token = NULL;
+	int rc, j;
+
+	if (!o || !out)
+		return kvt_err(KVT_EINVAL, "s3: a bucket is required");
+	if ((rc = s3_opts_check(o)))
+		return rc;
 	if ((rc = s3_http_global_init()))
 		return rc;
 	t = calloc(1, sizeof(*t));
@@ -1314,53 +1376,11 @@ int kvt_s3_open(const kvt_s3_opts *o, kvt_tier **out)
 	rc = s3_credentials(t, o, &token);
 	if (rc)
 		goto fail;
-	if (o->endpoint && *o->endpoint) {
-		t->endpoint = strdup(o->endpoint);
-	} else {
-		snprintf(buf, sizeof(buf), "https://s3.%s.amazonaws.com", t->region);
-		t->endpoint = strdup(buf);
-	}
-	if (!t->endpoint) {
-		rc = KVT_ENOMEM;
-		goto fail;
-	}
-	{
-		size_t l = strlen(t->endpoint);
-		while (l && t->endpoint[l - 1] == '/')
-			t->endpoint[--l] = '\0';
-	}
-	ep = strstr(t->endpoint, "://");
-	if (!ep) {
-		rc = kvt_err(KVT_EINVAL, "s3: endpoint '%s' needs http:// or https://",
-			     t->endpoint);
-		goto fail;
-	}
-	if (o->path_style)
-		snprintf(buf, sizeof(buf), "%s/%s", t->endpoint, t->bucket);
-	else
-		snprintf(buf, sizeof(buf), "%.*s%s.%s", (int)(ep + 3 - t->endpoint),
-			 t->endpoint, t->bucket, ep + 3);
-	t->base_url = strdup(buf);
-	snprintf(buf, sizeof(buf), "aws:amz:%s:s3", t->region);
-	t->sigv4 = strdup(buf);
-	t->common = curl_slist_append(NULL, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
-	if (t->common && token) {
-		/* Session tokens have no stated maximum length: never cut one. */
-		size_t hl = strlen(token) + sizeof("x-amz-security-token: ");
-		char *h = malloc(hl);
-		if (h) {
-			snprintf(h, hl, "x-amz-security-token: %s", token);
-			t->common = curl_slist_append(t->common, h);
-			OPENSSL_cleanse(h, hl);
-		}
-		free(h);
-		if (!h) {
-			curl_slist_free_all(t->common);
-			t->common = NULL;
-		}
-	}
+	rc = s3_urls(t, o, token);
 	free(token);
 	token = NULL;
+	if (rc)
+		goto fail;
 	if (!t->base_url || !t->sigv4 || !t->common || s3_http_share_init(t)) {
 		rc = KVT_ENOMEM;
 		goto fail;
