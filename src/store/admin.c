@@ -159,3 +159,108 @@ out:
 	free(h);
 	return rc;
 }
+/* Tiers walk object images; callers are promised payload lengths. */
+struct iter_ctx {
+	int (*fn)(void *arg, const kvt_key *key, uint64_t len);
+	void *arg;
+};
+
+static int iter_payload(void *arg, const kvt_key *key, uint64_t len)
+{
+	struct iter_ctx *c = arg;
+	return c->fn(c->arg, key, len >= KVT_OBJ_HEADER_BYTES ? len - KVT_OBJ_HEADER_BYTES : 0);
+}
+
+int kvt_store_iterate(kvt_store *st, int tier,
+		      int (*fn)(void *arg, const kvt_key *key, uint64_t len),
+		      void *arg)
+{
+	struct iter_ctx c = { fn, arg };
+
+	if (!st || !fn || tier < 0 || tier >= st->n_tiers)
+		return kvt_err(KVT_EINVAL, "tier %d of %d", tier, st ? st->n_tiers : 0);
+	return st->tiers[tier]->ops->iterate(st->tiers[tier], iter_payload, &c);
+}
+
+/* Copy bytes [off, off + len) of a borrowed image out of its segments. */
+static void rbuf_copy(const kvt_tier_rbuf *rb, uint64_t off, void *buf, size_t len)
+{
+	for (int i = 0; i < rb->n_iov && len; i++) {
+		const struct iovec *s = &rb->iov[i];
+		if (off >= s->iov_len) {
+			off -= s->iov_len;
+			continue;
+		}
+		size_t k = s->iov_len - (size_t)off < len ? s->iov_len - (size_t)off : len;
+		memcpy(buf, (const char *)s->iov_base + off, k);
+		buf = (char *)buf + k;
+		len -= k;
+		off = 0;
+	}
+}
+
+int kvt_store_peek(kvt_store *st, int tier, const kvt_key *key, kvt_object_info *info,
+		   uint64_t off, void *buf, size_t len)
+{
+	uint8_t *raw = NULL;
+	kvt_obj_hdr *h = NULL;
+	kvt_tier_rbuf *rb = NULL;
+	kvt_tier *t;
+	uint64_t image = 0;
+	int rc, retried = 0;
+
+	kvt_err_clear();
+	if (!st || !key || !info || (len && !buf) || tier < 0 || tier >= st->n_tiers)
+		return kvt_err(KVT_EINVAL, "peek: a NULL pointer, or tier %d of %d", tier,
+			       st ? st->n_tiers : 0);
+	t = st->tiers[tier];
+	h = malloc(sizeof(*h));
+	if (!h)
+		return kvt_err(KVT_ENOMEM, "out of memory");
+	if (t->ops->peek) {
+		/* The range is asked with the header, before the header says
+		 * how long the payload is: checked after. */
+		if (!(raw = malloc(KVT_OBJ_HEADER_BYTES)))
+			rc = kvt_err(KVT_ENOMEM, "out of memory");
+		else
+			rc = t->ops->peek(t, key, raw, KVT_OBJ_HEADER_BYTES + off, buf, len, &image);
+		if (rc == KVT_ETRUNCATED && len) { /* short, or a range past the end? */
+			rc = t->ops->peek(t, key, raw, 0, NULL, 0, &image);
+			retried = 1;
+		}
+		if (rc == 0)
+			rc = kvt_obj_hdr_decode(raw, KVT_OBJ_HEADER_BYTES, h);
+	} else {
+		rc = t->ops->get(t, key, &rb);
+		if (rc == 0) {
+			image = rb->len;
+			rc = store_image_header(rb, h);
+		}
+	}
+	if (rc == 0 && memcmp(h->key.b, key->b, KVT_KEY_BYTES))
+		rc = kvt_err(KVT_EMISMATCH, "peek: the %s tier's object under that key names "
+			     "another", t->ops->name);
+	if (rc == 0 && (off > h->payload_len || len > h->payload_len - off))
+		rc = kvt_err(KVT_EINVAL, "peek: bytes %llu..%llu of a %llu-byte payload",
+			     (unsigned long long)off, (unsigned long long)(off + len),
+			     (unsigned long long)h->payload_len);
+	if (rc == 0 && image < (uint64_t)h->header_len + h->payload_len)
+		rc = kvt_err(KVT_ETRUNCATED, "peek: the %s tier's image is %llu bytes, its "
+			     "header declares %llu", t->ops->name, (unsigned long long)image,
+			     (unsigned long long)(h->header_len + h->payload_len));
+	if (rc == 0 && retried) /* the range was not read: the file changed between */
+		rc = kvt_err(KVT_ETRUNCATED, "peek: the %s tier's image ended early",
+			     t->ops->name);
+	if (rc == 0 && rb)
+		rbuf_copy(rb, h->header_len + off, buf, len);
+	if (rc == 0) {
+		memset(info, 0, sizeof(*info));
+		store_info_from_hdr(info, h);
+		info->signature = KVT_SIG_UNCHECKED;
+	}
+	if (rb)
+		t->ops->release(t, rb);
+	free(raw);
+	free(h);
+	return rc;
+}

@@ -1,11 +1,22 @@
 /*
- * store_int.h — what the store's files share: the store, its jobs and ops,
- * and the few internal calls one part makes into another.
+ * store_int.h — what the store's files share: the store, its ops and
+ * references, and the calls one part makes into another.
  *
- * store.c is the store proper (open and close, put, get, lookup, the
- * movers between tiers, statistics); ops.c the worker pool, the
- * asynchronous operations and prefetch; verify.c the fsck.  Nothing here
- * is exported: the API is include/kvtier.h.
+ * The store's files by concern, each using only those listed after it:
+ *   async.c   asynchronous get and put, prefetch (kvt_op)
+ *   explain.c kvt_why: why a chunk is not served
+ *   lookup.c  what is held: lookup, exists, locate, pin, delete
+ *   get.c     reads, borrows, whole images for other nodes
+ *   put.c     writes: in one call, in place, from the local server
+ *   tenant.c  namespaces, tenants' accounts and quotas, reconfiguring
+ *   move.c    promotion, demotion, write-through copies; a chunk's arrival
+ *   stats.c   accounting: write health, read speed, KV events, statistics
+ *   image.c   an image in segments: header, payload, copy, TTL
+ *   why.c     the history kvt_why reads, misses counted by reason
+ *   pool.c    the worker threads (pool.h), which know nothing of the store
+ * store.c opens and closes it all; verify.c is the fsck, admin.c what
+ * maintenance tools call, warm.c the hot list.  Nothing here is exported:
+ * the API is include/kvtier.h.
  */
 #ifndef KVT_STORE_INT_H
 #define KVT_STORE_INT_H
@@ -22,6 +33,7 @@
 #include "store/events.h"
 #include "store/why.h"
 #include "store/hier.h"
+#include "store/pool.h"
 #include "tier/tier.h"
 
 #define KVT_MAX_TIERS 8
@@ -39,17 +51,6 @@ struct tier_health {
 	char last[160];              /* the last failed write's message, under
 				      * err_mu */
 	atomic_int last_rc;          /* and its code (a negated errno, say) */
-};
-
-/* Work for the pool, in three classes served in order: what a caller is
- * waiting for (async ops, prefetch), promotions (the next request's hits),
- * and background copies (write-through, demotion), which may also use at
- * most all workers but one, so a deadline-bound load always finds a thread. */
-enum { PRIO_URGENT = 0, PRIO_PROMOTE = 1, PRIO_BACKGROUND = 2, N_PRIO = 3 };
-
-struct job {
-	struct job *next;
-	void (*run)(kvt_store *st, struct job *j);
 };
 
 /* What reads from a tier have cost: the cost model's inputs. */
@@ -74,17 +75,8 @@ struct kvt_store {
 	struct tier_health health[KVT_MAX_TIERS];
 	kvt_hier *hier;
 
-	/* Worker pool: FIFOs per priority, a fixed set of threads. */
-	pthread_mutex_t qlock;
-	pthread_cond_t qcond;
-	struct job *qhead[N_PRIO], *qtail[N_PRIO];
-	uint32_t queued_bg, running_bg, max_bg;
-	uint32_t moves_pending; /* promotions and background copies queued or
-				 * running: what kvt_store_flush waits out */
-	uint64_t queued_bg_bytes, max_bg_bytes; /* images held by queued copies */
-	int stopping;
-	pthread_t *workers;
-	uint32_t n_workers;
+	struct kvt_pool pool;      /* the worker threads (pool.h) */
+	int pool_up;               /* pool_init ran: pool_fini must */
 
 	/* Keys with a promotion queued or running: one transfer per key. */
 	pthread_mutex_t flight_mu;
@@ -145,10 +137,7 @@ struct kvt_ref {
 	int image;         /* kvt_image_borrow's: iov is the whole image */
 };
 
-/* --- images in segments ---------------------------------------------------- */
-
-
-/* --- store.c ---------------------------------------------------------------- */
+/* --- image.c ----------------------------------------------------------------- */
 
 /* Decode the header of a borrowed image (its first 4 KiB, in however many
  * segments). */
@@ -157,43 +146,92 @@ int store_image_header(const kvt_tier_rbuf *rb, kvt_obj_hdr *h);
  * frees). */
 int store_payload_iov(const kvt_tier_rbuf *rb, uint64_t skip, struct iovec **out,
 		      int *n);
-
-/* Argument checks every call shares: 0 or KVT_EINVAL with a message. */
-int store_check_args(kvt_store *st, const kvt_ns *ns, const kvt_key *key);
+/* The token count in the header of the image whose first segment is
+ * iov[0], read as it lies (offset 112); 0 if the segment is too short. */
+uint32_t store_image_tokens(const struct iovec *iov, int n);
+/* Copy a borrowed image into a write buffer of its length. */
+void store_image_copy(const kvt_tier_rbuf *src, kvt_tier_wbuf *dst);
+/* Begin a write of the image `src` holds into tier t: from `src` at
+ * commit where the tier can, else copied now. */
+int store_begin_copy(kvt_tier *t, const kvt_tier_rbuf *src, kvt_tier_wbuf **w);
+/* The image whose header is `h` is past the store's TTL. */
+int store_expired(const kvt_store *st, const kvt_obj_hdr *h);
 /* CLOCK_MONOTONIC in s (kvt_mono_ns: in ns). */
 double store_now_s(void);
-/* The account chunks of `ns` are charged to (0: the default tenant's). */
-int store_ns_acct(kvt_store *st, const kvt_ns *ns);
-/* Tell tier `tier`'s policy that `key` (len bytes) arrived, charged to
- * account `acct` (-1: the one another tier charges it to; hier_insert);
- * demote or drop the victims it names. */
+
+/* --- why.c ------------------------------------------------------------------- */
+
+/* A get or lookup of `key` by account `acct` (store_ns_acct) found
+ * nothing: count it by reason. */
+void store_count_miss(kvt_store *st, int acct, const kvt_key *key);
+/* A tier that does not answer now, or -1; `remote_only` asks only the
+ * remote tiers (peer, S3), the only ones that can be unreachable. */
+int store_tier_down(kvt_store *st, int remote_only);
+
+/* --- stats.c ----------------------------------------------------------------- */
+
+/* Tier i takes no writes for now (its writes kept failing); _err says so
+ * as an error. */
+int store_writes_off(kvt_store *st, int i);
+int store_writes_off_err(kvt_store *st, int i);
+/* Count a write's outcome `rc` in tier i's health. */
+void store_note_write(kvt_store *st, int i, int rc);
+/* The durability tier i is asked for when a put wants `want`. */
+int store_tier_durability(kvt_store *st, int i, int want);
+/* Fold a read of `bytes` in `secs` into tier i's measured speed; _hist
+ * counts it in the latency histogram alone. */
+void store_perf_note(kvt_store *st, int i, uint64_t bytes, double secs);
+void store_perf_hist(kvt_store *st, int i, double secs);
+/* A KV event of `type` for `key` in tier `tier` (_tokens: with the
+ * chunk's token count). */
+void store_event(kvt_store *st, int type, int tier, const kvt_key *key);
+void store_event_tokens(kvt_store *st, int type, int tier, const kvt_key *key,
+			uint32_t tokens);
 /* Tier `tier` no longer holds `key` for `reason` (enum kvt_why_reason:
  * deleted, evicted, dropped as bad, expired): its policy forgets it, the
  * history kvt_why reads remembers why, and the KV events say so.
  * store_lost does the last two, for a chunk the policy already forgot. */
 void store_forget(kvt_store *st, int tier, const kvt_key *key, int reason);
 void store_lost(kvt_store *st, int tier, const kvt_key *key, int reason);
-/* When the copy of `key` in `tier` was made, if it is past the store's
- * TTL (a read misses it); 0 if it is not, or no TTL is set. */
-double store_held_expired(kvt_store *st, int tier, const kvt_key *key);
-/* A get or lookup of `key` by account `acct` (store_ns_acct) found
- * nothing: count it by reason (why.c). */
-void store_count_miss(kvt_store *st, int acct, const kvt_key *key);
-/* Tier `tier` now holds `key` (an image of len bytes, `tokens` tokens: its
- * header's token count, 0 if not known): policy, victims, KV events. */
-void store_after_insert(kvt_store *st, int tier, const kvt_key *key, uint64_t len,
-			int acct, uint32_t tokens);
-/* The token count in the header of the image whose first segment is
- * iov[0], read as it lies (offset 112); 0 if the segment is too short. */
-uint32_t store_image_tokens(const struct iovec *iov, int n);
-/* Fold a read of `bytes` in `secs` into tier i's measured speed. */
-void store_perf_note(kvt_store *st, int i, uint64_t bytes, double secs);
+
+/* --- move.c ------------------------------------------------------------------ */
+
+enum { MOVE_DEMOTE = 1, MOVE_THROUGH = 2, MOVE_PROMOTE = 3 };
+
+/* Copy `key` out of tier `src` (kind MOVE_*), on the worker pool or, when
+ * its background queue is full, now. */
+void store_move(kvt_store *st, int kind, int src, const kvt_key *key);
+/* A hit in lower tier `tier`: copy it up to the first tier without making
+ * the reader wait, once per key. */
+void store_promote(kvt_store *st, int tier, const kvt_key *key);
+/* Read `key` from tier `src` straight into new DRAM pages (its get_into),
+ * check it (header, key, namespace when `ns` is not NULL, checksums) and
+ * publish it there.  0, KVT_EEXIST (DRAM had it), or an error (a bad image
+ * is reported to `src`). */
+int store_promote_into(kvt_store *st, const kvt_ns *ns, const kvt_key *key, int src);
 /* Copy a borrowed image into tier `dst`, verifying it in the copy pass. */
 int store_copy_verified(kvt_store *st, int dst, const kvt_tier_rbuf *rb,
 			const kvt_obj_hdr *src_hdr);
-/* Drop the borrowed copy that failed verification, then let go of it. */
-void store_drop_corrupt(kvt_ref *ref, const kvt_key *key);
-void store_ref_free(kvt_ref *ref);
+/* Tier `tier` now holds `key` (an image of len bytes, `tokens` tokens: its
+ * header's token count, 0 if not known), charged to account `acct` (-1:
+ * the one another tier charges it to; hier_insert): policy, victims, KV
+ * events. */
+void store_after_insert(kvt_store *st, int tier, const kvt_key *key, uint64_t len,
+			int acct, uint32_t tokens);
+/* The victims v[0..n) the policy of `tier` chose: demoted or dropped. */
+void store_evict_victims(kvt_store *st, int tier, kvt_key *v, size_t n);
+
+/* --- tenant.c ---------------------------------------------------------------- */
+
+/* Argument checks every call shares: 0 or KVT_EINVAL with a message. */
+int store_check_args(kvt_store *st, const kvt_ns *ns, const kvt_key *key);
+/* The account chunks of `ns` are charged to (0: the default tenant's). */
+int store_ns_acct(kvt_store *st, const kvt_ns *ns);
+/* The account of a tenant name (NULL: the default tenant's, 0), or
+ * KVT_ETENANT if the configuration has no such tenant. */
+int store_tenant_acct(const kvt_store *st, const char *tenant);
+
+/* --- put.c ------------------------------------------------------------------- */
 
 /* Images written and read by another process in the first tier's own
  * memory (the local server, local_server.c), with no namespace: the store checks
@@ -208,40 +246,38 @@ int store_image_begin(kvt_store *st, const kvt_key *key, uint64_t len,
 		      kvt_tier_wbuf **w, int *first);
 int store_image_commit(kvt_store *st, int first, kvt_tier_wbuf *w, int durability,
 		       int acct);
+void store_image_abort(kvt_store *st, int first, kvt_tier_wbuf *w);
 /* First version wins: KVT_EEXIST if a tier holds `key` (unexpired), else
  * 0 (begin's check, for a write the local server began under a key of
  * its own and publishes under the client's). */
 int store_image_held(kvt_store *st, const kvt_key *key);
-/* The account of a tenant name (NULL: the default tenant's, 0), or
- * KVT_ETENANT if the configuration has no such tenant. */
-int store_tenant_acct(const kvt_store *st, const char *tenant);
-void store_image_abort(kvt_store *st, int first, kvt_tier_wbuf *w);
+
+/* --- get.c ------------------------------------------------------------------- */
+
 int store_image_get(kvt_store *st, const kvt_key *key, kvt_tier_rbuf **rb);
+/* When the copy of `key` in `tier` was made, if it is past the store's
+ * TTL (a read misses it); 0 if it is not, or no TTL is set. */
+double store_held_expired(kvt_store *st, int tier, const kvt_key *key);
+/* Drop the borrowed copy that failed verification, then let go of it. */
+void store_drop_corrupt(kvt_ref *ref, const kvt_key *key);
+void store_ref_free(kvt_ref *ref);
+
+/* --- lookup.c ---------------------------------------------------------------- */
+
 int store_image_exists(kvt_store *st, const kvt_key *key);
+int store_image_del(kvt_store *st, const kvt_key *key);
 /* How many of keys[0..n), from the first, the store holds (kvt_lookup's
  * answer, a peer tier asked once for the chain); tier_out[k] the first
  * tier holding key k, when not NULL. */
 size_t store_chain_held(kvt_store *st, const kvt_key *keys, size_t n, uint8_t *tier_out);
-/* The fields of kvt_object_info a decoded header gives (admin.c). */
-void store_info_from_hdr(kvt_object_info *info, const kvt_obj_hdr *h);
 
-/* Read `key` from tier `src` straight into new DRAM pages (its get_into),
- * check it (header, key, namespace when `ns` is not NULL, checksums) and
- * publish it there.  0, KVT_EEXIST (DRAM had it), or an error (a bad image
- * is reported to `src`).  ops.c. */
-int store_promote_into(kvt_store *st, const kvt_ns *ns, const kvt_key *key, int src);
-int store_image_del(kvt_store *st, const kvt_key *key);
-
-/* --- ops.c ------------------------------------------------------------------ */
-
-/* The worker pool's thread, and queueing a job at a priority: 0, or
- * KVT_ECANCELED once the store is closing (the caller keeps the job). */
-void *store_worker_main(void *arg);
-int store_job_submit(kvt_store *st, struct job *j, int prio);
+/* --- store.c, admin.c -------------------------------------------------------- */
 
 /* kvt_store_open with the file tiers (NVMe, shared directory) calling
  * through `io` instead of POSIX: how a test drives a whole store over a
  * table that fails on a countdown.  `io` must outlive the store. */
 kvt_store *store_open_io(const kvt_config *cfg, kvt_io *io, int *err);
+/* The fields of kvt_object_info a decoded header gives. */
+void store_info_from_hdr(kvt_object_info *info, const kvt_obj_hdr *h);
 
 #endif

@@ -1,11 +1,10 @@
 /*
- * ops.c — the store's worker pool, its asynchronous operations and
- * prefetch (see store_int.h).  The pool serves three classes in order:
- * what a caller waits for (async ops, prefetch), promotions, and
- * background copies, which never take every worker.
+ * async.c — the asynchronous operations (kvt_get_async, kvt_put_async)
+ * and prefetch (kvt_prefetch): ops the worker pool runs for a caller who
+ * polls or waits.
  */
 #include <errno.h>
-#include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,21 +12,21 @@
 
 #include "common/clock.h"
 #include "common/err.h"
-#include "common/log.h"
+#include "store/config.h"
+#include "store/hier.h"
+#include "store/pool.h"
+#include "store/store.h"
 #include "store/store_int.h"
-#include "store/tiers.h"
-
-/* --- async --------------------------------------------------------------------- */
+#include "store/why.h"
 
 static int prefetch_run(kvt_store *st, kvt_op *op);
 
-static void op_run(kvt_store *st, struct job *j)
+static void op_run(struct job *j)
 {
 	kvt_op *op = (kvt_op *)j;
 	size_t len = 0;
 	int rc;
 
-	(void)st;
 	if (op->kind == OP_GET) {
 		rc = kvt_get(op->st, &op->ns, &op->key, op->buf, op->len, &len);
 		op->bytes = rc == 0 ? len : 0;
@@ -47,84 +46,6 @@ static void op_run(kvt_store *st, struct job *j)
 	pthread_mutex_unlock(&op->lock);
 }
 
-/* Take the next job a worker may run: the most urgent class first; the
- * background class only while fewer than max_bg of them run. */
-static struct job *job_take(kvt_store *st, int *prio)
-{
-	for (int p = 0; p < N_PRIO; p++) {
-		struct job *j = st->qhead[p];
-		if (!j || (p == PRIO_BACKGROUND && st->running_bg >= st->max_bg))
-			continue;
-		st->qhead[p] = j->next;
-		if (!st->qhead[p])
-			st->qtail[p] = NULL;
-		if (p == PRIO_BACKGROUND) {
-			st->queued_bg--;
-			st->running_bg++;
-		}
-		*prio = p;
-		return j;
-	}
-	return NULL;
-}
-
-static int queues_empty(const kvt_store *st)
-{
-	for (int p = 0; p < N_PRIO; p++)
-		if (st->qhead[p])
-			return 0;
-	return 1;
-}
-
-void *store_worker_main(void *arg)
-{
-	kvt_store *st = arg;
-
-	for (;;) {
-		struct job *j;
-		int prio = 0;
-		pthread_mutex_lock(&st->qlock);
-		while (!(j = job_take(st, &prio)) && !(st->stopping && queues_empty(st)))
-			pthread_cond_wait(&st->qcond, &st->qlock);
-		pthread_mutex_unlock(&st->qlock);
-		if (!j) /* stopping and drained */
-			return NULL;
-		j->run(st, j);
-		if (prio != PRIO_URGENT) {
-			pthread_mutex_lock(&st->qlock);
-			if (prio == PRIO_BACKGROUND)
-				st->running_bg--;
-			st->moves_pending--;
-			pthread_cond_broadcast(&st->qcond);
-			pthread_mutex_unlock(&st->qlock);
-		}
-	}
-}
-
-/* Queue a job.  KVT_ECANCELED once the store is closing (the job is not
- * taken; the caller still owns it). */
-int store_job_submit(kvt_store *st, struct job *j, int prio)
-{
-	j->next = NULL;
-	pthread_mutex_lock(&st->qlock);
-	if (st->stopping) {
-		pthread_mutex_unlock(&st->qlock);
-		return kvt_err(KVT_ECANCELED, "store is closing");
-	}
-	if (st->qtail[prio])
-		st->qtail[prio]->next = j;
-	else
-		st->qhead[prio] = j;
-	st->qtail[prio] = j;
-	if (prio == PRIO_BACKGROUND)
-		st->queued_bg++;
-	if (prio != PRIO_URGENT)
-		st->moves_pending++;
-	pthread_cond_signal(&st->qcond);
-	pthread_mutex_unlock(&st->qlock);
-	return 0;
-}
-
 static int op_submit(kvt_store *st, kvt_op *op, kvt_op **out)
 {
 	int rc;
@@ -133,7 +54,7 @@ static int op_submit(kvt_store *st, kvt_op *op, kvt_op **out)
 	kvt_cond_init_mono(&op->cond);
 	op->st = st;
 	op->job.run = op_run;
-	if ((rc = store_job_submit(st, &op->job, PRIO_URGENT))) {
+	if ((rc = pool_submit(&st->pool, &op->job, PRIO_URGENT))) {
 		pthread_mutex_destroy(&op->lock);
 		pthread_cond_destroy(&op->cond);
 		free(op->keys);
@@ -195,114 +116,6 @@ int kvt_put_async(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 	op->len = len;
 	op->durability = durability;
 	return op_submit(st, op, out);
-}
-
-/* Reads straight into DRAM pages: the reservation the tier asks for. */
-struct into_ctx {
-	kvt_tier *dram;
-	const kvt_key *key;
-	kvt_tier_wbuf *w;
-	uint64_t len;
-};
-
-static int into_reserve(void *arg, uint64_t len, const struct iovec **iov,
-			int *n_iov)
-{
-	struct into_ctx *c = arg;
-	int rc = c->dram->ops->put_begin(c->dram, c->key, len, &c->w);
-
-	if (rc)
-		return rc;
-	c->len = len;
-	*iov = c->w->iov;
-	*n_iov = c->w->n_iov;
-	return 0;
-}
-
-/* Promote `key` from tier `src` by reading it into reserved DRAM pages, then
- * decoding and verifying it there before it is published: no bounce buffer,
- * no copy.  0, KVT_EEXIST (already in DRAM), or an error (a bad image is
- * dropped from `src`). */
-/* The image of `key` that tier `t` read straight into DRAM failed its
- * checks (`rc`, kvt_errmsg()): report it as any failed read is, through
- * the tier's corrupt() on a borrow of it, so a disk tier stops serving it
- * and lists it for verify rather than remove it (no read removes a file). */
-static void drop_bad(kvt_tier *t, const kvt_key *key, int rc)
-{
-	char why[256];
-	kvt_tier_rbuf *rb;
-
-	snprintf(why, sizeof(why), "%s", kvt_errmsg()[0] ? kvt_errmsg() : kvt_strerror(rc));
-	if (t->ops->get(t, key, &rb))
-		return; /* gone already */
-	kvt_err(rc, "%s", why);
-	t->ops->corrupt(t, rb);
-	t->ops->release(t, rb);
-}
-
-int store_promote_into(kvt_store *st, const kvt_ns *ns, const kvt_key *key, int src)
-{
-	kvt_tier *t = st->tiers[src], *dram = st->tiers[0];
-	struct into_ctx c = { .dram = dram, .key = key };
-	kvt_obj_hdr *h;
-	double t0 = store_now_s();
-	uint32_t tokens;
-	int rc = t->ops->get_into(t, key, into_reserve, &c);
-
-	if (rc) {
-		if (c.w)
-			dram->ops->put_abort(dram, c.w);
-		return rc;
-	}
-	h = malloc(sizeof(*h));
-	if (!h) {
-		dram->ops->put_abort(dram, c.w);
-		return kvt_err(KVT_ENOMEM, "out of memory");
-	}
-	{
-		kvt_tier_rbuf view = { .key = *key, .len = c.len, .iov = c.w->iov,
-				       .n_iov = c.w->n_iov };
-		rc = store_image_header(&view, h);
-		if (rc == 0 && ns)
-			rc = kvt_obj_hdr_expect(h, ns, key);
-		else if (rc == 0 && memcmp(h->key.b, key->b, KVT_KEY_BYTES))
-			rc = kvt_err(KVT_EMISMATCH, "the image holds another key");
-		if (rc == 0 && c.len != KVT_OBJ_HEADER_BYTES + h->payload_len)
-			rc = kvt_err(KVT_ETRUNCATED, "image is %llu bytes, header says %llu",
-				     (unsigned long long)c.len,
-				     (unsigned long long)(KVT_OBJ_HEADER_BYTES + h->payload_len));
-		if (rc == 0)
-			rc = kvt_obj_verify_iov(h, c.w->iov, c.w->n_iov);
-	}
-	free(h);
-	if (rc) {
-		char hex[65];
-		dram->ops->put_abort(dram, c.w);
-		if (rc == KVT_EMISMATCH && ns)
-			return rc; /* another namespace's chunk: not ours to drop */
-		kvt_key_hex(key, hex);
-		kvt_log(KVT_LOG_WARN, "%s tier: not serving %s: %s (%s)", t->ops->name,
-			hex, kvt_strerror(rc), kvt_errmsg());
-		if (st->cls[src]->fetches) {
-			/* fetched, and gone with the pages: reading it again to
-			 * report it would fetch it again */
-			kvt_tier_rbuf view = { .key = *key, .len = c.len };
-			t->ops->corrupt(t, &view);
-		} else {
-			drop_bad(t, key, rc);
-		}
-		store_forget(st, src, key, KVT_WHY_CORRUPT);
-		return rc;
-	}
-	tokens = store_image_tokens(c.w->iov, c.w->n_iov); /* the commit consumes c.w */
-	rc = dram->ops->put_commit(dram, c.w, KVT_DUR_CACHED);
-	if (rc == 0) {
-		store_after_insert(st, 0, key, c.len, -1, tokens);
-		hier_count(st->hier, src, HIER_PROMOTION);
-		hier_hit(st->hier, src, key);
-		store_perf_note(st, src, c.len, store_now_s() - t0);
-	}
-	return rc;
 }
 
 /* Prefetch, run by a worker: walk the chain; a chunk already in the first
@@ -448,4 +261,3 @@ void kvt_op_free(kvt_op *op)
 	free(op->keys);
 	free(op);
 }
-
