@@ -70,8 +70,12 @@ static int put_one(kvt_tier *t, const kvt_ns *ns, const kvt_key *key,
 
 /* 0 if get returns exactly `img` and the image verifies; else the code or
  * -1 for different bytes. */
-static int get_cmp(kvt_tier *t, const kvt_key *key, const uint8_t *img,
-		   uint64_t len)
+/* Read `key` back: one segment of `len` bytes under that key whose bytes
+ * from `from` on are img's, and whose header decodes.  0, the get's error,
+ * -1 (other bytes) or -2 (a bad header).  From KVT_OBJ_HEADER_BYTES on:
+ * the payload alone (the header holds the time of the put). */
+static int get_cmp_from(kvt_tier *t, const kvt_key *key, const uint8_t *img,
+			uint64_t len, uint64_t from)
 {
 	kvt_tier_rbuf *r;
 	kvt_obj_hdr *h;
@@ -82,7 +86,7 @@ static int get_cmp(kvt_tier *t, const kvt_key *key, const uint8_t *img,
 	h = malloc(sizeof(*h));
 	rc = 0;
 	if (r->len != len || r->n_iov != 1 ||
-	    memcmp(r->iov[0].iov_base, img, len) ||
+	    memcmp((const uint8_t *)r->iov[0].iov_base + from, img + from, len - from) ||
 	    memcmp(r->key.b, key->b, KVT_KEY_BYTES))
 		rc = -1;
 	else if (kvt_obj_decode(r->iov[0].iov_base, len, h))
@@ -90,6 +94,12 @@ static int get_cmp(kvt_tier *t, const kvt_key *key, const uint8_t *img,
 	free(h);
 	t->ops->release(t, r);
 	return rc;
+}
+
+static int get_cmp(kvt_tier *t, const kvt_key *key, const uint8_t *img,
+		   uint64_t len)
+{
+	return get_cmp_from(t, key, img, len, 0);
 }
 
 /* --- files ---------------------------------------------------------------- */

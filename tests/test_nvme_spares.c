@@ -180,27 +180,6 @@ static void test_full(void)
 
 /* Threads putting, reading and deleting overlapping keys at once: every
  * read is whole or a miss, never wrong bytes, never corrupt. */
-/* Like get_cmp, the payload alone (the header holds the time of the put). */
-static int get_payload(kvt_tier *t, const kvt_key *key, const uint8_t *img, uint64_t len)
-{
-	kvt_tier_rbuf *r;
-	kvt_obj_hdr *h;
-	int rc = t->ops->get(t, key, &r);
-
-	if (rc)
-		return rc;
-	h = malloc(sizeof(*h));
-	rc = 0;
-	if (r->len != len || memcmp((uint8_t *)r->iov[0].iov_base + KVT_OBJ_HEADER_BYTES,
-				    img + KVT_OBJ_HEADER_BYTES, len - KVT_OBJ_HEADER_BYTES))
-		rc = -1;
-	else if (kvt_obj_decode(r->iov[0].iov_base, len, h))
-		rc = -2;
-	free(h);
-	t->ops->release(t, r);
-	return rc;
-}
-
 struct st_arg { kvt_tier *t; int id; int bad; uint8_t *img[8]; };
 static kvt_ns *st_ns[3] = { &ns_small, &ns_odd, &ns_small };
 
@@ -220,7 +199,7 @@ static void *st_run(void *p)
 				a->bad++, fprintf(stderr, "put %d\n", rc);
 			break;
 		case 1:
-			rc = get_payload(a->t, &k, a->img[n], len);
+			rc = get_cmp_from(a->t, &k, a->img[n], len, KVT_OBJ_HEADER_BYTES);
 			if (rc && rc != KVT_ENOTFOUND)
 				a->bad++, fprintf(stderr, "get %d\n", rc);
 			break;

@@ -740,7 +740,6 @@ static void cmd_info(struct kvtd_conn *c, struct resp_arg *a, size_t n)
 {
 	struct kvtd *d = dmn(c);
 	struct resp_buf b = { 0 };
-	int64_t now = vals_now_ms();
 	const struct kvtd_tenant *t = ten(c);
 	int node = c->admin;
 
@@ -749,7 +748,7 @@ static void cmd_info(struct kvtd_conn *c, struct resp_arg *a, size_t n)
 			"os:Linux\r\narch_bits:64\r\nprocess_id:%ld\r\ntcp_port:%d\r\n"
 			"uptime_in_seconds:%lld\r\nio_threads_active:%d\r\n\r\n",
 		    KVTD_VERSION, KVT_VERSION_STRING, (long)getpid(), d->port,
-		    (long long)(now - d->start_ms) / 1000, d->nw);
+		    (long long)(kvtd_mono_ms() - d->start_ms) / 1000, d->nw);
 	if (want("clients", a, n)) {
 		add(&b, "# Clients\r\n");
 		if (node)

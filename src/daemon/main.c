@@ -287,7 +287,7 @@ static void hot_save(struct kvtd *d)
 static void *warm_main(void *arg)
 {
 	struct kvtd *d = arg;
-	int64_t t0 = vals_now_ms();
+	int64_t t0 = kvtd_mono_ms();
 	char a[32];
 	int rc = kvt_store_warm(d->st, d->hot_path, d->warm_bytes, d->warm_bps, &d->warm);
 
@@ -300,7 +300,7 @@ static void *warm_main(void *arg)
 			 "the %llu listed were there already, %llu in no tier, %llu failed",
 			 (unsigned long long)d->warm.loaded,
 			 kvt_fmt_size(d->warm.loaded_bytes, a, sizeof(a)),
-			 (long long)(vals_now_ms() - t0), (unsigned long long)d->warm.already,
+			 (long long)(kvtd_mono_ms() - t0), (unsigned long long)d->warm.already,
 			 (unsigned long long)d->warm.listed, (unsigned long long)d->warm.missing,
 			 (unsigned long long)d->warm.failed);
 	atomic_store(&d->ready, 1);
@@ -578,7 +578,7 @@ static int start_serving(struct kvtd *d, struct args *a, kvt_local_server **loca
 		return 1;
 	}
 	d->nw = d->o.threads;
-	d->start_ms = vals_now_ms();
+	d->start_ms = kvtd_mono_ms();
 	d->config_path = a->config;
 	if (kvtd_listen(d) || kvtd_start(d) || kvtd_ops_serve(d, &a->ops))
 		return 1;
@@ -613,10 +613,10 @@ static void run(struct kvtd *d, struct args *a, const sigset_t *sigs, int owner_
 			continue;
 		}
 		vals_sweep(d->vals, 256);
-		if (d->hot_path && vals_now_ms() - *hot_saved_ms >= HOT_SAVE_MS &&
+		if (d->hot_path && kvtd_mono_ms() - *hot_saved_ms >= HOT_SAVE_MS &&
 		    atomic_load(&d->ready)) {
 			hot_save(d);
-			*hot_saved_ms = vals_now_ms();
+			*hot_saved_ms = kvtd_mono_ms();
 		}
 	}
 }
@@ -660,7 +660,7 @@ int main(int argc, char **argv)
 	int warming = 0;
 	/* The first save a minute from now: a node started without a warm
 	 * start must not overwrite the last run's list with its empty tier. */
-	hot_saved_ms = vals_now_ms();
+	hot_saved_ms = kvtd_mono_ms(); /* a clock step must not move a save */
 	if (d.warm_bytes) {
 		warming = pthread_create(&warm_thread, NULL, warm_main, &d) == 0;
 		if (!warming)

@@ -68,7 +68,7 @@ void kvtd_metrics_daemon(void *arg, struct kvtd_text *o)
 	       "Bytes of the chunks served to other nodes.",
 	       (unsigned long long)atomic_load(&d->peer_bytes));
 	family(o, "kvtierd_uptime_seconds", "gauge", "Seconds since the daemon started.",
-	       (unsigned long long)((vals_now_ms() - d->start_ms) / 1000));
+	       (unsigned long long)((kvtd_mono_ms() - d->start_ms) / 1000));
 	if (d->auth == kvtd_tenants_auth && d->auth_ctx) {
 		kvtd_tenants_metrics(d->auth_ctx, o);
 	} else {

@@ -193,7 +193,7 @@ struct kvtd {
 	const struct kvtd_tenant *(*shared_of)(struct kvtd *d, const char *key, size_t len);
 	struct kvtd_tls_ctx *tls; /* TLS for TCP clients (ops.c), or NULL */
 	struct kvtd_http *http;   /* /metrics and /health (ops.c), or NULL */
-	int64_t start_ms;
+	int64_t start_ms;         /* kvtd_mono_ms at start: the uptime's origin */
 	const char *config_path;
 	int durability;
 	int serve_peers;          /* --serve-peers: KVTIER.PEEK and FETCH */
