@@ -113,9 +113,7 @@ int store_image_get(kvt_store *st, const kvt_key *key, kvt_tier_rbuf **rb)
 		t->ops->release(t, src);
 		if (rc && rc != KVT_EEXIST)
 			return rc;
-		if (rc == 0)
-			hier_count(st->hier, i, HIER_PROMOTION);
-		hier_hit(st->hier, i, key);
+		hier_read(st->hier, i, key, rc == 0);
 		return t0->ops->get(t0, key, rb);
 	}
 	return KVT_ENOTFOUND;
@@ -263,14 +261,13 @@ fetch_plain:
 			free(ref);
 			continue;
 		}
-		hier_hit(st->hier, i, key);
 		if (st->cls[i]->fetches && i > 0 && !copied_up) {
 			/* Fetched over the network and kept nowhere: copied up
 			 * into the first tier now (verified as it is copied),
 			 * and the read served from there. */
 			rc = store_copy_verified(st, 0, rb, &ref->hdr);
 			if (rc == 0 || rc == KVT_EEXIST) {
-				hier_count(st->hier, i, HIER_PROMOTION);
+				hier_read(st->hier, i, key, 1);
 				free(ref->iov);
 				t->ops->release(t, rb);
 				free(ref);
@@ -295,6 +292,7 @@ fetch_plain:
 			}
 			/* no room above: served from the fetched copy */
 		}
+		hier_read(st->hier, i, key, 0);
 		*out = ref;
 		*tier_out = i;
 		return 0;
@@ -538,7 +536,7 @@ int kvt_image_borrow(kvt_store *st, const kvt_key *key, kvt_ref **out)
 		}
 		memcpy(ref->iov, rb->iov, (size_t)rb->n_iov * sizeof(*ref->iov));
 		ref->n_iov = rb->n_iov;
-		hier_hit(st->hier, i, key);
+		hier_read(st->hier, i, key, 0);
 		*out = ref;
 		return 0;
 	}

@@ -368,6 +368,21 @@ int hier_write_mode(const kvt_hier *h, int tier)
 			   : KVT_WRITE_NONE;
 }
 
+void hier_plan_put(const kvt_hier *h, int durability, struct hier_put_plan *p)
+{
+	p->now = p->through = p->takes = 0;
+	for (int i = 0; i < h->n; i++) {
+		int w = hier_write_mode(h, i);
+		if (w == KVT_WRITE_NONE)
+			continue;
+		p->takes |= 1u << i;
+		if (durability > KVT_DUR_CACHED || !p->now)
+			p->now |= 1u << i; /* write-back tiers too when asked */
+		else if (w == KVT_WRITE_THROUGH)
+			p->through |= 1u << i;
+	}
+}
+
 /* --- reconfiguration ---------------------------------------------------------- */
 
 static void vict_out(struct hier_tier *t, kvt_key **victims, size_t *n);
@@ -494,7 +509,8 @@ void hier_seen(kvt_hier *h, int tier, const kvt_key *key)
 	pthread_mutex_unlock(&t->mu);
 }
 
-int hier_admit(kvt_hier *h, int tier, const kvt_key *key)
+/* May a chunk enter `tier`?  Counts a rejection. */
+static int hier_admit(kvt_hier *h, int tier, const kvt_key *key)
 {
 	struct hier_tier *t = &h->t[tier];
 	struct kvt_admit_query q = { .id = key_id(key), .pos = UINT32_MAX };
@@ -514,7 +530,8 @@ int hier_admit(kvt_hier *h, int tier, const kvt_key *key)
 	return ok;
 }
 
-void hier_hit(kvt_hier *h, int tier, const kvt_key *key)
+/* A read hit in `tier`: recency/frequency bookkeeping. */
+static void hier_hit(kvt_hier *h, int tier, const kvt_key *key)
 {
 	struct hier_tier *t = &h->t[tier];
 	struct idmap_ent *e;
@@ -753,7 +770,9 @@ int hier_pin(kvt_hier *h, int tier, const kvt_key *key, int pin)
 	return rc;
 }
 
-void hier_throttle(kvt_hier *h, int tier, uint64_t bytes)
+/* Background copies into `tier` take `bytes` of its bandwidth budget: wait
+ * until the token bucket allows it. */
+static void hier_throttle(kvt_hier *h, int tier, uint64_t bytes)
 {
 	struct hier_tier *t = &h->t[tier];
 	double rate = (double)__atomic_load_n(&t->conf.background_bps, __ATOMIC_RELAXED), wait_s;
@@ -777,6 +796,21 @@ void hier_throttle(kvt_hier *h, int tier, uint64_t bytes)
 		while (nanosleep(&d, &d) && errno == EINTR)
 			;
 	}
+}
+
+int hier_copy_in(kvt_hier *h, int tier, const kvt_key *key, uint64_t bytes)
+{
+	if (!hier_admit(h, tier, key))
+		return 0;
+	hier_throttle(h, tier, bytes);
+	return 1;
+}
+
+void hier_read(kvt_hier *h, int tier, const kvt_key *key, int promoted)
+{
+	hier_hit(h, tier, key);
+	if (promoted)
+		hier_count(h, tier, HIER_PROMOTION);
 }
 
 void hier_count(kvt_hier *h, int tier, int what)

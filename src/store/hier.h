@@ -38,6 +38,7 @@ struct hier_counters {
 int hier_open(int n_tiers, const struct hier_tier_conf *conf, kvt_hier **out);
 void hier_close(kvt_hier *h);
 
+/* Tier `tier`'s write mode (KVT_WRITE_*), as configured now. */
 int hier_write_mode(const kvt_hier *h, int tier);
 
 /* A reloaded configuration's policy knobs for `tier`, in force from now:
@@ -50,12 +51,28 @@ int hier_write_mode(const kvt_hier *h, int tier);
 int hier_reconfigure(kvt_hier *h, int tier, const struct hier_tier_conf *c,
 		     kvt_key **victims, size_t *n);
 
+/* Where a put goes, from the tiers' write modes: the tiers it writes
+ * itself (`now`: for a cached put the first tier that takes puts, for a
+ * stronger one every tier that does), the write-through tiers below that
+ * follow in the background (`through`, cached puts only), and every tier
+ * that takes puts at all (`takes`: what a demotion may go to).  Bit i is
+ * tier i. */
+struct hier_put_plan {
+	unsigned now, through, takes;
+};
+void hier_plan_put(const kvt_hier *h, int durability, struct hier_put_plan *p);
+
+/* A read served by `tier`: recency and frequency, and a promotion counted
+ * there when the chunk was copied up. */
+void hier_read(kvt_hier *h, int tier, const kvt_key *key, int promoted);
+
+/* May a background copy of `key` (`bytes` long) enter `tier`?  0 if its
+ * admission says no (a rejection is counted); else 1, once the tier's
+ * background bandwidth budget allows the copy (it may wait). */
+int hier_copy_in(kvt_hier *h, int tier, const kvt_key *key, uint64_t bytes);
+
 /* A lookup saw `key` (admission counts sightings, hit or miss). */
 void hier_seen(kvt_hier *h, int tier, const kvt_key *key);
-/* May a chunk enter `tier`?  Counts a rejection. */
-int hier_admit(kvt_hier *h, int tier, const kvt_key *key);
-/* A read hit in `tier`: recency/frequency bookkeeping. */
-void hier_hit(kvt_hier *h, int tier, const kvt_key *key);
 /* Accounts: one per tenant of the store's configuration (its index + 1),
  * 0 for the default tenant.  Each tier keeps each account's usage against
  * its quota and reservation (hier.c says how eviction honours them). */
@@ -96,10 +113,6 @@ void hier_remove(kvt_hier *h, int tier, const kvt_key *key);
 /* Pin or unpin `key` in `tier`: a pinned chunk is never a victim.
  * KVT_ENOTFOUND if the policy does not hold it. */
 int hier_pin(kvt_hier *h, int tier, const kvt_key *key, int pin);
-
-/* Background copies into `tier` take `bytes` of its bandwidth budget: wait
- * until the token bucket allows it. */
-void hier_throttle(kvt_hier *h, int tier, uint64_t bytes);
 
 void hier_count(kvt_hier *h, int tier, int what);
 enum { HIER_PROMOTION = 0, HIER_DEMOTION = 1 };

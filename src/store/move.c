@@ -115,9 +115,11 @@ static int copy_into(kvt_store *st, int dst, const kvt_tier_rbuf *rb,
  * happened: the chunk was evicted first, or the copy failed).  -1: none. */
 static int demote_target(kvt_store *st, int src, const kvt_key *key)
 {
+	struct hier_put_plan plan;
+
+	hier_plan_put(st->hier, KVT_DUR_CACHED, &plan);
 	for (int d = src + 1; d < st->n_tiers; d++) {
-		int w = hier_write_mode(st->hier, d);
-		if (w == KVT_WRITE_NONE)
+		if (!(plan.takes & (1u << d)))
 			continue;
 		if (st->tiers[d]->ops->exists(st->tiers[d], key) == 1)
 			return -1; /* held below already */
@@ -194,8 +196,7 @@ static void move_run(struct job *j)
 		flight_leave(st, &m->key);
 	} else if (m->kind == MOVE_DEMOTE) {
 		int d = demote_target(st, m->src, &m->key);
-		if (d >= 0 && hier_admit(st->hier, d, &m->key)) {
-			hier_throttle(st->hier, d, m->rb->len);
+		if (d >= 0 && hier_copy_in(st->hier, d, &m->key, m->rb->len)) {
 			if (copy_into(st, d, m->rb, KVT_DUR_CACHED) == 0)
 				hier_count(st->hier, d, HIER_DEMOTION);
 		}
@@ -217,10 +218,12 @@ static void move_run(struct job *j)
 			while (nanosleep(&ts, &ts) && errno == EINTR)
 				;
 		}
+		struct hier_put_plan plan;
+
+		hier_plan_put(st->hier, KVT_DUR_CACHED, &plan);
 		for (int d = m->src + 1; d < st->n_tiers; d++) {
 			int rc;
-			if (hier_write_mode(st->hier, d) != KVT_WRITE_THROUGH ||
-			    !hier_admit(st->hier, d, &m->key))
+			if (!(plan.through & (1u << d)))
 				continue;
 			/* Gone from the tier it was put in since it was queued:
 			 * deleted (kvtierd's overwritten versions are), so a
@@ -231,7 +234,8 @@ static void move_run(struct job *j)
 			 * the versions that live (docs/DAEMON.md, "Benchmark"). */
 			if (src->ops->exists(src, &m->key) != 1)
 				break;
-			hier_throttle(st->hier, d, m->rb->len);
+			if (!hier_copy_in(st->hier, d, &m->key, m->rb->len))
+				continue;
 			rc = copy_into(st, d, m->rb, KVT_DUR_CACHED);
 			if (rc == KVT_EEXIST) {
 				/* Another writer (another node, on a shared tier)
@@ -410,8 +414,7 @@ int store_promote_into(kvt_store *st, const kvt_ns *ns, const kvt_key *key, int 
 	rc = dram->ops->put_commit(dram, c.w, KVT_DUR_CACHED);
 	if (rc == 0) {
 		store_after_insert(st, 0, key, c.len, -1, tokens);
-		hier_count(st->hier, src, HIER_PROMOTION);
-		hier_hit(st->hier, src, key);
+		hier_read(st->hier, src, key, 1);
 		store_perf_note(st, src, c.len, store_now_s() - t0);
 	}
 	return rc;

@@ -33,15 +33,17 @@ static int store_harden(kvt_store *st, const kvt_key *key, int holder,
 {
 	kvt_tier *src = st->tiers[holder];
 	kvt_tier_rbuf *rb;
+	struct hier_put_plan plan;
 	int rc, done = 0, err = 0;
 
+	hier_plan_put(st->hier, durability, &plan);
 	if ((rc = src->ops->get(src, key, &rb)))
 		return rc == KVT_ENOTFOUND ? kvt_err(KVT_ENOTFOUND, "chunk vanished") : rc;
 	for (int i = st->n_tiers - 1; i >= 0; i--) {
 		kvt_tier *t = st->tiers[i];
 		kvt_tier_wbuf *w;
 		if (store_tier_durability(st, i, durability) < durability ||
-		    hier_write_mode(st->hier, i) == KVT_WRITE_NONE)
+		    !(plan.takes & (1u << i)))
 			continue;
 		if (store_writes_off(st, i)) {
 			if (!err)
@@ -68,30 +70,6 @@ static int store_harden(kvt_store *st, const kvt_key *key, int holder,
 		return kvt_err(KVT_EEXIST, "key already stored; made %s",
 			       durability == KVT_DUR_POWER_SAFE ? "power-safe" : "crash-safe");
 	return err ? err : kvt_err(KVT_ENOTSUP, "no tier can give that durability");
-}
-
-/* Which tiers a put writes itself (the rest get the chunk by write-through
- * in the background, by demotion, or never): a cached put writes the first
- * tier and lets the lower write-through tiers follow asynchronously; a
- * crash- or power-safe put writes every tier that takes puts, now. */
-static unsigned put_mask(kvt_store *st, int durability, int *async_through)
-{
-	unsigned mask = 0;
-
-	*async_through = 0;
-	for (int i = 0; i < st->n_tiers; i++) {
-		int w = hier_write_mode(st->hier, i);
-		if (w == KVT_WRITE_NONE)
-			continue;
-		if (durability > KVT_DUR_CACHED) {
-			mask |= 1u << i; /* write-back tiers too: asked for now */
-		} else if (!mask) {
-			mask |= 1u << i; /* the first tier that takes puts */
-		} else if (w == KVT_WRITE_THROUGH) {
-			*async_through = 1;
-		}
-	}
-	return mask;
 }
 
 /* The writer's side of the TTL: a key held past it in tier i is removed
@@ -260,17 +238,15 @@ static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 static int put_chunk(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 		     const void *const *layers, int durability)
 {
-	int async_through, rc, first = -1;
-	unsigned mask = put_mask(st, durability, &async_through);
+	struct hier_put_plan plan;
+	int rc;
 
-	if (!mask)
+	hier_plan_put(st->hier, durability, &plan);
+	if (!plan.now)
 		return kvt_err(KVT_ENOTSUP, "no tier takes puts (every tier's write is none)");
-	rc = store_put(st, ns, key, layers, durability, mask);
-	for (int i = 0; i < st->n_tiers && first < 0; i++)
-		if (mask & (1u << i))
-			first = i;
-	if (rc == 0 && async_through)
-		store_move(st, MOVE_THROUGH, first, key);
+	rc = store_put(st, ns, key, layers, durability, plan.now);
+	if (rc == 0 && plan.through)
+		store_move(st, MOVE_THROUGH, __builtin_ctz(plan.now), key);
 	return rc;
 }
 
@@ -287,9 +263,10 @@ int store_image_held(kvt_store *st, const kvt_key *key)
 int store_image_begin(kvt_store *st, const kvt_key *key, uint64_t len,
 		      kvt_tier_wbuf **w, int *first)
 {
-	int async_through, rc;
-	unsigned mask = put_mask(st, KVT_DUR_CACHED, &async_through);
+	struct hier_put_plan plan;
+	int rc;
 
+	hier_plan_put(st->hier, KVT_DUR_CACHED, &plan);
 	*w = NULL;
 	if (st->cfg.read_only)
 		return kvt_err(-EROFS, "the store is open read-only (read_only: true)");
@@ -298,7 +275,7 @@ int store_image_begin(kvt_store *st, const kvt_key *key, uint64_t len,
 			       (unsigned long long)len);
 	if ((rc = store_image_held(st, key)))
 		return rc;
-	*first = mask ? __builtin_ctz(mask) : -1;
+	*first = plan.now ? __builtin_ctz(plan.now) : -1;
 	if (*first != 0)
 		return kvt_err(KVT_ENOTSUP, "the first tier takes no puts");
 	if (store_writes_off(st, 0))
@@ -314,10 +291,10 @@ int store_image_commit(kvt_store *st, int first, kvt_tier_wbuf *w0, int durabili
 {
 	kvt_tier_wbuf *w[KVT_MAX_TIERS] = { 0 };
 	int rc[KVT_MAX_TIERS];
-	int async_through, lost = 0, err = 0;
+	struct hier_put_plan plan;
+	int lost = 0, err = 0;
 	kvt_key key = w0->key;
 	uint64_t len = w0->len;
-	unsigned mask;
 
 	if (durability < KVT_DUR_CACHED || durability > KVT_DUR_POWER_SAFE ||
 	    (durability > KVT_DUR_CACHED && !store_has_persistent(st))) {
@@ -327,14 +304,14 @@ int store_image_commit(kvt_store *st, int first, kvt_tier_wbuf *w0, int durabili
 			       "durability %d: unknown, or the daemon has no disk tier",
 			       durability);
 	}
-	mask = put_mask(st, durability, &async_through);
+	hier_plan_put(st->hier, durability, &plan);
 	for (int i = 0; i < KVT_MAX_TIERS; i++)
 		rc[i] = 1; /* not begun */
 	rc[first] = 0;
 	w[first] = w0;
 	for (int i = first + 1; i < st->n_tiers; i++) {
 		kvt_tier_rbuf src = { .key = key, .len = len, .iov = w0->iov, .n_iov = w0->n_iov };
-		if (!(mask & (1u << i)))
+		if (!(plan.now & (1u << i)))
 			continue;
 		if (store_writes_off(st, i)) {
 			if (!err)
@@ -350,7 +327,7 @@ int store_image_commit(kvt_store *st, int first, kvt_tier_wbuf *w0, int durabili
 			err = rc[i];
 	}
 	err = put_publish(st, &key, len, w, rc, first, lost, err, durability, acct);
-	if (err == 0 && async_through)
+	if (err == 0 && plan.through)
 		store_move(st, MOVE_THROUGH, first, &key);
 	return err;
 }
