@@ -134,33 +134,139 @@ double store_held_expired(kvt_store *st, int tier, const kvt_key *key)
 	return born;
 }
 
-/* A miss after some tier failed says what failed: an unreachable
- * endpoint or a failing disk is not "no chunk under that key". */
-static void note_failure(char *why, size_t len, int *first, int rc,
-			 const char *tier)
+/* What a borrow's failed tiers said: a miss after some tier failed says
+ * what failed (an unreachable endpoint or a failing disk is not "no chunk
+ * under that key"), and one after bad copies says so.  `failed` and `bad`
+ * hold the first such error; `why` the message of the one noted first. */
+struct borrow_notes {
+	char why[384];
+	int failed, bad;
+};
+
+static void note_failure(struct borrow_notes *bn, int *first, int rc, const char *tier)
 {
 	if (*first)
 		return;
 	*first = rc;
-	snprintf(why, len, "%s tier: %s", tier, kvt_errmsg()[0] ? kvt_errmsg()
-								 : kvt_strerror(rc));
+	snprintf(bn->why, sizeof(bn->why), "%s tier: %s",
+		 tier, kvt_errmsg()[0] ? kvt_errmsg() : kvt_strerror(rc));
+}
+
+/* Tier i's copy failed its checks (`rc`): logged, noted, and no longer
+ * served by the tier (unless only memory ran out). */
+static void borrow_bad(kvt_store *st, int i, const kvt_key *key, kvt_tier_rbuf *rb, int rc,
+		       struct borrow_notes *bn)
+{
+	kvt_tier *t = st->tiers[i];
+	char hex[65];
+
+	kvt_key_hex(key, hex);
+	kvt_log(KVT_LOG_WARN, "%s tier: not serving %s: %s (%s)", t->ops->name, hex,
+		kvt_strerror(rc), kvt_errmsg());
+	if (!bn->failed)
+		note_failure(bn, &bn->bad, rc, t->ops->name);
+	if (rc != KVT_ENOMEM) {
+		t->ops->corrupt(t, rb);
+		store_forget(st, i, key, KVT_WHY_CORRUPT);
+	}
+}
+
+/* Read `key` from tier i (on the device when `dev` and the tier can) and
+ * check the image is the chunk asked for: 0 with *out, KVT_ENOTFOUND to
+ * go on to the next tier (a miss, another namespace's chunk, one past its
+ * TTL, a failed read or a bad copy, noted in bn), or KVT_ENOMEM (no
+ * memory for the reference). */
+static int borrow_from(kvt_store *st, int i, const kvt_ns *ns, const kvt_key *key, int dev,
+		       struct borrow_notes *bn, kvt_ref **out)
+{
+	kvt_tier *t = st->tiers[i];
+	int on_dev = dev && t->ops->get_dev, rc;
+	double t0 = st->cls[i]->remote ? store_now_s() : 0;
+	kvt_tier_rbuf *rb;
+	kvt_ref *ref;
+
+	rc = on_dev ? t->ops->get_dev(t, key, &rb) : t->ops->get(t, key, &rb);
+	if (rc == KVT_ENOTFOUND)
+		return rc;
+	if (rc == 0 && st->cls[i]->remote)
+		/* the read is the transfer: what the cost model learns */
+		store_perf_note(st, i, rb->len, store_now_s() - t0);
+	if (rc < 0) {
+		kvt_log(KVT_LOG_WARN, "%s tier: read failed: %s (%s)",
+			t->ops->name, kvt_strerror(rc), kvt_errmsg());
+		if (rc > KVT_ERR_BASE || rc == KVT_ETIMEDOUT)
+			note_failure(bn, &bn->failed, rc, t->ops->name);
+		else if (!bn->failed)
+			note_failure(bn, &bn->bad, rc, t->ops->name);
+		return KVT_ENOTFOUND;
+	}
+	if (!(ref = calloc(1, sizeof(*ref)))) {
+		t->ops->release(t, rb);
+		return kvt_err(KVT_ENOMEM, "out of memory");
+	}
+	ref->st = st;
+	ref->tier = t;
+	ref->rb = rb;
+	ref->dev = on_dev;
+	rc = store_image_header(rb, &ref->hdr);
+	if (rc == 0)
+		rc = kvt_obj_hdr_expect(&ref->hdr, ns, key);
+	if (rc == 0 && rb->len != KVT_OBJ_HEADER_BYTES + ref->hdr.payload_len)
+		rc = kvt_err(KVT_ETRUNCATED, "image is %llu bytes, header says %llu",
+			     (unsigned long long)rb->len,
+			     (unsigned long long)(KVT_OBJ_HEADER_BYTES + ref->hdr.payload_len));
+	if (rc == 0)
+		rc = store_payload_iov(rb, KVT_OBJ_HEADER_BYTES, &ref->iov, &ref->n_iov);
+	if (rc == 0 && store_expired(st, &ref->hdr))
+		/* Past its TTL: a miss.  A read removes nothing: the next put
+		 * of the key replaces it (store_put), and eviction or GC
+		 * reclaims it. */
+		rc = KVT_ENOTFOUND;
+	else if (rc && rc != KVT_EMISMATCH) /* another namespace's chunk under
+					     * this key is not ours to drop */
+		borrow_bad(st, i, key, rb, rc, bn);
+	if (rc) {
+		store_ref_free(ref);
+		return KVT_ENOTFOUND;
+	}
+	*out = ref;
+	return 0;
+}
+
+/* Tier i fetches over the network into no memory of its own: copy its
+ * read up into the first tier (verified as it is copied), so the next
+ * read finds it there.  1: copied (ref is let go; read again from the
+ * first tier); 0: serve `ref` as it is (no room above); -1: the copy
+ * failed its checks (ref is let go). */
+static int borrow_copy_up(kvt_store *st, int i, const kvt_key *key, kvt_ref *ref,
+			  struct borrow_notes *bn)
+{
+	int rc = store_copy_verified(st, 0, ref->rb, &ref->hdr);
+
+	if (rc == 0 || rc == KVT_EEXIST) {
+		hier_read(st->hier, i, key, 1);
+		store_ref_free(ref);
+		return 1;
+	}
+	if (rc == KVT_ECORRUPT) {
+		borrow_bad(st, i, key, ref->rb, rc, bn);
+		store_ref_free(ref);
+		return -1;
+	}
+	return 0;
 }
 
 /* Borrow `key` from the first tier that holds a valid copy.  Bad copies are
  * dropped from their tier (counted there) and the search goes on. */
 int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
-			kvt_ref **out, int *tier_out, int dev)
+		 kvt_ref **out, int *tier_out, int dev)
 {
-	char why[384] = "";
-	int failed = 0, bad = 0, ord[KVT_MAX_TIERS], ordered = 0, copied_up = 0;
+	struct borrow_notes bn = { .why = "" };
+	int ord[KVT_MAX_TIERS], ordered = 0, copied_up = 0;
 
 	for (int j = 0; j < st->n_tiers; j++) {
-		int i = ordered ? ord[j] : j;
-		kvt_tier *t;
-		kvt_tier_rbuf *rb;
-		kvt_ref *ref;
-		int on_dev, rc;
-		double t0;
+		int i = ordered ? ord[j] : j, rc;
+		kvt_ref *ref = NULL;
 
 		if (!ordered && st->n_remote > 1 && st->cls[j]->remote) {
 			read_order(st, KVT_OBJ_HEADER_BYTES + kvt_layout_payload_bytes(&ns->layout),
@@ -168,7 +274,6 @@ int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 			ordered = 1;
 			i = ord[j];
 		}
-		t = st->tiers[i];
 		if (fetch_into(st, i) && !copied_up) {
 			/* Fetched over the network straight into DRAM pages,
 			 * checked there, and the read served from DRAM. */
@@ -181,126 +286,41 @@ int store_borrow(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 			}
 			if (rc == KVT_ENOTFOUND)
 				continue;
-			if (rc == KVT_EFULL || rc == KVT_ENOMEM || rc == KVT_ETOOBIG)
-				goto fetch_plain; /* no room above: the tier's own buffer */
-			kvt_log(KVT_LOG_WARN, "%s tier: read failed: %s (%s)", t->ops->name,
-				kvt_strerror(rc), kvt_errmsg());
-			if (!failed && rc > KVT_ERR_BASE)
-				note_failure(why, sizeof(why), &failed, rc, t->ops->name);
-			else if (!failed && !bad)
-				note_failure(why, sizeof(why), &bad, rc, t->ops->name);
-			continue;
-		}
-fetch_plain:
-		on_dev = dev && t->ops->get_dev;
-		t0 = st->cls[i]->remote ? store_now_s() : 0;
-		rc = on_dev ? t->ops->get_dev(t, key, &rb) : t->ops->get(t, key, &rb);
-		if (rc == KVT_ENOTFOUND)
-			continue;
-		if (rc == 0 && st->cls[i]->remote)
-			/* the read is the transfer: what the cost model learns */
-			store_perf_note(st, i, rb->len, store_now_s() - t0);
-		if (rc < 0) {
-			kvt_log(KVT_LOG_WARN, "%s tier: read failed: %s (%s)",
-				t->ops->name, kvt_strerror(rc), kvt_errmsg());
-			if (rc > KVT_ERR_BASE || rc == KVT_ETIMEDOUT)
-				note_failure(why, sizeof(why), &failed, rc, t->ops->name);
-			else if (!failed)
-				note_failure(why, sizeof(why), &bad, rc, t->ops->name);
-			continue;
-		}
-		ref = calloc(1, sizeof(*ref));
-		if (!ref) {
-			t->ops->release(t, rb);
-			return kvt_err(KVT_ENOMEM, "out of memory");
-		}
-		ref->st = st;
-		ref->tier = t;
-		ref->rb = rb;
-		ref->iov = NULL;
-		ref->dev = on_dev;
-		rc = store_image_header(rb, &ref->hdr);
-		if (rc == 0)
-			rc = kvt_obj_hdr_expect(&ref->hdr, ns, key);
-		if (rc == 0 && rb->len != KVT_OBJ_HEADER_BYTES + ref->hdr.payload_len)
-			rc = kvt_err(KVT_ETRUNCATED, "image is %llu bytes, header says %llu",
-				     (unsigned long long)rb->len,
-				     (unsigned long long)(KVT_OBJ_HEADER_BYTES +
-							  ref->hdr.payload_len));
-		if (rc == 0)
-			rc = store_payload_iov(rb, KVT_OBJ_HEADER_BYTES, &ref->iov, &ref->n_iov);
-		if (rc == KVT_EMISMATCH) {
-			/* Another namespace's chunk under this key: not ours to
-			 * read, and not ours to drop either. */
-			free(ref->iov);
-			t->ops->release(t, rb);
-			free(ref);
-			continue;
-		}
-		if (rc == 0 && store_expired(st, &ref->hdr)) {
-			/* Past its TTL: a miss.  A read removes nothing: the
-			 * next put of the key replaces it (store_put), and
-			 * eviction or GC reclaims it. */
-			free(ref->iov);
-			t->ops->release(t, rb);
-			free(ref);
-			continue;
-		}
-		if (rc) {
-			char hex[65];
-			kvt_key_hex(key, hex);
-			kvt_log(KVT_LOG_WARN, "%s tier: not serving %s: %s (%s)",
-				t->ops->name, hex, kvt_strerror(rc), kvt_errmsg());
-			if (!failed)
-				note_failure(why, sizeof(why), &bad, rc, t->ops->name);
-			if (rc != KVT_ENOMEM) {
-				t->ops->corrupt(t, rb);
-				store_forget(st, i, key, KVT_WHY_CORRUPT);
+			if (rc != KVT_EFULL && rc != KVT_ENOMEM && rc != KVT_ETOOBIG) {
+				const char *name = st->tiers[i]->ops->name;
+				kvt_log(KVT_LOG_WARN, "%s tier: read failed: %s (%s)", name,
+					kvt_strerror(rc), kvt_errmsg());
+				if (!bn.failed && rc > KVT_ERR_BASE)
+					note_failure(&bn, &bn.failed, rc, name);
+				else if (!bn.failed && !bn.bad)
+					note_failure(&bn, &bn.bad, rc, name);
+				continue;
 			}
-			t->ops->release(t, rb);
-			free(ref);
-			continue;
+			/* no room above: the tier's own buffer */
 		}
+		if ((rc = borrow_from(st, i, ns, key, dev, &bn, &ref)) == KVT_ENOTFOUND)
+			continue;
+		if (rc)
+			return rc;
 		if (st->cls[i]->fetches && i > 0 && !copied_up) {
-			/* Fetched over the network and kept nowhere: copied up
-			 * into the first tier now (verified as it is copied),
-			 * and the read served from there. */
-			rc = store_copy_verified(st, 0, rb, &ref->hdr);
-			if (rc == 0 || rc == KVT_EEXIST) {
-				hier_read(st->hier, i, key, 1);
-				free(ref->iov);
-				t->ops->release(t, rb);
-				free(ref);
+			rc = borrow_copy_up(st, i, key, ref, &bn);
+			if (rc == 1) {
 				copied_up = 1;
 				ordered = 0;
 				j = -1;
-				continue;
 			}
-			if (rc == KVT_ECORRUPT) {
-				char hex[65];
-				kvt_key_hex(key, hex);
-				kvt_log(KVT_LOG_WARN, "%s tier: chunk %s failed verification: %s",
-					t->ops->name, hex, kvt_errmsg());
-				if (!failed)
-					note_failure(why, sizeof(why), &bad, rc, t->ops->name);
-				t->ops->corrupt(t, rb);
-				store_forget(st, i, key, KVT_WHY_CORRUPT);
-				free(ref->iov);
-				t->ops->release(t, rb);
-				free(ref);
+			if (rc)
 				continue;
-			}
-			/* no room above: served from the fetched copy */
 		}
 		hier_read(st->hier, i, key, 0);
 		*out = ref;
 		*tier_out = i;
 		return 0;
 	}
-	if (failed)
-		return kvt_err(failed, "%s", why);
-	if (bad)
-		return kvt_err(KVT_ENOTFOUND, "no good copy under that key: %s", why);
+	if (bn.failed)
+		return kvt_err(bn.failed, "%s", bn.why);
+	if (bn.bad)
+		return kvt_err(KVT_ENOTFOUND, "no good copy under that key: %s", bn.why);
 	return kvt_err(KVT_ENOTFOUND, "no chunk under that key");
 }
 
