@@ -156,7 +156,7 @@ grep -qi "unreachable" "$work/err" && ok "lookup on a dead endpoint says it is u
 k=$(sed -n 1p "$work/keys.txt")
 "$kvtier" get "${dead[@]}" --key "$k" -o "$work/dead.bin" >"$work/out" 2>"$work/err"
 if grep -q "no chunk under that key" "$work/err"; then
-	# The store (src/store/store.c) decides what a failed tier read
+	# The store (src/store/get.c) decides what a failed tier read
 	# becomes; reported, not counted, until it passes the error on.
 	echo "XFAIL get on a dead endpoint is reported as a miss: $(tail -1 "$work/err")"
 else

@@ -391,7 +391,7 @@ static void dead_endpoint(const kvt_key *k1, const uint8_t *img1, uint64_t len1)
 
 /* Through a store (DRAM, then S3): a read that S3 fails must not come back
  * as "no chunk under that key".  The store decides what kvt_get returns
- * when a tier fails (src/store/store.c); until it passes a tier's error on,
+ * when a tier fails (src/store/get.c); until it passes a tier's error on,
  * this prints XFAIL instead of failing. */
 static void store_surfaces_errors(void)
 {
@@ -442,7 +442,7 @@ static void store_surfaces_errors(void)
 		CHECK(rc < 0);
 		if (rc == KVT_ENOTFOUND)
 			fprintf(stderr, "XFAIL store: a hung S3 read is reported as %s (%s); "
-					"src/store/store.c store_borrow must return the tier's error "
+					"src/store/get.c store_borrow must return the tier's error "
 					"when no tier has the chunk\n",
 				kvt_strerror(rc), kvt_errmsg());
 		else

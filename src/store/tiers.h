@@ -40,7 +40,7 @@ typedef struct kvt_tier_class {
 	int alone;          /* when configured, the store has this tier only */
 	/* Its data lives off this node (another node's daemon, a shared file
 	 * system, S3): a read that misses the node's own tiers asks these in
-	 * the order the cost model expects to be fastest (store.c), and a
+	 * the order the cost model expects to be fastest (get.c), and a
 	 * node serving its peers serves only from the other tiers. */
 	int remote;
 	/* Each read fetches the image anew and the tier keeps no copy or

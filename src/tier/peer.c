@@ -5,7 +5,7 @@
  * find the chunk in three places: the prefill node that computed it
  * (still in that node's memory), the shared file system and S3.  As a
  * tier, the prefill node is one more place the store's read path looks,
- * and the store's cost model (store.c, store_read_order) decides from the
+ * and the store's cost model (get.c, read_order) decides from the
  * bandwidths it measures whether the other node or a shared tier is
  * asked first.  Everything the store does with an image — checking its
  * header against the namespace and key, verifying its checksums, copying
