@@ -152,6 +152,25 @@ static void note_failure(struct borrow_notes *bn, int *first, int rc, const char
 		 tier, kvt_errmsg()[0] ? kvt_errmsg() : kvt_strerror(rc));
 }
 
+/* A reference to the image `rb` tier t lent, its header decoded into it:
+ * *rc 0, or why the header is bad.  NULL, with *rc KVT_ENOMEM and `rb`
+ * given back, if there is no memory for it. */
+static kvt_ref *ref_of(kvt_store *st, kvt_tier *t, kvt_tier_rbuf *rb, int *rc)
+{
+	kvt_ref *ref = calloc(1, sizeof(*ref));
+
+	if (!ref) {
+		t->ops->release(t, rb);
+		*rc = kvt_err(KVT_ENOMEM, "out of memory");
+		return NULL;
+	}
+	ref->st = st;
+	ref->tier = t;
+	ref->rb = rb;
+	*rc = store_image_header(rb, &ref->hdr);
+	return ref;
+}
+
 /* Tier i's copy failed its checks (`rc`): logged, noted, and no longer
  * served by the tier (unless only memory ran out). */
 static void borrow_bad(kvt_store *st, int i, const kvt_key *key, kvt_tier_rbuf *rb, int rc,
@@ -200,21 +219,13 @@ static int borrow_from(kvt_store *st, int i, const kvt_ns *ns, const kvt_key *ke
 			note_failure(bn, &bn->bad, rc, t->ops->name);
 		return KVT_ENOTFOUND;
 	}
-	if (!(ref = calloc(1, sizeof(*ref)))) {
-		t->ops->release(t, rb);
-		return kvt_err(KVT_ENOMEM, "out of memory");
-	}
-	ref->st = st;
-	ref->tier = t;
-	ref->rb = rb;
+	if (!(ref = ref_of(st, t, rb, &rc)))
+		return rc;
 	ref->dev = on_dev;
-	rc = store_image_header(rb, &ref->hdr);
 	if (rc == 0)
 		rc = kvt_obj_hdr_expect(&ref->hdr, ns, key);
-	if (rc == 0 && rb->len != KVT_OBJ_HEADER_BYTES + ref->hdr.payload_len)
-		rc = kvt_err(KVT_ETRUNCATED, "image is %llu bytes, header says %llu",
-			     (unsigned long long)rb->len,
-			     (unsigned long long)(KVT_OBJ_HEADER_BYTES + ref->hdr.payload_len));
+	if (rc == 0)
+		rc = store_image_whole(rb->len, &ref->hdr);
 	if (rc == 0)
 		rc = store_payload_iov(rb, KVT_OBJ_HEADER_BYTES, &ref->iov, &ref->n_iov);
 	if (rc == 0 && store_expired(st, &ref->hdr))
@@ -520,20 +531,11 @@ int kvt_image_borrow(kvt_store *st, const kvt_key *key, kvt_ref **out)
 
 		if (st->cls[i]->remote || t->ops->get(t, key, &rb))
 			continue;
-		if (!(ref = calloc(1, sizeof(*ref)))) {
-			t->ops->release(t, rb);
-			return kvt_err(KVT_ENOMEM, "out of memory");
-		}
-		ref->st = st;
-		ref->tier = t;
-		ref->rb = rb;
+		if (!(ref = ref_of(st, t, rb, &rc)))
+			return rc;
 		ref->image = 1;
-		rc = store_image_header(rb, &ref->hdr);
-		if (rc == 0 && rb->len != KVT_OBJ_HEADER_BYTES + ref->hdr.payload_len)
-			rc = kvt_err(KVT_ETRUNCATED, "image is %llu bytes, header says %llu",
-				     (unsigned long long)rb->len,
-				     (unsigned long long)(KVT_OBJ_HEADER_BYTES +
-							  ref->hdr.payload_len));
+		if (rc == 0)
+			rc = store_image_whole(rb->len, &ref->hdr);
 		if (rc == 0 && st->verify[i])
 			rc = kvt_obj_verify_iov(&ref->hdr, rb->iov, rb->n_iov);
 		if (rc == 0 && !(ref->iov = malloc((size_t)rb->n_iov * sizeof(*ref->iov))))

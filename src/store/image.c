@@ -128,3 +128,12 @@ int store_expired(const kvt_store *st, const kvt_obj_hdr *h)
 	clock_gettime(CLOCK_REALTIME, &now);
 	return now.tv_sec > 0 && (uint64_t)now.tv_sec > born + ttl;
 }
+
+int store_image_whole(uint64_t len, const kvt_obj_hdr *h)
+{
+	if (len == KVT_OBJ_HEADER_BYTES + h->payload_len)
+		return 0;
+	return kvt_err(KVT_ETRUNCATED, "image is %llu bytes, header says %llu",
+		       (unsigned long long)len,
+		       (unsigned long long)(KVT_OBJ_HEADER_BYTES + h->payload_len));
+}

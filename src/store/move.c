@@ -383,10 +383,8 @@ int store_promote_into(kvt_store *st, const kvt_ns *ns, const kvt_key *key, int 
 			rc = kvt_obj_hdr_expect(h, ns, key);
 		else if (rc == 0 && memcmp(h->key.b, key->b, KVT_KEY_BYTES))
 			rc = kvt_err(KVT_EMISMATCH, "the image holds another key");
-		if (rc == 0 && c.len != KVT_OBJ_HEADER_BYTES + h->payload_len)
-			rc = kvt_err(KVT_ETRUNCATED, "image is %llu bytes, header says %llu",
-				     (unsigned long long)c.len,
-				     (unsigned long long)(KVT_OBJ_HEADER_BYTES + h->payload_len));
+		if (rc == 0)
+			rc = store_image_whole(c.len, h);
 		if (rc == 0)
 			rc = kvt_obj_verify_iov(h, c.w->iov, c.w->n_iov);
 	}

@@ -154,6 +154,9 @@ void store_image_copy(const kvt_tier_rbuf *src, kvt_tier_wbuf *dst);
 /* Begin a write of the image `src` holds into tier t: from `src` at
  * commit where the tier can, else copied now. */
 int store_begin_copy(kvt_tier *t, const kvt_tier_rbuf *src, kvt_tier_wbuf **w);
+/* 0 if an image of `len` bytes is as long as its header `h` says, else
+ * KVT_ETRUNCATED, saying both. */
+int store_image_whole(uint64_t len, const kvt_obj_hdr *h);
 /* The image whose header is `h` is past the store's TTL. */
 int store_expired(const kvt_store *st, const kvt_obj_hdr *h);
 /* CLOCK_MONOTONIC in s (kvt_mono_ns: in ns). */

@@ -67,10 +67,8 @@ static void verify_one(struct verify_ctx *c, const kvt_key *key)
 		rc = store_image_header(rb, h);
 		if (rc == 0 && memcmp(&h->key, key, sizeof(*key)))
 			rc = kvt_err(KVT_EMISMATCH, "object holds another key");
-		if (rc == 0 && rb->len != KVT_OBJ_HEADER_BYTES + h->payload_len)
-			rc = kvt_err(KVT_ETRUNCATED, "image is %llu bytes, header says %llu",
-				     (unsigned long long)rb->len,
-				     (unsigned long long)(KVT_OBJ_HEADER_BYTES + h->payload_len));
+		if (rc == 0)
+			rc = store_image_whole(rb->len, h);
 		if (rc == 0)
 			rc = kvt_obj_verify_iov(h, rb->iov, rb->n_iov);
 		if (rc == 0)
