@@ -56,7 +56,9 @@ int store_image_header(const kvt_tier_rbuf *rb, kvt_obj_hdr *h)
 	return kvt_obj_hdr_decode(tmp, got, h);
 }
 
-void store_image_copy(const kvt_tier_rbuf *src, kvt_tier_wbuf *dst)
+/* Copy a borrowed image into a write buffer of its length, whatever the
+ * segments of each. */
+static void image_copy(const kvt_tier_rbuf *src, kvt_tier_wbuf *dst)
 {
 	int si = 0, di = 0;
 	size_t so = 0, dof = 0;
@@ -93,7 +95,7 @@ int store_begin_copy(kvt_tier *t, const kvt_tier_rbuf *src, kvt_tier_wbuf **w)
 	}
 	int rc = t->ops->put_begin(t, &src->key, src->len, w);
 	if (rc == 0)
-		store_image_copy(src, *w);
+		image_copy(src, *w);
 	return rc;
 }
 

@@ -89,16 +89,14 @@ static void flight_leave(kvt_store *st, const kvt_key *key)
 	pthread_mutex_unlock(&st->flight_mu);
 }
 
-/* Copy the borrowed image into tier `dst`.  0, KVT_EEXIST or an error. */
-static int copy_into(kvt_store *st, int dst, const kvt_tier_rbuf *rb,
-		     int durability)
+int store_copy_into(kvt_store *st, int dst, const kvt_tier_rbuf *rb, int durability)
 {
 	kvt_tier *t = st->tiers[dst];
 	kvt_tier_wbuf *w;
 	int rc;
 
 	if (store_writes_off(st, dst))
-		return -EIO;
+		return store_writes_off_err(st, dst);
 	rc = store_begin_copy(t, rb, &w);
 	if (rc == 0)
 		rc = t->ops->put_commit(t, w, durability);
@@ -145,7 +143,7 @@ int store_copy_verified(kvt_store *st, int dst, const kvt_tier_rbuf *rb,
 
 	if (rb->n_iov != 1 || rb->iov[0].iov_len < rb->len) { /* paged source */
 		rc = kvt_obj_verify_iov(src_hdr, rb->iov, rb->n_iov);
-		return rc ? rc : copy_into(st, dst, rb, KVT_DUR_CACHED);
+		return rc ? rc : store_copy_into(st, dst, rb, KVT_DUR_CACHED);
 	}
 	if (store_writes_off(st, dst))
 		return -EIO;
@@ -197,7 +195,7 @@ static void move_run(struct job *j)
 	} else if (m->kind == MOVE_DEMOTE) {
 		int d = demote_target(st, m->src, &m->key);
 		if (d >= 0 && hier_copy_in(st->hier, d, &m->key, m->rb->len)) {
-			if (copy_into(st, d, m->rb, KVT_DUR_CACHED) == 0)
+			if (store_copy_into(st, d, m->rb, KVT_DUR_CACHED) == 0)
 				hier_count(st->hier, d, HIER_DEMOTION);
 		}
 	} else { /* MOVE_THROUGH: every write-through tier below the first */
@@ -236,7 +234,7 @@ static void move_run(struct job *j)
 				break;
 			if (!hier_copy_in(st->hier, d, &m->key, m->rb->len))
 				continue;
-			rc = copy_into(st, d, m->rb, KVT_DUR_CACHED);
+			rc = store_copy_into(st, d, m->rb, KVT_DUR_CACHED);
 			if (rc == KVT_EEXIST) {
 				/* Another writer (another node, on a shared tier)
 				 * published first: its version wins, so ours

@@ -24,6 +24,13 @@ static int store_has_persistent(const kvt_store *st)
 	return 0;
 }
 
+/* Durability each tier is asked for: memory gives "cached" only, so a
+ * stronger level is the disk tiers' (and the daemon's) to give. */
+static int tier_durability(kvt_store *st, int i, int want)
+{
+	return st->cls[i]->persistent ? want : KVT_DUR_CACHED;
+}
+
 /* Copy the image a tier already holds into tiers that can give
  * `durability` and lack it: a put asked to make a cached chunk crash- or
  * power-safe writes the first version down, never the caller's bytes, so
@@ -40,26 +47,10 @@ static int store_harden(kvt_store *st, const kvt_key *key, int holder,
 	if ((rc = src->ops->get(src, key, &rb)))
 		return rc == KVT_ENOTFOUND ? kvt_err(KVT_ENOTFOUND, "chunk vanished") : rc;
 	for (int i = st->n_tiers - 1; i >= 0; i--) {
-		kvt_tier *t = st->tiers[i];
-		kvt_tier_wbuf *w;
-		if (store_tier_durability(st, i, durability) < durability ||
+		if (tier_durability(st, i, durability) < durability ||
 		    !(plan.takes & (1u << i)))
 			continue;
-		if (store_writes_off(st, i)) {
-			if (!err)
-				err = store_writes_off_err(st, i);
-			continue;
-		}
-		rc = t->ops->put_begin(t, key, rb->len, &w);
-		if (rc == 0) {
-			store_image_copy(rb, w);
-			rc = t->ops->put_commit(t, w, durability);
-		}
-		if (rc != KVT_EEXIST)
-			store_note_write(st, i, rc);
-		if (rc == 0)
-			store_after_insert(st, i, key, rb->len, -1,
-					   store_image_tokens(rb->iov, rb->n_iov));
+		rc = store_copy_into(st, i, rb, durability);
 		if (rc == 0 || rc == KVT_EEXIST)
 			done = 1;
 		else if (!err)
@@ -120,7 +111,7 @@ static int put_publish(kvt_store *st, const kvt_key *key, uint64_t len,
 	 * find a cached copy and call it stored. */
 	for (int i = st->n_tiers - 1; i >= 0; i--) {
 		kvt_tier *t = st->tiers[i];
-		int want = store_tier_durability(st, i, durability);
+		int want = tier_durability(st, i, durability);
 		if (rc[i] != 0)
 			continue;
 		if (lost || (want < durability && !durable)) {
@@ -180,7 +171,7 @@ static int store_put(kvt_store *st, const kvt_ns *ns, const kvt_key *key,
 			continue;
 		if (__atomic_load_n(&st->cfg.ttl_s, __ATOMIC_RELAXED) && drop_expired(st, i, key))
 			continue;
-		if (store_tier_durability(st, i, durability) >= durability)
+		if (tier_durability(st, i, durability) >= durability)
 			return kvt_err(KVT_EEXIST, "key already stored in the %s tier",
 				       st->tiers[i]->ops->name);
 		holder = i;

@@ -110,13 +110,6 @@ void store_note_write(kvt_store *st, int i, int rc)
 	}
 }
 
-/* Durability each tier is asked for: memory gives "cached" only, so a
- * stronger level is the disk tiers' (and the daemon's) to give. */
-int store_tier_durability(kvt_store *st, int i, int want)
-{
-	return st->cls[i]->persistent ? want : KVT_DUR_CACHED;
-}
-
 void store_lost(kvt_store *st, int tier, const kvt_key *key, int reason)
 {
 	why_record(&st->why, key, reason, tier);

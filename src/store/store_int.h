@@ -149,8 +149,6 @@ int store_payload_iov(const kvt_tier_rbuf *rb, uint64_t skip, struct iovec **out
 /* The token count in the header of the image whose first segment is
  * iov[0], read as it lies (offset 112); 0 if the segment is too short. */
 uint32_t store_image_tokens(const struct iovec *iov, int n);
-/* Copy a borrowed image into a write buffer of its length. */
-void store_image_copy(const kvt_tier_rbuf *src, kvt_tier_wbuf *dst);
 /* Begin a write of the image `src` holds into tier t: from `src` at
  * commit where the tier can, else copied now. */
 int store_begin_copy(kvt_tier *t, const kvt_tier_rbuf *src, kvt_tier_wbuf **w);
@@ -179,8 +177,6 @@ int store_writes_off(kvt_store *st, int i);
 int store_writes_off_err(kvt_store *st, int i);
 /* Count a write's outcome `rc` in tier i's health. */
 void store_note_write(kvt_store *st, int i, int rc);
-/* The durability tier i is asked for when a put wants `want`. */
-int store_tier_durability(kvt_store *st, int i, int want);
 /* Fold a read of `bytes` in `secs` into tier i's measured speed; _hist
  * counts it in the latency histogram alone. */
 void store_perf_note(kvt_store *st, int i, uint64_t bytes, double secs);
@@ -212,6 +208,10 @@ void store_promote(kvt_store *st, int tier, const kvt_key *key);
  * publish it there.  0, KVT_EEXIST (DRAM had it), or an error (a bad image
  * is reported to `src`). */
 int store_promote_into(kvt_store *st, const kvt_ns *ns, const kvt_key *key, int src);
+/* Copy a borrowed image into tier `dst` at `durability`, and tell its
+ * policy (store_after_insert).  0, KVT_EEXIST, or an error (the tier's
+ * writes are off, or its own). */
+int store_copy_into(kvt_store *st, int dst, const kvt_tier_rbuf *rb, int durability);
 /* Copy a borrowed image into tier `dst`, verifying it in the copy pass. */
 int store_copy_verified(kvt_store *st, int dst, const kvt_tier_rbuf *rb,
 			const kvt_obj_hdr *src_hdr);
