@@ -25,8 +25,24 @@ struct need {
 	size_t n, cap;
 };
 
+/* One run's state: the configuration (tp applied to PCIe), the clock of
+ * every accelerator and link, and the figures kept as it goes. */
 struct fleet {
 	const kvt_plan_fleet_conf *f;
+	const struct plan_trace *pt;
+	const kvt_plan_req_hit *per_req;  /* NULL: no hits, nodes in turn */
+	kvt_plan_timing *out;
+	double kvb;                       /* KV bytes per token */
+	double tp;                        /* accelerators a request runs on */
+	/* Free times: each accelerator and its PCIe link; each node's NVMe
+	 * (2i) and NIC (2i + 1) and, last in node_free, the shared tier's
+	 * (shared_free).  Not a double of this struct: the loads' stores
+	 * through these pointers could then alias the struct's fields, and
+	 * the hot loop would reload them (a run 25% slower). */
+	double *acc_free, *pcie_free, *node_free, *shared_free;
+	double *tt, *wt;                  /* per request: TTFT, wait */
+	double *sorted;                   /* scratch for the quantiles */
+	double end_max;                   /* when the last request ended */
 	double win;                       /* window seconds */
 	double *wbytes[KVT_PLAN_NLINK];   /* bytes per window; past wcap, 0 */
 	size_t wcap[KVT_PLAN_NLINK];      /* 0: the link has carried nothing */
@@ -235,6 +251,222 @@ static unsigned path_of(const kvt_plan_fleet_conf *f, unsigned k, unsigned *link
 	return len[k];
 }
 
+/* The free-time arrays of nacc accelerators on `nodes` nodes, and the
+ * per-request ones of n requests (the caller's ttft_s, wait_s if given). */
+static int fleet_alloc(struct fleet *fl, size_t nacc, unsigned nodes, uint64_t n,
+		       double *ttft_s, double *wait_s)
+{
+	fl->acc_free = calloc(nacc, sizeof(double));
+	fl->pcie_free = calloc(nacc, sizeof(double));
+	fl->node_free = calloc((size_t)nodes * 2 + 1, sizeof(double));
+	fl->shared_free = fl->node_free ? fl->node_free + (size_t)nodes * 2 : NULL;
+	fl->tt = ttft_s ? ttft_s : malloc((n + 1) * sizeof(double));
+	fl->wt = wait_s ? wait_s : malloc((n + 1) * sizeof(double));
+	fl->sorted = malloc((n + 1) * sizeof(double));
+	if (!fl->acc_free || !fl->pcie_free || !fl->node_free || !fl->tt || !fl->wt ||
+	    !fl->sorted)
+		return kvt_err(KVT_ENOMEM, "fleet: out of memory");
+	return 0;
+}
+
+/* Free what fleet_alloc and the run allocated (not the caller's arrays). */
+static void fleet_free(struct fleet *fl, const double *ttft_s, const double *wait_s)
+{
+	for (unsigned l = 0; l < KVT_PLAN_NLINK; l++) {
+		free(fl->wbytes[l]);
+		free(fl->need[l].v);
+	}
+	free(fl->acc_free);
+	free(fl->pcie_free);
+	free(fl->node_free);
+	if (!ttft_s)
+		free(fl->tt);
+	if (!wait_s)
+		free(fl->wt);
+	free(fl->sorted);
+}
+
+/* The accelerator of `node` free first (the lowest index of a tie). */
+static size_t earliest_acc(const struct fleet *fl, unsigned node)
+{
+	unsigned g = fl->f->gpus_per_node;
+	size_t s = (size_t)node * g;
+	for (size_t j = s + 1; j < (size_t)node * g + g; j++)
+		if (fl->acc_free[j] < fl->acc_free[s])
+			s = j;
+	return s;
+}
+
+/* When link l, as seen from accelerator s of `node`, is free. */
+static double *link_free(struct fleet *fl, unsigned l, size_t s, unsigned node)
+{
+	return l == KVT_PLAN_LINK_PCIE ? &fl->pcie_free[s]
+		: l == KVT_PLAN_LINK_NVME ? &fl->node_free[2 * node]
+		: l == KVT_PLAN_LINK_NIC ? &fl->node_free[2 * node + 1]
+		: fl->shared_free;
+}
+
+/* A request's load of its hit prefix: the tokens it covers, when the
+ * last tier's load ended and when the first began (< 0: nothing loaded). */
+struct load {
+	double prev, tnow, first;
+};
+
+/* Load request q's hit prefix (L tokens in all) tier by tier over its
+ * links into accelerator s of `node`, from ld->tnow; stops at the first
+ * tier not worth reading, whose tokens and the rest are then computed. */
+static void load_prefix(struct fleet *fl, uint64_t q, unsigned node, size_t s, double L,
+			struct load *ld)
+{
+	const kvt_plan_fleet_conf *f = fl->f;
+	const struct plan_trace *pt = fl->pt;
+	double prev = ld->prev, tnow = ld->tnow, first = ld->first, kvb = fl->kvb, tp = fl->tp;
+	kvt_plan_timing *out = fl->out;
+	uint64_t blocks = 0;
+	for (unsigned k = 0; k < KVT_PLAN_NT; k++) {
+		blocks += fl->per_req[q].hit[k];
+		double upto = (double)blocks * pt->block_tokens;
+		if (upto > L)
+			upto = L;
+		double bytes = (upto - prev) * kvb;
+		if (bytes <= 0) {
+			prev = upto;
+			continue;
+		}
+		unsigned links[3], slow;
+		double gbps;
+		unsigned np = path_of(f, k, links, &gbps, &slow);
+		double *fr[3];
+		for (unsigned i = 0; i < np; i++)
+			fr[i] = link_free(fl, links[i], s, node);
+		double lat = f->tier[k]->latency_us * 1e-6;
+		/* Restoring is only worth it when it beats recomputing
+		 * (kvt_lookup_worth's rule): a tier slower than that, even
+		 * alone on its links, is not read, and the rest of the prompt
+		 * is computed. */
+		double recompute = plan_prefill_s(f->model, f->gpu, prev, upto) / tp;
+		kvt_plan_link_use *u = &out->link[slow];
+		if (lat < recompute && (fl->err = push(&fl->need[slow],
+						       bytes / (recompute - lat) / 1e9)))
+			break;
+		u->loads++;
+		if (lat + bytes / (gbps * 1e9) > recompute) {
+			u->starved++;
+			u->latency_bound += lat >= recompute;
+			break;
+		}
+		double s0 = tnow + lat;
+		for (unsigned i = 0; i < np; i++)
+			if (*fr[i] > s0)
+				s0 = *fr[i];
+		double e = s0 + bytes / (gbps * 1e9);
+		for (unsigned i = 0; i < np; i++) {
+			*fr[i] = e;
+			out->link[links[i]].bytes += bytes;
+			out->link[links[i]].busy_s += e - s0;
+			spread(fl, links[i], s0, e, bytes);
+		}
+		/* Starved too: the load, with its waits for busy links, took
+		 * longer than computing its tokens. */
+		if (e - tnow > recompute)
+			u->starved++;
+		if (first < 0)
+			first = s0;
+		tnow = e;
+		prev = upto;
+	}
+	ld->prev = prev;
+	ld->tnow = tnow;
+	ld->first = first;
+}
+
+/* Request q in time: the earliest free accelerator of its node, the load
+ * of its prefix, then the rest of its prefill overlapped with the load;
+ * its TTFT and wait, the accelerator's busy time, *end_max raised to its
+ * end.  (Once a request, the run's fields are read into locals here and
+ * in load_prefix: the compiler keeps those in registers.) */
+static int fleet_request(struct fleet *fl, uint64_t q, double *end_max)
+{
+	const kvt_plan_fleet_conf *f = fl->f;
+	const struct plan_trace *pt = fl->pt;
+	const kvt_plan_req_hit *per_req = fl->per_req;
+	double *acc_free = fl->acc_free, *tt = fl->tt, *wt = fl->wt, tp = fl->tp;
+	kvt_plan_timing *out = fl->out;
+	unsigned nodes = f->nodes;
+	double a = pt->arrive_s[q] / f->rate;
+	unsigned node = per_req ? per_req[q].node : (unsigned)(q % nodes);
+	if (node >= nodes)
+		return kvt_err(KVT_EINVAL, "fleet: request %llu on node %u of %u: the simulation "
+			       "had more nodes", (unsigned long long)q, node, nodes);
+	size_t s = earliest_acc(fl, node);
+	double start = a > acc_free[s] ? a : acc_free[s];
+	double L = pt->in_len[q];
+	struct load ld = {.prev = 0, .tnow = start, .first = -1};
+	if (per_req)
+		load_prefix(fl, q, node, s, L, &ld);
+	double from = ld.prev >= L ? (L > 0 ? L - 1 : 0) : ld.prev;
+	double comp = plan_prefill_s(f->model, f->gpu, from, L) / tp;
+	double end = ld.first < 0 ? start + comp
+				  : plan_fleet_overlap_end(start, ld.first, ld.tnow, comp,
+							   f->model->layers);
+	acc_free[s] = end;
+	if (end > *end_max)
+		*end_max = end;
+	out->busy_s += end - start;
+	out->compute_s += comp;
+	tt[q] = end - a;
+	wt[q] = start - a;
+	return 0;
+}
+
+/* The TTFT, wait and service-time (TTFT less wait) figures of n requests. */
+static void fleet_summaries(struct fleet *fl, uint64_t n)
+{
+	kvt_plan_timing *out = fl->out;
+	double *sorted = fl->sorted;
+	memcpy(sorted, fl->tt, n * sizeof(double));
+	summary(sorted, n, &out->ttft_mean, &out->ttft_p50, &out->ttft_p90, &out->ttft_p99,
+		&out->ttft_max);
+	for (uint64_t q = 0; q < n; q++)
+		sorted[q] = fl->tt[q] - fl->wt[q];
+	out->service_p90 = kvt_plan_quantile(sorted, n, 0.9);
+	memcpy(sorted, fl->wt, n * sizeof(double));
+	summary(sorted, n, &out->wait_mean, &out->wait_p50, &out->wait_p90, &out->wait_p99,
+		&out->wait_max);
+}
+
+/* Each link's demand per window over the span (into series, up to
+ * series_cap windows a link, if given), then its quantiles and the
+ * bandwidth that would have fed its starved loads. */
+static int fleet_windows(struct fleet *fl, uint64_t n, double *series, size_t series_cap)
+{
+	kvt_plan_timing *out = fl->out;
+	size_t nw = (size_t)ceil(fl->end_max / fl->win);
+	if (nw < fl->nwin)
+		nw = fl->nwin;
+	if (!nw)
+		nw = 1;
+	out->windows = nw;
+	double *ws = realloc(fl->sorted, (nw > n + 1 ? nw : n + 1) * sizeof(double));
+	if (!ws)
+		return kvt_err(KVT_ENOMEM, "fleet: out of memory");
+	fl->sorted = ws;
+	for (unsigned l = 0; l < KVT_PLAN_NLINK; l++) {
+		kvt_plan_link_use *u = &out->link[l];
+		for (size_t w = 0; w < nw; w++)
+			ws[w] = w < fl->wcap[l] ? fl->wbytes[l][w] / fl->win / 1e9 : 0;
+		for (size_t w = 0; series && w < nw && w < series_cap; w++)
+			series[(size_t)l * series_cap + w] = ws[w];
+		if (u->starved)
+			u->fix_gbps = kvt_plan_quantile(fl->need[l].v, fl->need[l].n, 0.99);
+		if (!u->bytes)
+			continue; /* every window 0 */
+		double mean, p90;
+		summary(ws, nw, &mean, &u->p50_gbps, &p90, &u->p99_gbps, &u->max_gbps);
+	}
+	return 0;
+}
+
 int plan_fleet_run(const struct plan_trace *pt, const kvt_plan_req_hit *per_req,
 		   const kvt_plan_fleet_conf *f, kvt_plan_timing *out, double *ttft_s,
 		   double *wait_s, double *series, size_t series_cap)
@@ -243,173 +475,35 @@ int plan_fleet_run(const struct plan_trace *pt, const kvt_plan_req_hit *per_req,
 	int rc = check(f);
 	if (rc)
 		return rc;
-	const struct kvt_trace *t = &pt->t;
-	uint64_t n = t->nreq;
-	unsigned nodes = f->nodes, g = f->gpus_per_node;
-	size_t nacc = (size_t)nodes * g;
-	struct fleet fl = {.f = f, .win = f->window_s > 0 ? f->window_s : 1.0};
-	/* Free times: each accelerator and its PCIe link; each node's NVMe
-	 * and NIC; the shared tier. */
-	double *acc_free = calloc(nacc, sizeof(double));
-	double *pcie_free = calloc(nacc, sizeof(double));
-	double *node_free = calloc((size_t)nodes * 2, sizeof(double));
-	double shared_free = 0;
-	double *tt = ttft_s ? ttft_s : malloc((n + 1) * sizeof(double));
-	double *wt = wait_s ? wait_s : malloc((n + 1) * sizeof(double));
-	double *sorted = malloc((n + 1) * sizeof(double));
-	if (!acc_free || !pcie_free || !node_free || !tt || !wt || !sorted) {
-		rc = kvt_err(KVT_ENOMEM, "fleet: out of memory");
-		goto out;
-	}
-	double kvb = plan_kv_bytes_per_token(f->model);
+	uint64_t n = pt->t.nreq;
+	size_t nacc = (size_t)f->nodes * f->gpus_per_node;
 	/* Tensor parallel: each of tp accelerators computes 1/tp of every
 	 * layer (ideal scaling: an optimistic bound) and loads 1/tp of its
 	 * KV over its own PCIe link, all at once. */
 	double tp = f->tp ? f->tp : 1;
 	kvt_plan_fleet_conf ft = *f;
 	ft.link_gbps[KVT_PLAN_LINK_PCIE] *= tp;
-	f = &ft;
+	struct fleet fl = {.f = &ft, .pt = pt, .per_req = per_req, .out = out, .tp = tp,
+			   .win = f->window_s > 0 ? f->window_s : 1.0};
+	rc = fleet_alloc(&fl, nacc, f->nodes, n, ttft_s, wait_s);
+	if (rc)
+		goto out;
+	fl.kvb = plan_kv_bytes_per_token(f->model);
 	double end_max = 0;
-	for (uint64_t q = 0; q < n && !fl.err; q++) {
-		double a = pt->arrive_s[q] / f->rate;
-		unsigned node = per_req ? per_req[q].node : (unsigned)(q % nodes);
-		if (node >= nodes) {
-			rc = kvt_err(KVT_EINVAL, "fleet: request %llu on node %u of %u: the simulation "
-				     "had more nodes", (unsigned long long)q, node, nodes);
+	for (uint64_t q = 0; q < n && !fl.err; q++)
+		if ((rc = fleet_request(&fl, q, &end_max)))
 			goto out;
-		}
-		size_t s = (size_t)node * g;
-		for (size_t j = s + 1; j < (size_t)node * g + g; j++)
-			if (acc_free[j] < acc_free[s])
-				s = j;
-		double start = a > acc_free[s] ? a : acc_free[s];
-		double L = pt->in_len[q], prev = 0, tnow = start, first = -1;
-		uint64_t blocks = 0;
-		int skip = 0;
-		for (unsigned k = 0; per_req && !skip && k < KVT_PLAN_NT; k++) {
-			blocks += per_req[q].hit[k];
-			double upto = (double)blocks * pt->block_tokens;
-			if (upto > L)
-				upto = L;
-			double bytes = (upto - prev) * kvb;
-			if (bytes <= 0) {
-				prev = upto;
-				continue;
-			}
-			unsigned links[3], slow;
-			double gbps;
-			unsigned np = path_of(f, k, links, &gbps, &slow);
-			double *fr[3];
-			for (unsigned i = 0; i < np; i++)
-				fr[i] = links[i] == KVT_PLAN_LINK_PCIE ? &pcie_free[s]
-					: links[i] == KVT_PLAN_LINK_NVME ? &node_free[2 * node]
-					: links[i] == KVT_PLAN_LINK_NIC ? &node_free[2 * node + 1]
-					: &shared_free;
-			double lat = f->tier[k]->latency_us * 1e-6;
-			/* Restoring is only worth it when it beats recomputing
-			 * (kvt_lookup_worth's rule): a tier slower than that,
-			 * even alone on its links, is not read, and the rest of
-			 * the prompt is computed. */
-			double recompute = plan_prefill_s(f->model, f->gpu, prev, upto) / tp;
-			kvt_plan_link_use *u = &out->link[slow];
-			if (lat < recompute && (fl.err = push(&fl.need[slow],
-							      bytes / (recompute - lat) / 1e9)))
-				break;
-			u->loads++;
-			if (lat + bytes / (gbps * 1e9) > recompute) {
-				u->starved++;
-				u->latency_bound += lat >= recompute;
-				skip = 1;
-				break;
-			}
-			double s0 = tnow + lat;
-			for (unsigned i = 0; i < np; i++)
-				if (*fr[i] > s0)
-					s0 = *fr[i];
-			double e = s0 + bytes / (gbps * 1e9);
-			for (unsigned i = 0; i < np; i++) {
-				*fr[i] = e;
-				out->link[links[i]].bytes += bytes;
-				out->link[links[i]].busy_s += e - s0;
-				spread(&fl, links[i], s0, e, bytes);
-			}
-			/* Starved too: the load, with its waits for busy
-			 * links, took longer than computing its tokens. */
-			if (e - tnow > recompute)
-				u->starved++;
-			if (first < 0)
-				first = s0;
-			tnow = e;
-			prev = upto;
-		}
-		double from = prev >= L ? (L > 0 ? L - 1 : 0) : prev;
-		double comp = plan_prefill_s(f->model, f->gpu, from, L) / tp;
-		double end = first < 0 ? start + comp
-				       : plan_fleet_overlap_end(start, first, tnow, comp,
-								f->model->layers);
-		acc_free[s] = end;
-		if (end > end_max)
-			end_max = end;
-		out->busy_s += end - start;
-		out->compute_s += comp;
-		tt[q] = end - a;
-		wt[q] = start - a;
-	}
+	fl.end_max = end_max;
 	if (fl.err) {
 		rc = kvt_err(fl.err, "fleet: out of memory");
 		goto out;
 	}
 	out->requests = n;
-	out->span_s = end_max;
-	out->utilisation = end_max > 0 ? out->busy_s / ((double)nacc * end_max) : 0;
-	memcpy(sorted, tt, n * sizeof(double));
-	summary(sorted, n, &out->ttft_mean, &out->ttft_p50, &out->ttft_p90, &out->ttft_p99,
-		&out->ttft_max);
-	for (uint64_t q = 0; q < n; q++)
-		sorted[q] = tt[q] - wt[q];
-	out->service_p90 = kvt_plan_quantile(sorted, n, 0.9);
-	memcpy(sorted, wt, n * sizeof(double));
-	summary(sorted, n, &out->wait_mean, &out->wait_p50, &out->wait_p90, &out->wait_p99,
-		&out->wait_max);
-
-	/* Windows over the span: demand per window, then its quantiles. */
-	size_t nw = (size_t)ceil(end_max / fl.win);
-	if (nw < fl.nwin)
-		nw = fl.nwin;
-	if (!nw)
-		nw = 1;
-	out->windows = nw;
-	double *ws = realloc(sorted, (nw > n + 1 ? nw : n + 1) * sizeof(double));
-	if (!ws) {
-		rc = kvt_err(KVT_ENOMEM, "fleet: out of memory");
-		goto out;
-	}
-	sorted = ws;
-	for (unsigned l = 0; l < KVT_PLAN_NLINK; l++) {
-		kvt_plan_link_use *u = &out->link[l];
-		for (size_t w = 0; w < nw; w++)
-			ws[w] = w < fl.wcap[l] ? fl.wbytes[l][w] / fl.win / 1e9 : 0;
-		for (size_t w = 0; series && w < nw && w < series_cap; w++)
-			series[(size_t)l * series_cap + w] = ws[w];
-		if (u->starved)
-			u->fix_gbps = kvt_plan_quantile(fl.need[l].v, fl.need[l].n, 0.99);
-		if (!u->bytes)
-			continue; /* every window 0 */
-		double mean, p90;
-		summary(ws, nw, &mean, &u->p50_gbps, &p90, &u->p99_gbps, &u->max_gbps);
-	}
+	out->span_s = fl.end_max;
+	out->utilisation = fl.end_max > 0 ? out->busy_s / ((double)nacc * fl.end_max) : 0;
+	fleet_summaries(&fl, n);
+	rc = fleet_windows(&fl, n, series, series_cap);
 out:
-	for (unsigned l = 0; l < KVT_PLAN_NLINK; l++) {
-		free(fl.wbytes[l]);
-		free(fl.need[l].v);
-	}
-	free(acc_free);
-	free(pcie_free);
-	free(node_free);
-	if (!ttft_s)
-		free(tt);
-	if (!wait_s)
-		free(wt);
-	free(sorted);
+	fleet_free(&fl, ttft_s, wait_s);
 	return rc;
 }

@@ -24,6 +24,10 @@ struct sim {
 	kvt_evict *shared;
 	int has1;
 	int err;
+	/* Routing: requests routed so far (the turn); balanced, each node's
+	 * decayed load, their total and the decay a request. */
+	uint64_t rr;
+	double *load, total, decay;
 };
 
 /* Offer a block to policy `e` of tier slot `k` through its filter.  1 if
@@ -185,6 +189,190 @@ static int sim_holds_all(const struct plan_trace *pt, struct plan_result *r,
 	return rc;
 }
 
+/* Each node's policies (T0's victims to T1 or S, T1's to S), the shared
+ * tier's, the admission filters and, for balanced routing, the load array.
+ * What was made before a failure is left for sim_close. */
+static int sim_open(struct sim *s)
+{
+	const struct plan_trace *pt = s->pt;
+	const struct plan_conf *c = s->c;
+	s->has1 = c->tier[PLAN_T1].capacity != 0;
+	s->nodes = calloc(c->nodes, sizeof(*s->nodes));
+	int rc = s->nodes ? 0 : KVT_ENOMEM;
+	for (unsigned i = 0; !rc && i < c->nodes; i++) {
+		struct node *nd = &s->nodes[i];
+		nd->s = s;
+		/* T0's victims go to T1 or S; with neither, nowhere. */
+		rc = make_evict(pt, c, c->tier[PLAN_T0].capacity,
+				s->has1 || c->tier[PLAN_TS].capacity ? t0_victim : NULL, nd,
+				&nd->ev[0]);
+		if (!rc && s->has1)
+			rc = make_evict(pt, c, c->tier[PLAN_T1].capacity, t1_victim, nd,
+					&nd->ev[1]);
+	}
+	if (!rc && c->tier[PLAN_TS].capacity)
+		rc = make_evict(pt, c, c->tier[PLAN_TS].capacity, NULL, NULL, &s->shared);
+	for (unsigned k = 0; !rc && k < PLAN_NT; k++)
+		if (c->tier[k].capacity && c->tier[k].admit.rules)
+			rc = kvt_admit_create(&c->tier[k].admit, &s->ad[k]);
+	/* Balanced routing: each node's recent work (blocks it computed),
+	 * decayed by `decay` a request; a node above PLAN_BALANCE_SLACK times
+	 * the mean is passed over however long its prefix. */
+	s->decay = 1 - 1.0 / (4.0 * c->nodes);
+	s->total = 0;
+	if (!rc && c->route == PLAN_ROUTE_BALANCED && c->nodes > 1 &&
+	    !(s->load = calloc(c->nodes, sizeof(*s->load))))
+		rc = KVT_ENOMEM;
+	return rc;
+}
+
+/* Free what sim_open made, whether or not it all was. */
+static void sim_close(struct sim *s)
+{
+	free(s->load);
+	for (unsigned i = 0; s->nodes && i < s->c->nodes; i++) {
+		kvt_evict_destroy(s->nodes[i].ev[0]);
+		kvt_evict_destroy(s->nodes[i].ev[1]);
+	}
+	free(s->nodes);
+	kvt_evict_destroy(s->shared);
+	for (unsigned k = 0; k < PLAN_NT; k++)
+		kvt_admit_destroy(s->ad[k]);
+}
+
+/* The node request b[0..n) runs on: the next in turn, or with affinity the
+ * one holding its longest local prefix (ties to the earliest in turn), or
+ * when balanced the longest prefix among the nodes not over the bound. */
+static unsigned sim_route(struct sim *s, const uint32_t *b, uint64_t n)
+{
+	const struct plan_conf *c = s->c;
+	unsigned ni = (unsigned)(s->rr++ % c->nodes);
+	if (c->route == PLAN_ROUTE_AFFINITY && c->nodes > 1) {
+		uint64_t best = local_prefix(&s->nodes[ni], b, n);
+		for (unsigned j = 1; j < c->nodes && best < n; j++) {
+			unsigned cand = (ni + j) % c->nodes;
+			uint64_t h = local_prefix(&s->nodes[cand], b, n);
+			if (h > best) {
+				best = h;
+				ni = cand;
+			}
+		}
+	} else if (s->load) {
+		double bound = PLAN_BALANCE_SLACK * s->total / c->nodes;
+		int64_t best = -1;
+		unsigned start = ni;
+		for (unsigned j = 0; j < c->nodes; j++) {
+			unsigned cand = (start + j) % c->nodes;
+			if (s->load[cand] > bound)
+				continue;
+			int64_t h = (int64_t)local_prefix(&s->nodes[cand], b, n);
+			if (h > best) {
+				best = h;
+				ni = cand;
+			}
+		}
+	}
+	return ni;
+}
+
+/* Request b[0..n) on a node of one tier (no T1, no S): its hit prefix into
+ * h[PLAN_T0], its accesses into the policy and the counts. */
+static void sim_single(struct sim *s, struct node *nd, const uint32_t *b, uint64_t n,
+		       uint64_t h[PLAN_NT])
+{
+	struct plan_result *r = s->r;
+	/* One tier: until the first miss nothing is inserted, so nothing is
+	 * evicted, and a block's lookup during the accesses answers exactly
+	 * what it would have before them.  So the hit prefix is counted in
+	 * the same pass (half the hash probes of the general path). */
+	if (!s->ad[PLAN_T0]) {
+		/* Nothing between a miss and its insert: each block is one
+		 * access of the policy. */
+		uint64_t ah;
+		s->err = kvt_evict_access_seq(nd->ev[0], b, n, &h[PLAN_T0], &ah);
+		r->access_hits[PLAN_T0] += ah;
+		r->inserts[PLAN_T0] += s->err ? 0 : n - ah;
+		return;
+	}
+	for (uint64_t i = 0; i < n; i++)
+		kvt_admit_record(s->ad[PLAN_T0], b[i]);
+	uint64_t i = 0, ah = 0;
+	while (i < n && kvt_evict_lookup(nd->ev[0], b[i]))
+		i++;
+	h[PLAN_T0] = i;
+	for (; i < n && !s->err; i++) {
+		if (kvt_evict_lookup(nd->ev[0], b[i]))
+			ah++;
+		else
+			offer(s, nd->ev[0], PLAN_T0, b[i]);
+	}
+	r->access_hits[PLAN_T0] += h[PLAN_T0] + ah;
+}
+
+/* Request b[0..n) on node nd of several tiers: its hit prefix tier by tier
+ * into h[], its blocks to the admission filters, then each access: a hit
+ * in T1 or S promotes to T0, a miss is offered to T0 (else T1) and S. */
+static void sim_tiers(struct sim *s, struct node *nd, const uint32_t *b, uint64_t n,
+		      uint64_t h[PLAN_NT])
+{
+	struct plan_result *r = s->r;
+	for (uint64_t i = 0; i < n; i++) {
+		if (kvt_evict_contains(nd->ev[0], b[i]))
+			h[PLAN_T0]++;
+		else if (nd->ev[1] && kvt_evict_contains(nd->ev[1], b[i]))
+			h[PLAN_T1]++;
+		else if (s->shared && kvt_evict_contains(s->shared, b[i]))
+			h[PLAN_TS]++;
+		else
+			break;
+	}
+	for (unsigned k = 0; k < PLAN_NT; k++)
+		for (uint64_t i = 0; s->ad[k] && i < n; i++)
+			kvt_admit_record(s->ad[k], b[i]);
+	for (uint64_t i = 0; i < n && !s->err; i++) {
+		uint32_t id = b[i];
+		if (kvt_evict_lookup(nd->ev[0], id)) {
+			r->access_hits[PLAN_T0]++;
+			continue;
+		}
+		if (nd->ev[1] && kvt_evict_lookup(nd->ev[1], id)) {
+			r->access_hits[PLAN_T1]++;
+			/* Exclusive: out of T1 first, so T0's victims may
+			 * take its place there. */
+			kvt_evict_remove(nd->ev[1], id);
+			if (offer(s, nd->ev[0], PLAN_T0, id))
+				r->promotions++;
+			else
+				offer(s, nd->ev[1], PLAN_T1, id);
+			continue;
+		}
+		if (s->shared && kvt_evict_lookup(s->shared, id)) {
+			r->access_hits[PLAN_TS]++;
+			if (offer(s, nd->ev[0], PLAN_T0, id))
+				r->promotions++;
+			else if (nd->ev[1])
+				offer(s, nd->ev[1], PLAN_T1, id);
+			continue;
+		}
+		if (!offer(s, nd->ev[0], PLAN_T0, id) && nd->ev[1])
+			offer(s, nd->ev[1], PLAN_T1, id);
+		to_shared(s, id);
+	}
+}
+
+/* Balanced routing after a request on node ni that computed `computed`
+ * blocks: every node's load decays, ni's grows by its work. */
+static void sim_balance(struct sim *s, unsigned ni, uint64_t computed)
+{
+	/* In locals: the stores to load[] could alias s's doubles. */
+	double *load = s->load, decay = s->decay, total = 0;
+	for (unsigned i = 0; i < s->c->nodes; i++)
+		total += load[i] *= decay;
+	load[ni] += (double)computed + 1;
+	total += (double)computed + 1;
+	s->total = total;
+}
+
 int plan_sim_run(const struct plan_trace *pt, const struct plan_conf *c,
 		 struct plan_result *r, struct plan_req_hit *per_req)
 {
@@ -195,159 +383,23 @@ int plan_sim_run(const struct plan_trace *pt, const struct plan_conf *c,
 	if (holds_all(pt, c))
 		return sim_holds_all(pt, r, per_req);
 	struct sim s = {.pt = pt, .c = c, .r = r};
-	s.has1 = c->tier[PLAN_T1].capacity != 0;
-	s.nodes = calloc(c->nodes, sizeof(*s.nodes));
-	int rc = s.nodes ? 0 : KVT_ENOMEM;
-	for (unsigned i = 0; !rc && i < c->nodes; i++) {
-		struct node *nd = &s.nodes[i];
-		nd->s = &s;
-		/* T0's victims go to T1 or S; with neither, nowhere. */
-		rc = make_evict(pt, c, c->tier[PLAN_T0].capacity,
-				s.has1 || c->tier[PLAN_TS].capacity ? t0_victim : NULL, nd,
-				&nd->ev[0]);
-		if (!rc && s.has1)
-			rc = make_evict(pt, c, c->tier[PLAN_T1].capacity, t1_victim, nd,
-					&nd->ev[1]);
-	}
-	if (!rc && c->tier[PLAN_TS].capacity)
-		rc = make_evict(pt, c, c->tier[PLAN_TS].capacity, NULL, NULL, &s.shared);
-	for (unsigned k = 0; !rc && k < PLAN_NT; k++)
-		if (c->tier[k].capacity && c->tier[k].admit.rules)
-			rc = kvt_admit_create(&c->tier[k].admit, &s.ad[k]);
-
+	int rc = sim_open(&s);
 	const struct kvt_trace *t = &pt->t;
-	uint64_t rr = 0;
-	/* Balanced routing: each node's recent work (blocks it computed),
-	 * decayed by `decay` a request; a node above PLAN_BALANCE_SLACK times
-	 * the mean is passed over however long its prefix. */
-	double *load = NULL, decay = 1 - 1.0 / (4.0 * c->nodes), total = 0;
-	if (!rc && c->route == PLAN_ROUTE_BALANCED && c->nodes > 1 &&
-	    !(load = calloc(c->nodes, sizeof(*load))))
-		rc = KVT_ENOMEM;
 	int single = c->nodes == 1 && !s.has1 && !s.shared;
 	for (uint64_t q = 0; !rc && q < t->nreq; q++) {
 		const uint32_t *b = t->ids + t->off[q];
 		uint64_t n = t->off[q + 1] - t->off[q];
-		unsigned ni = (unsigned)(rr++ % c->nodes);
-		if (c->route == PLAN_ROUTE_AFFINITY && c->nodes > 1) {
-			uint64_t best = local_prefix(&s.nodes[ni], b, n);
-			for (unsigned j = 1; j < c->nodes && best < n; j++) {
-				unsigned cand = (ni + j) % c->nodes;
-				uint64_t h = local_prefix(&s.nodes[cand], b, n);
-				if (h > best) {
-					best = h;
-					ni = cand;
-				}
-			}
-		} else if (load) {
-			double bound = PLAN_BALANCE_SLACK * total / c->nodes;
-			int64_t best = -1;
-			unsigned start = ni;
-			for (unsigned j = 0; j < c->nodes; j++) {
-				unsigned cand = (start + j) % c->nodes;
-				if (load[cand] > bound)
-					continue;
-				int64_t h = (int64_t)local_prefix(&s.nodes[cand], b, n);
-				if (h > best) {
-					best = h;
-					ni = cand;
-				}
-			}
-		}
-		struct node *nd = &s.nodes[ni];
+		unsigned ni = sim_route(&s, b, n);
 		uint64_t h[PLAN_NT] = {0, 0, 0};
-		if (single) {
-			/* One tier: until the first miss nothing is inserted, so
-			 * nothing is evicted, and a block's lookup during the
-			 * accesses answers exactly what it would have before
-			 * them.  So the hit prefix is counted in the same pass
-			 * (half the hash probes of the general path). */
-			if (!s.ad[PLAN_T0]) {
-				/* Nothing between a miss and its insert: each
-				 * block is one access of the policy. */
-				uint64_t ah;
-				s.err = kvt_evict_access_seq(nd->ev[0], b, n, &h[PLAN_T0], &ah);
-				r->access_hits[PLAN_T0] += ah;
-				r->inserts[PLAN_T0] += s.err ? 0 : n - ah;
-				goto counted;
-			}
-			for (uint64_t i = 0; i < n; i++)
-				kvt_admit_record(s.ad[PLAN_T0], b[i]);
-			uint64_t i = 0, ah = 0;
-			while (i < n && kvt_evict_lookup(nd->ev[0], b[i]))
-				i++;
-			h[PLAN_T0] = i;
-			for (; i < n && !s.err; i++) {
-				if (kvt_evict_lookup(nd->ev[0], b[i]))
-					ah++;
-				else
-					offer(&s, nd->ev[0], PLAN_T0, b[i]);
-			}
-			r->access_hits[PLAN_T0] += h[PLAN_T0] + ah;
-			goto counted;
-		}
-		for (uint64_t i = 0; i < n; i++) {
-			if (kvt_evict_contains(nd->ev[0], b[i]))
-				h[PLAN_T0]++;
-			else if (nd->ev[1] && kvt_evict_contains(nd->ev[1], b[i]))
-				h[PLAN_T1]++;
-			else if (s.shared && kvt_evict_contains(s.shared, b[i]))
-				h[PLAN_TS]++;
-			else
-				break;
-		}
-		for (unsigned k = 0; k < PLAN_NT; k++)
-			for (uint64_t i = 0; s.ad[k] && i < n; i++)
-				kvt_admit_record(s.ad[k], b[i]);
-		for (uint64_t i = 0; i < n && !s.err; i++) {
-			uint32_t id = b[i];
-			if (kvt_evict_lookup(nd->ev[0], id)) {
-				r->access_hits[PLAN_T0]++;
-				continue;
-			}
-			if (nd->ev[1] && kvt_evict_lookup(nd->ev[1], id)) {
-				r->access_hits[PLAN_T1]++;
-				/* Exclusive: out of T1 first, so T0's victims
-				 * may take its place there. */
-				kvt_evict_remove(nd->ev[1], id);
-				if (offer(&s, nd->ev[0], PLAN_T0, id))
-					r->promotions++;
-				else
-					offer(&s, nd->ev[1], PLAN_T1, id);
-				continue;
-			}
-			if (s.shared && kvt_evict_lookup(s.shared, id)) {
-				r->access_hits[PLAN_TS]++;
-				if (offer(&s, nd->ev[0], PLAN_T0, id))
-					r->promotions++;
-				else if (nd->ev[1])
-					offer(&s, nd->ev[1], PLAN_T1, id);
-				continue;
-			}
-			if (!offer(&s, nd->ev[0], PLAN_T0, id) && nd->ev[1])
-				offer(&s, nd->ev[1], PLAN_T1, id);
-			to_shared(&s, id);
-		}
-counted:
+		if (single)
+			sim_single(&s, &s.nodes[ni], b, n, h);
+		else
+			sim_tiers(&s, &s.nodes[ni], b, n, h);
 		tally(pt, q, n, h, ni, r, per_req);
-		uint64_t hit = h[0] + h[1] + h[2];
-		if (load) {
-			total = 0;
-			for (unsigned i = 0; i < c->nodes; i++)
-				total += load[i] *= decay;
-			load[ni] += (double)(n - hit) + 1;
-			total += (double)(n - hit) + 1;
-		}
+		if (s.load)
+			sim_balance(&s, ni, n - (h[0] + h[1] + h[2]));
 		rc = s.err;
 	}
-	free(load);
-	for (unsigned i = 0; s.nodes && i < c->nodes; i++) {
-		kvt_evict_destroy(s.nodes[i].ev[0]);
-		kvt_evict_destroy(s.nodes[i].ev[1]);
-	}
-	free(s.nodes);
-	kvt_evict_destroy(s.shared);
-	for (unsigned k = 0; k < PLAN_NT; k++)
-		kvt_admit_destroy(s.ad[k]);
+	sim_close(&s);
 	return rc;
 }
