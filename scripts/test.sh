@@ -89,14 +89,15 @@ if [ "${1:-}" != "--quick" ]; then
 		fi
 	done
 
-	echo "== the library alone: DRAM and NVMe, no S3, planner, kvtierd, CLI or events"
-	# What a user embedding the node-local tiers builds: its own unit tests
-	# run, and libkvtier.so links liburing, xxHash, libcrypto, libyaml only.
+	echo "== the library alone: DRAM and NVMe, no S3, planner, kvtierd, CLI, events or files"
+	# What a user embedding the node-local tiers builds, configured through
+	# kvt_config_set: its own unit tests run, and libkvtier.so links
+	# liburing, xxHash and libcrypto only.
 	build build-minimal -DCMAKE_BUILD_TYPE=Release -DKVT_CUDA=OFF -DKVT_S3=OFF -DKVT_PLANNER=OFF \
-		-DKVT_DAEMON=OFF -DKVT_CLI=OFF -DKVT_EVENTS=OFF
+		-DKVT_DAEMON=OFF -DKVT_CLI=OFF -DKVT_EVENTS=OFF -DKVT_YAML=OFF
 	run_ctest build-minimal minimal
 	extra=$(ldd build-minimal/libkvtier.so | awk '{print $1}' |
-		grep -vE '^(linux-vdso|/lib64/ld-linux|libc\.|libcrypto|libxxhash|libyaml|liburing)' || true)
+		grep -vE '^(linux-vdso|/lib64/ld-linux|libc\.|libcrypto|libxxhash|liburing)' || true)
 	if [ -z "$extra" ]; then
 		echo "minimal libkvtier.so: no other library"
 		passed=$((passed + 1))

@@ -8,6 +8,7 @@
  * exactly the same errors, and this file names no tier.
  */
 #include "store/config.h"
+#include "store/config_int.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -17,7 +18,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <yaml.h>
 
 #include <openssl/crypto.h>
 
@@ -97,7 +97,7 @@ const kvt_tenant *kvt_config_tenant(const kvt_config *cfg, const char *name)
 
 /* Add a tenant: a name and a secret of 16..64 bytes given in hex.  Secrets
  * shorter than 128 bits would let a tenant's keys be brute-forced. */
-static int add_tenant(kvt_config *c, const char *name, const char *hex)
+int config_add_tenant(kvt_config *c, const char *name, const char *hex)
 {
 	kvt_tenant *t;
 
@@ -137,7 +137,7 @@ static int set_tenants(kvt_config *c, const char *v)
 			break;
 		}
 		*eq = '\0';
-		rc = add_tenant(c, item, eq + 1);
+		rc = config_add_tenant(c, item, eq + 1);
 	}
 	memset(copy, 0, strlen(v));
 	free(copy);
@@ -392,15 +392,8 @@ static const struct policy_knob {
 };
 #define N_KNOBS (sizeof(policy_knobs) / sizeof(policy_knobs[0]))
 
-/* What a key is: a row of the store's or a tier's table, or a tier's
- * policy knob. */
-struct config_found {
-	const kvt_config_key *key;
-	const struct policy_knob *knob;
-	int tier; /* KVT_CT_* of the knob */
-};
 
-static int config_find(const char *name, struct config_found *f)
+int config_find(const char *name, struct config_found *f)
 {
 	memset(f, 0, sizeof(*f));
 	for (size_t i = 0; i < N_KEYS; i++)
@@ -428,12 +421,12 @@ static int config_find(const char *name, struct config_found *f)
 	return 0;
 }
 
-static const char *config_expect(const struct config_found *f)
+const char *config_expect(const struct config_found *f)
 {
 	return f->key ? f->key->expect : f->knob->expect;
 }
 
-static int config_apply(const struct config_found *f, kvt_config *c, const char *v)
+int config_apply(const struct config_found *f, kvt_config *c, const char *v)
 {
 	return f->key ? kvt_config_key_set(f->key, c, v) : f->knob->set(&c->tier[f->tier], v);
 }
@@ -537,219 +530,6 @@ int kvt_config_apply_env(kvt_config *cfg)
 		if ((rc = env_one(cfg, config_keys[i].name)))
 			return rc;
 	return 0;
-}
-
-/* --- YAML --------------------------------------------------------------- */
-
-/* A key given twice in one mapping is refused: libyaml keeps both pairs,
- * and whichever a reader takes, one of the two lines the user wrote is
- * silently ignored.  `p` is a pair of mapping `map`; the earlier pairs are
- * compared with it (configurations are a few dozen keys). */
-static int yaml_no_duplicate(yaml_document_t *doc, yaml_node_t *map,
-			     yaml_node_pair_t *p, const char *name)
-{
-	yaml_node_t *k = yaml_document_get_node(doc, p->key);
-
-	for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < p; q++) {
-		yaml_node_t *e = yaml_document_get_node(doc, q->key);
-		if (e && e->type == YAML_SCALAR_NODE &&
-		    !strcmp((char *)e->data.scalar.value, (char *)k->data.scalar.value))
-			return kvt_err(KVT_ECONFIG,
-				       "%s:%zu: %s: given twice (first on line %zu); each key once",
-				       name, k->start_mark.line + 1,
-				       (char *)k->data.scalar.value, e->start_mark.line + 1);
-	}
-	return 0;
-}
-
-/* One key: value pair of the configuration, `key` a row's name. */
-static int yaml_scalar(kvt_config *c, const char *key, size_t line, yaml_node_t *v,
-		       const char *name)
-{
-	struct config_found f;
-	int rc;
-
-	if (!config_find(key, &f))
-		return kvt_err(KVT_ECONFIG, "%s:%zu: unknown key \"%s\"", name, line, key);
-	if (v->type != YAML_SCALAR_NODE)
-		return kvt_err(KVT_ECONFIG, "%s:%zu: %s: expected %s, not a %s",
-			       name, v->start_mark.line + 1, key, config_expect(&f),
-			       v->type == YAML_MAPPING_NODE ? "mapping" : "list");
-	/* A quoted "\0" would cut the value short unseen: "/tmp/a\0/../x"
-	 * is not "/tmp/a". */
-	if (strlen((const char *)v->data.scalar.value) != v->data.scalar.length)
-		return kvt_err(KVT_ECONFIG, "%s:%zu: %s: the value holds a NUL byte",
-			       name, v->start_mark.line + 1, key);
-	if ((rc = config_apply(&f, c, (const char *)v->data.scalar.value)))
-		return kvt_err_prefix(rc, "%s:%zu: %s: ", name, v->start_mark.line + 1, key);
-	return 0;
-}
-
-/* kv_events: {publisher: zmq, endpoint: ..., ...}, vLLM's --kv-events-config
- * as a mapping: each key is the row kv_events_<key>. */
-static int yaml_kv_events(kvt_config *c, yaml_document_t *doc, yaml_node_t *map,
-			  const char *name)
-{
-	for (yaml_node_pair_t *p = map->data.mapping.pairs.start;
-	     p < map->data.mapping.pairs.top; p++) {
-		yaml_node_t *k = yaml_document_get_node(doc, p->key);
-		yaml_node_t *v = yaml_document_get_node(doc, p->value);
-		char key[64];
-		int rc;
-
-		if (!k || !v || k->type != YAML_SCALAR_NODE)
-			return kvt_err(KVT_ECONFIG, "%s: kv_events: keys must be plain scalars", name);
-		if ((rc = yaml_no_duplicate(doc, map, p, name)))
-			return rc;
-		if (snprintf(key, sizeof(key), "kv_events_%s", (const char *)k->data.scalar.value) >=
-		    (int)sizeof(key))
-			return kvt_err(KVT_ECONFIG, "%s:%zu: kv_events: unknown key \"%s\"", name,
-				       k->start_mark.line + 1, (const char *)k->data.scalar.value);
-		if ((rc = yaml_scalar(c, key, k->start_mark.line + 1, v, name)))
-			return rc;
-	}
-	return 0;
-}
-
-static int yaml_tenants(kvt_config *c, yaml_document_t *doc, yaml_node_t *seq,
-			const char *name)
-{
-	if (seq->type != YAML_SEQUENCE_NODE)
-		return kvt_err(KVT_ECONFIG,
-			       "%s:%zu: tenants: expected a list of {name, secret}",
-			       name, seq->start_mark.line + 1);
-	for (yaml_node_item_t *it = seq->data.sequence.items.start;
-	     it < seq->data.sequence.items.top; it++) {
-		yaml_node_t *t = yaml_document_get_node(doc, *it);
-		const char *tname = NULL, *secret = NULL;
-		int rc;
-
-		if (!t || t->type != YAML_MAPPING_NODE)
-			return kvt_err(KVT_ECONFIG,
-				       "%s:%zu: tenant: expected a mapping {name, secret}",
-				       name, t ? t->start_mark.line + 1 : 0);
-		for (yaml_node_pair_t *p = t->data.mapping.pairs.start;
-		     p < t->data.mapping.pairs.top; p++) {
-			yaml_node_t *k = yaml_document_get_node(doc, p->key);
-			yaml_node_t *v = yaml_document_get_node(doc, p->value);
-			if (!k || !v || k->type != YAML_SCALAR_NODE ||
-			    v->type != YAML_SCALAR_NODE)
-				return kvt_err(KVT_ECONFIG, "%s:%zu: tenant: expected scalars",
-					       name, t->start_mark.line + 1);
-			if ((rc = yaml_no_duplicate(doc, t, p, name)))
-				return rc;
-			if (!strcmp((char *)k->data.scalar.value, "name"))
-				tname = (char *)v->data.scalar.value;
-			else if (!strcmp((char *)k->data.scalar.value, "secret"))
-				secret = (char *)v->data.scalar.value;
-			else
-				return kvt_err(KVT_ECONFIG,
-					       "%s:%zu: tenant: unknown key \"%s\" (expected name, secret)",
-					       name, k->start_mark.line + 1,
-					       (char *)k->data.scalar.value);
-		}
-		if ((rc = add_tenant(c, tname, secret)))
-			return kvt_err_prefix(rc, "%s:%zu: ", name, t->start_mark.line + 1);
-	}
-	return 0;
-}
-
-static int yaml_apply(kvt_config *c, yaml_document_t *doc, const char *name)
-{
-	yaml_node_t *root = yaml_document_get_root_node(doc);
-
-	if (!root)
-		return 0; /* an empty file: every default */
-	if (root->type != YAML_MAPPING_NODE)
-		return kvt_err(KVT_ECONFIG, "%s:%zu: expected a mapping of key: value",
-			       name, root->start_mark.line + 1);
-	for (yaml_node_pair_t *p = root->data.mapping.pairs.start;
-	     p < root->data.mapping.pairs.top; p++) {
-		yaml_node_t *k = yaml_document_get_node(doc, p->key);
-		yaml_node_t *v = yaml_document_get_node(doc, p->value);
-		const char *key;
-		size_t line;
-		int rc;
-
-		if (!k || !v || k->type != YAML_SCALAR_NODE)
-			return kvt_err(KVT_ECONFIG, "%s: keys must be plain scalars", name);
-		key = (const char *)k->data.scalar.value;
-		line = k->start_mark.line + 1;
-		if ((rc = yaml_no_duplicate(doc, root, p, name)))
-			return rc;
-		if (!strcmp(key, "tenants")) {
-			if ((rc = yaml_tenants(c, doc, v, name)))
-				return rc;
-			continue;
-		}
-		if (!strcmp(key, "kv_events") && v->type == YAML_MAPPING_NODE) {
-			if ((rc = yaml_kv_events(c, doc, v, name)))
-				return rc;
-			continue;
-		}
-		if ((rc = yaml_scalar(c, key, line, v, name)))
-			return rc;
-	}
-	return 0;
-}
-
-kvt_config *kvt_config_parse(const char *yaml, size_t len, const char *name,
-			     int *err)
-{
-	yaml_parser_t parser;
-	yaml_document_t doc;
-	kvt_config *c;
-	int rc = 0;
-
-	if (!name)
-		name = "(config)";
-	c = kvt_config_new();
-	if (!c) {
-		rc = kvt_err(KVT_ENOMEM, "out of memory");
-		goto out;
-	}
-	if (!yaml_parser_initialize(&parser)) {
-		rc = kvt_err(KVT_ENOMEM, "cannot initialise the YAML parser");
-		goto out;
-	}
-	yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
-	if (!yaml_parser_load(&parser, &doc)) {
-		rc = kvt_err(KVT_ECONFIG, "%s:%zu:%zu: YAML: %s", name,
-			     parser.problem_mark.line + 1,
-			     parser.problem_mark.column + 1,
-			     parser.problem ? parser.problem : "syntax error");
-		yaml_parser_delete(&parser);
-		goto out;
-	}
-	/* A configuration is one document: a "---" starting a second one is
-	 * usually two files pasted together, and the second would be ignored. */
-	{
-		yaml_document_t next;
-		if (!yaml_parser_load(&parser, &next)) {
-			rc = kvt_err(KVT_ECONFIG, "%s:%zu:%zu: YAML: %s", name,
-				     parser.problem_mark.line + 1,
-				     parser.problem_mark.column + 1,
-				     parser.problem ? parser.problem : "syntax error");
-		} else {
-			if (yaml_document_get_root_node(&next))
-				rc = kvt_err(KVT_ECONFIG,
-					     "%s:%zu: a second YAML document; a configuration is one mapping",
-					     name, next.start_mark.line + 1);
-			yaml_document_delete(&next);
-		}
-	}
-	if (!rc)
-		rc = yaml_apply(c, &doc, name);
-	yaml_document_delete(&doc);
-	yaml_parser_delete(&parser);
-out:
-	if (rc) {
-		kvt_config_free(c);
-		c = NULL;
-	}
-	if (err)
-		*err = rc;
-	return c;
 }
 
 /* A configuration is a small regular file: reading more than this is a
