@@ -3,9 +3,9 @@
 #   1. a Release build (-Werror) and every test: the C and shell tests
 #      under ctest, the Python tests under pytest in the project's venv;
 #   2. the other build types and compilers, warning-free (-Werror): gcc
-#      Debug, RelWithDebInfo and MinSizeRel, clang Release; and the library
-#      alone (DRAM and NVMe: no S3, planner, kvtierd, CLI or events) with
-#      its unit tests;
+#      Debug and MinSizeRel, clang Release (gcc RelWithDebInfo is step 4's
+#      build); and the library alone (DRAM and NVMe: no S3, planner,
+#      kvtierd, CLI, events or configuration files) with its unit tests;
 #   3. an AddressSanitizer + UndefinedBehaviorSanitizer build and every test;
 #   4. a ThreadSanitizer build and the multi-threaded tests;
 #   5. a bounded libFuzzer run of each fuzz target over its committed corpus:
@@ -76,8 +76,9 @@ run_pytest build release
 if [ "${1:-}" != "--quick" ]; then
 	echo "== other build types and compilers, -Werror"
 	# The library, programs and benchmarks (no tests: step 1 built those);
-	# the CUDA backend is compiled by step 1, once.
-	for bt in "gcc Debug" "gcc RelWithDebInfo" "gcc MinSizeRel" "clang Release"; do
+	# the CUDA backend is compiled by step 1, once.  gcc RelWithDebInfo is
+	# the ThreadSanitizer build below, with -Werror and every target.
+	for bt in "gcc Debug" "gcc MinSizeRel" "clang Release"; do
 		read -r cc type <<<"$bt"
 		if CC=$cc build "build-$cc-$type" -DCMAKE_BUILD_TYPE="$type" -DBUILD_TESTING=OFF \
 			-DKVT_CUDA=OFF; then
